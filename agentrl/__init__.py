@@ -1,0 +1,8 @@
+"""agentrl: reinforcement learning for multi-turn, tool-using language models.
+
+One asyncio rollout engine (one state machine per sample) against an inference
+engine, pluggable tools, and one trainer (GRPO, PPO and relatives) on FSDP2 + Ray.
+See README.md for the two commands that set up and run it.
+"""
+
+__version__ = "0.1.0.dev0"

@@ -1,0 +1,58 @@
+"""The `agentrl` command line.
+
+Each sub-command lives in its own module, which exposes
+`add_arguments(parser: argparse.ArgumentParser) -> None` and
+`run(args: argparse.Namespace) -> int`. Modules are imported only when their command
+runs, so `agentrl --help` stays fast and one command's heavy imports never slow another.
+
+    agentrl make-tiny-model OUT_DIR [--size tiny|small|medium] [--seed 0]
+    agentrl --help
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+# command name -> (module implementing it, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "make-tiny-model": ("agentrl.models.cli", "write a tiny Qwen2 model + tokenizer, offline"),
+    "smoke": ("agentrl.smoke", "build a tiny model and dataset and run a short rollout smoke run"),
+    "retriever": ("envs.retriever.cli", "serve a BM25 (or dense) retrieval index, Search-R1 API"),
+    "sandbox": ("envs.sandbox.cli", "serve a resource-limited Python sandbox, SandboxFusion API"),
+}
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentrl", description=__doc__.splitlines()[0])
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _build_parser()
+    # Parse only the global part first; the command's own parser takes the rest.
+    args, rest = parser.parse_known_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    module_name, help_text = COMMANDS[args.command]
+    module = importlib.import_module(module_name)
+    cmd_parser = argparse.ArgumentParser(prog=f"agentrl {args.command}", description=help_text)
+    module.add_arguments(cmd_parser)
+    cmd_args = cmd_parser.parse_args(rest)
+    return int(module.run(cmd_args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
