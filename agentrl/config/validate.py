@@ -1,0 +1,223 @@
+"""Cross-key rules of the configuration: choices, bounds and batch-size arithmetic.
+
+Each rule returns messages naming the keys that disagree and their values, so a run stops
+before any worker starts. The batch arithmetic follows verl's: a training step takes
+`data.train_batch_size` prompts, each rolled out `rollout.n` times; an optimizer step takes
+`ppo_mini_batch_size` prompts (x n trajectories) split evenly across the
+`trainer.nnodes * trainer.n_gpus_per_node` workers, each doing forward/backward in
+micro-batches of `ppo_micro_batch_size_per_gpu` trajectories.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+# Types of keys whose default is null (a null default says nothing about the type).
+NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
+    "data.val_batch_size": int,
+    "actor_rollout_ref.actor.ppo_micro_batch_size": int,
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": int,
+    "actor_rollout_ref.actor.clip_ratio_low": (float, int),
+    "actor_rollout_ref.actor.clip_ratio_high": (float, int),
+    "actor_rollout_ref.actor.policy_loss.rollout_rs_threshold_lower": (float, int),
+    "actor_rollout_ref.ref.log_prob_micro_batch_size": int,
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": int,
+    "actor_rollout_ref.rollout.max_model_len": int,
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size": int,
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": int,
+    "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": int,
+    "actor_rollout_ref.rollout.multi_turn.max_user_turns": int,
+    "critic.ppo_micro_batch_size": int,
+    "critic.ppo_micro_batch_size_per_gpu": int,
+    "critic.forward_micro_batch_size_per_gpu": int,
+    "reward_model.micro_batch_size_per_gpu": int,
+    "reward_model.max_length": int,
+    "trainer.total_training_steps": int,
+    "trainer.max_actor_ckpt_to_keep": int,
+    "trainer.max_critic_ckpt_to_keep": int,
+    "ray_init.num_cpus": int,
+}
+
+_STRATEGIES = ("fsdp", "fsdp2")
+_LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                   "seq-mean-token-sum-norm")
+_KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
+_CKPT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+
+# key -> allowed values (None stands for null).
+CHOICES: dict[str, tuple[Any, ...]] = {
+    "data.truncation": ("error", "left", "right", "middle"),
+    "actor_rollout_ref.actor.strategy": _STRATEGIES,
+    "actor_rollout_ref.ref.strategy": _STRATEGIES,
+    "critic.strategy": _STRATEGIES,
+    "reward_model.strategy": _STRATEGIES,
+    "actor_rollout_ref.actor.loss_agg_mode": _LOSS_AGG_MODES,
+    "critic.loss_agg_mode": _LOSS_AGG_MODES,
+    "actor_rollout_ref.actor.kl_loss_type": _KL_ESTIMATORS,
+    "algorithm.kl_penalty": _KL_ESTIMATORS,
+    "actor_rollout_ref.actor.policy_loss.loss_mode": ("vanilla", "gspo", "cispo"),
+    "actor_rollout_ref.actor.policy_loss.rollout_is": (None, "token", "sequence"),
+    "actor_rollout_ref.actor.policy_loss.rollout_rs": (None, "token", "sequence"),
+    "actor_rollout_ref.actor.optim.warmup_style": ("constant", "cosine"),
+    "critic.optim.warmup_style": ("constant", "cosine"),
+    "actor_rollout_ref.actor.fsdp_config.model_dtype": ("fp32", "bf16"),
+    "critic.model.fsdp_config.model_dtype": ("fp32", "bf16"),
+    "actor_rollout_ref.rollout.name": ("hf", "sglang"),
+    "actor_rollout_ref.rollout.mode": ("async",),
+    "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side": ("left", "right",
+                                                                          "middle"),
+    "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": (
+        "strict", "ignore_strippable", "disable"),
+    "actor_rollout_ref.rollout.multi_turn.format": ("hermes", "qwen25"),
+    "actor_rollout_ref.rollout.multi_turn.tool_record_mode": (None, "record", "replay"),
+    "algorithm.adv_estimator": ("gae", "grpo", "rloo", "reinforce_plus_plus",
+                                "reinforce_plus_plus_baseline", "remax", "opo", "grpo_passk",
+                                "gpg"),
+    "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
+    "reward_model.reward_manager": ("naive", "dapo", "batch"),
+    "trainer.device": ("auto", "cpu", "cuda"),
+    "trainer.resume_mode": ("auto", "disable", "resume_path"),
+}
+LIST_CHOICES: dict[str, tuple[str, ...]] = {
+    "trainer.logger": ("console", "wandb", "tensorboard", "mlflow", "file"),
+    "actor_rollout_ref.actor.checkpoint.save_contents": _CKPT_CONTENTS,
+    "actor_rollout_ref.actor.checkpoint.load_contents": _CKPT_CONTENTS,
+    "critic.checkpoint.save_contents": _CKPT_CONTENTS,
+    "critic.checkpoint.load_contents": _CKPT_CONTENTS,
+}
+# Keys that must be >= 1 (when not null).
+POSITIVE: tuple[str, ...] = (
+    "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
+    "data.val_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "actor_rollout_ref.actor.ppo_epochs", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+    "actor_rollout_ref.rollout.n", "actor_rollout_ref.rollout.val_kwargs.n",
+    "actor_rollout_ref.rollout.max_concurrent_requests", "actor_rollout_ref.rollout.max_num_seqs",
+    "actor_rollout_ref.rollout.multi_turn.max_parallel_calls",
+    "actor_rollout_ref.rollout.multi_turn.max_tool_response_length",
+    "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.total_epochs",
+)
+
+
+def check_consistency(cfg: DictConfig) -> list[str]:
+    """All cross-key problems of a merged, resolved config (empty when it is valid)."""
+    problems = _choice_problems(cfg) + _bound_problems(cfg)
+    if problems:  # the batch arithmetic below assumes sane values
+        return problems
+    workers = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    n = cfg.actor_rollout_ref.rollout.n
+    actor = cfg.actor_rollout_ref.actor
+    problems += _batch_problems("actor_rollout_ref.actor", actor.ppo_mini_batch_size,
+                                actor.ppo_micro_batch_size, actor.ppo_micro_batch_size_per_gpu,
+                                cfg.data.train_batch_size, n, workers)
+    if cfg.algorithm.adv_estimator == "gae":  # the critic trains only with GAE
+        critic = cfg.critic
+        problems += _batch_problems("critic", critic.ppo_mini_batch_size,
+                                    critic.ppo_micro_batch_size,
+                                    critic.ppo_micro_batch_size_per_gpu,
+                                    cfg.data.train_batch_size, n, workers)
+    for prefix in ("actor_rollout_ref.ref", "actor_rollout_ref.rollout"):
+        node = OmegaConf.select(cfg, prefix)
+        if (node.log_prob_micro_batch_size is not None
+                and node.log_prob_micro_batch_size_per_gpu is not None):
+            problems.append(f"set only one of {prefix}.log_prob_micro_batch_size (deprecated) "
+                            f"and {prefix}.log_prob_micro_batch_size_per_gpu")
+    if cfg.data.train_batch_size * n % workers:
+        problems.append(
+            f"data.train_batch_size x actor_rollout_ref.rollout.n = "
+            f"{cfg.data.train_batch_size} x {n} trajectories cannot be split evenly across "
+            f"trainer.nnodes x trainer.n_gpus_per_node = {workers} workers")
+    return problems + _length_problems(cfg) + _misc_problems(cfg)
+
+
+def _batch_problems(prefix: str, mini: int, micro_global: int | None,
+                    micro_per_gpu: int | None, train_batch: int, n: int,
+                    workers: int) -> list[str]:
+    mini_key = f"{prefix}.ppo_mini_batch_size"
+    if mini > train_batch:
+        return [f"{mini_key} ({mini}) is larger than data.train_batch_size ({train_batch})"]
+    if train_batch % mini:
+        return [f"{mini_key} ({mini}) must divide data.train_batch_size ({train_batch})"]
+    if mini * n % workers:
+        return [f"{mini_key} x actor_rollout_ref.rollout.n = {mini} x {n} trajectories cannot "
+                f"be split evenly across trainer.nnodes x trainer.n_gpus_per_node = "
+                f"{workers} workers"]
+    per_worker = mini * n // workers
+    micro_key = f"{prefix}.ppo_micro_batch_size_per_gpu"
+    if micro_global is not None:
+        if micro_per_gpu is not None:
+            return [f"set only one of {prefix}.ppo_micro_batch_size (deprecated) and "
+                    f"{micro_key}"]
+        if micro_global % workers:
+            return [f"{prefix}.ppo_micro_batch_size ({micro_global}) must be divisible by the "
+                    f"{workers} workers"]
+        micro_per_gpu, micro_key = micro_global // workers, f"{prefix}.ppo_micro_batch_size"
+    if micro_per_gpu is None:
+        return []
+    if micro_per_gpu > per_worker:
+        return [f"{micro_key} ({micro_per_gpu} per worker) is larger than the mini-batch per "
+                f"worker: {mini_key} x rollout.n / workers = {mini} x {n} / {workers} = "
+                f"{per_worker}"]
+    if per_worker % micro_per_gpu:
+        return [f"{micro_key} ({micro_per_gpu} per worker) must divide the mini-batch per "
+                f"worker: {mini_key} x rollout.n / workers = {mini} x {n} / {workers} = "
+                f"{per_worker}"]
+    return []
+
+
+def _length_problems(cfg: DictConfig) -> list[str]:
+    problems = []
+    rollout = cfg.actor_rollout_ref.rollout
+    max_len = rollout.max_model_len
+    if max_len is not None and max_len <= rollout.prompt_length:
+        problems.append(f"actor_rollout_ref.rollout.max_model_len ({max_len}) leaves no room for "
+                        f"a response after rollout.prompt_length ({rollout.prompt_length})")
+    seq_len = cfg.data.max_prompt_length + cfg.data.max_response_length
+    actor = cfg.actor_rollout_ref.actor
+    if actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu < seq_len:
+        problems.append(
+            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu ({actor.ppo_max_token_len_per_gpu})"
+            f" is smaller than one sequence: data.max_prompt_length + data.max_response_length "
+            f"= {seq_len}")
+    return problems
+
+
+def _misc_problems(cfg: DictConfig) -> list[str]:
+    problems = []
+    if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
+        problems.append("trainer.resume_mode is resume_path but trainer.resume_from_path is null")
+    multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
+    if multi_turn.tool_record_mode is not None and not multi_turn.tool_record_path:
+        problems.append("actor_rollout_ref.rollout.multi_turn.tool_record_mode is "
+                        f"{multi_turn.tool_record_mode} but tool_record_path is null")
+    if cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size != 1:
+        problems.append("actor_rollout_ref.actor.ulysses_sequence_parallel_size must be 1 "
+                        "(sequence parallelism is not supported yet)")
+    return problems
+
+
+def _choice_problems(cfg: DictConfig) -> list[str]:
+    problems = []
+    for key, allowed in CHOICES.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in allowed:
+            problems.append(f"{key} is {value!r}; choose one of {_show(allowed)}")
+    for key, allowed in LIST_CHOICES.items():
+        bad = [v for v in OmegaConf.select(cfg, key) if v not in allowed]
+        if bad:
+            problems.append(f"{key} has {_show(bad)}; each must be one of {_show(allowed)}")
+    return problems
+
+
+def _bound_problems(cfg: DictConfig) -> list[str]:
+    problems = []
+    for key in POSITIVE:
+        value = OmegaConf.select(cfg, key)
+        if value is not None and value < 1:
+            problems.append(f"{key} must be >= 1, got {value}")
+    return problems
+
+
+def _show(values: Any) -> str:
+    return ", ".join("null" if v is None else str(v) for v in values)

@@ -1,0 +1,91 @@
+"""Cross-key validation: batch arithmetic, choices and bounds, each naming its keys."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from agentrl.config import ConfigError, load_config
+
+A = "actor_rollout_ref.actor."
+
+
+def _problems(*overrides: str) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=list(overrides))
+    return err.value.problems
+
+
+def test_consistent_sizes_pass():
+    cfg = load_config(overrides=["data.train_batch_size=16", f"{A}ppo_mini_batch_size=8",
+                                 "actor_rollout_ref.rollout.n=4", "trainer.n_gpus_per_node=2",
+                                 f"{A}ppo_micro_batch_size_per_gpu=4"])
+    assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 4
+
+
+def test_mini_batch_must_divide_train_batch():
+    problems = _problems("data.train_batch_size=10", f"{A}ppo_mini_batch_size=4",
+                         "algorithm.adv_estimator=grpo")
+    assert problems == [f"{A}ppo_mini_batch_size (4) must divide data.train_batch_size (10)"]
+
+
+def test_mini_batch_larger_than_train_batch():
+    problems = _problems("data.train_batch_size=4", f"{A}ppo_mini_batch_size=8",
+                         "algorithm.adv_estimator=grpo")
+    assert problems == [f"{A}ppo_mini_batch_size (8) is larger than data.train_batch_size (4)"]
+
+
+def test_micro_batch_larger_than_mini_batch_names_both():
+    (problem,) = _problems("data.train_batch_size=8", f"{A}ppo_mini_batch_size=2",
+                           "actor_rollout_ref.rollout.n=2", f"{A}ppo_micro_batch_size_per_gpu=8",
+                           "algorithm.adv_estimator=grpo")
+    assert f"{A}ppo_micro_batch_size_per_gpu (8 per worker) is larger" in problem
+    assert f"{A}ppo_mini_batch_size x rollout.n / workers = 2 x 2 / 1 = 4" in problem
+
+
+def test_micro_batch_must_divide_per_worker_mini_batch():
+    (problem,) = _problems("data.train_batch_size=8", f"{A}ppo_mini_batch_size=4",
+                           f"{A}ppo_micro_batch_size_per_gpu=3", "algorithm.adv_estimator=grpo")
+    assert "must divide the mini-batch per worker" in problem
+
+
+def test_workers_must_split_the_mini_batch():
+    problems = _problems("data.train_batch_size=6", f"{A}ppo_mini_batch_size=3",
+                         "trainer.n_gpus_per_node=2", "algorithm.adv_estimator=grpo")
+    assert any("3 x 1 trajectories cannot be split evenly" in p for p in problems)
+
+
+def test_critic_checked_only_with_gae():
+    overrides = ["data.train_batch_size=8", f"{A}ppo_mini_batch_size=4",
+                 "critic.ppo_mini_batch_size=3"]
+    assert any(p.startswith("critic.ppo_mini_batch_size (3)") for p in _problems(*overrides))
+    load_config(overrides=overrides + ["algorithm.adv_estimator=grpo"])
+
+
+def test_deprecated_and_new_micro_batch_keys_conflict():
+    (problem,) = _problems("data.train_batch_size=8", f"{A}ppo_mini_batch_size=4",
+                           f"{A}ppo_micro_batch_size=2", f"{A}ppo_micro_batch_size_per_gpu=2",
+                           "algorithm.adv_estimator=grpo")
+    assert "set only one of" in problem and "ppo_micro_batch_size_per_gpu" in problem
+
+
+@pytest.mark.parametrize("override,fragment", [
+    ("algorithm.adv_estimator=ppo", "algorithm.adv_estimator is 'ppo'; choose one of gae, grpo"),
+    ("data.truncation=top", "data.truncation is 'top'; choose one of error, left, right, middle"),
+    ("actor_rollout_ref.rollout.name=vllm", "rollout.name is 'vllm'; choose one of hf, sglang"),
+    ("trainer.logger=[console,neptune]", "trainer.logger has neptune"),
+    ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n must be >= 1, got 0"),
+    ("actor_rollout_ref.rollout.max_model_len=100", "max_model_len (100) leaves no room"),
+    ("trainer.resume_mode=resume_path", "trainer.resume_from_path is null"),
+    ("actor_rollout_ref.rollout.multi_turn.tool_record_mode=replay", "tool_record_path is null"),
+])
+def test_choices_bounds_and_dependencies(override, fragment):
+    problems = _problems(override)
+    assert any(fragment in p for p in problems), problems
+
+
+def test_token_budget_must_fit_one_sequence():
+    problems = _problems(f"{A}use_dynamic_bsz=true", f"{A}ppo_max_token_len_per_gpu=100")
+    assert any(re.search(r"ppo_max_token_len_per_gpu \(100\) is smaller than one sequence", p)
+               for p in problems)
