@@ -5,8 +5,10 @@ Each sub-command lives in its own module, which exposes
 `run(args: argparse.Namespace) -> int`. Modules are imported only when their command
 runs, so `agentrl --help` stays fast and one command's heavy imports never slow another.
 
-    agentrl make-tiny-model OUT_DIR [--size tiny|small|medium] [--seed 0]
-    agentrl --help
+    agentrl config [--config recipe.yaml] [key.sub=value ...]
+    agentrl make-tiny-model OUT_DIR [--size tiny|small|medium|large] [--seed 0]
+    agentrl smoke [--out-dir outputs/smoke]
+    agentrl COMMAND --help
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 
 # command name -> (module implementing it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "config": ("agentrl.config.cli", "print the resolved config (defaults <- recipe <- overrides)"),
     "make-tiny-model": ("agentrl.models.cli", "write a tiny Qwen2 model + tokenizer, offline"),
     "smoke": ("agentrl.smoke", "build a tiny model and dataset and run a short rollout smoke run"),
     "retriever": ("envs.retriever.cli", "serve a BM25 (or dense) retrieval index, Search-R1 API"),

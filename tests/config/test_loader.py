@@ -130,3 +130,13 @@ def test_every_leaf_key_in_the_defaults_is_documented():
         if not is_section and "#" not in value:
             undocumented.append(f"line {number}: {key}")
     assert undocumented == []
+
+
+def test_config_command_prints_resolved_yaml_or_the_problems(capsys):
+    from agentrl.cli import main
+
+    assert main(["config", "actor_rollout_ref.rollout.n=4"]) == 0
+    out = capsys.readouterr().out
+    assert "rollout_n: 4" in out and "${" not in out
+    assert main(["config", "actor_rollout_ref.rollout.nn=4"]) == 2
+    assert "did you mean actor_rollout_ref.rollout.n" in capsys.readouterr().err
