@@ -1,0 +1,152 @@
+"""``execute_tool_call``: run one tool call so that nothing a tool does can break a rollout.
+
+The rollout engine calls this for every tool call the model makes. It
+
+1. validates the arguments against the tool's JSON schema (jsonschema, draft 2020-12);
+2. runs ``tool.execute`` under ``asyncio.wait_for(timeout)``;
+3. turns an exception, a timeout or a return value of the wrong shape into a short error
+   text for the model plus ``metrics["tool_error"]`` naming the kind of failure
+   (``invalid_arguments``, ``timeout``, ``exception``, ``bad_return``).
+
+It never raises, except ``asyncio.CancelledError`` (the caller cancelled the rollout) and
+``BaseException``s that are not errors (``KeyboardInterrupt``, ``SystemExit``).
+
+For tools written against older verl, ``execute`` may return a plain string as the response;
+it is wrapped in a ``ToolResponse``. An ``int`` reward is accepted as a float.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import numbers
+import time
+import weakref
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import best_match
+
+from agentrl.tools.base import BaseTool
+from agentrl.tools.schemas import ToolResponse
+
+logger = logging.getLogger(__name__)
+
+MAX_ERROR_CHARS = 500
+
+_validators: weakref.WeakKeyDictionary[BaseTool, tuple[int, jsonschema.Draft202012Validator]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def parameters_json_schema(tool: BaseTool) -> dict[str, Any]:
+    """The JSON schema of the tool's arguments, as shown to the model."""
+    return tool.get_openai_tool_schema().function.parameters.model_dump(exclude_none=True)
+
+
+def _validator(tool: BaseTool) -> jsonschema.Draft202012Validator:
+    schema_obj = tool.get_openai_tool_schema()
+    try:
+        cached = _validators.get(tool)
+    except TypeError:  # a tool class that made itself unhashable: no caching
+        return jsonschema.Draft202012Validator(parameters_json_schema(tool))
+    if cached is not None and cached[0] == id(schema_obj):
+        return cached[1]
+    validator = jsonschema.Draft202012Validator(parameters_json_schema(tool))
+    _validators[tool] = (id(schema_obj), validator)
+    return validator
+
+
+def validate_arguments(tool: BaseTool, parameters: Any) -> str | None:
+    """Check a call's arguments against the tool's schema; returns an error text or None."""
+    if not isinstance(parameters, dict):
+        return (
+            f"Error: the arguments of tool '{tool.name}' must be a JSON object, "
+            f"got {type(parameters).__name__}."
+        )
+    error = best_match(_validator(tool).iter_errors(parameters))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    location = f" at '{where}'" if where else ""
+    return _clip(f"Error: invalid arguments for tool '{tool.name}'{location}: {error.message}")
+
+
+def _clip(text: str) -> str:
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    return text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def _failure(text: str, kind: str) -> tuple[ToolResponse, float, dict]:
+    return ToolResponse(text=_clip(text)), 0.0, {"tool_error": kind}
+
+
+def conform_result(result: Any) -> tuple[ToolResponse, float, dict] | None:
+    """The return value in canonical types, or None if it has the wrong shape."""
+    if not isinstance(result, tuple) or len(result) != 3:
+        return None
+    response, reward, metrics = result
+    if isinstance(response, str):
+        response = ToolResponse(text=response)
+    if not isinstance(response, ToolResponse):
+        return None
+    if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
+        return None
+    if metrics is None:
+        metrics = {}
+    if not isinstance(metrics, dict):
+        return None
+    return response, float(reward), metrics
+
+
+async def execute_tool_call(
+    tool: BaseTool,
+    instance_id: str,
+    parameters: Any,
+    *,
+    timeout: float | None,
+    **execute_kwargs: Any,
+) -> tuple[ToolResponse, float, dict]:
+    """Validate and run one call; returns ``(response, step_reward, metrics)``, never raises.
+
+    Args:
+        tool: the tool the model called.
+        instance_id: the trajectory's instance, from ``tool.create``.
+        parameters: the decoded arguments of the call.
+        timeout: seconds before the call is abandoned (None: no limit).
+        execute_kwargs: the sample's ``tools_kwargs[name]["execute_kwargs"]``.
+    """
+    try:
+        error = validate_arguments(tool, parameters)
+    except Exception as err:  # e.g. a tool built by hand with a broken schema
+        logger.warning("tool %r: cannot validate arguments: %s", tool.name, err)
+        return _failure(f"Error: tool '{tool.name}' has an unusable schema: {err}", "exception")
+    if error is not None:
+        return _failure(error, "invalid_arguments")
+    start = time.monotonic()
+    try:
+        result = await asyncio.wait_for(
+            tool.execute(instance_id, parameters, **execute_kwargs), timeout
+        )
+    except (asyncio.TimeoutError, TimeoutError):  # distinct classes before Python 3.11
+        elapsed = time.monotonic() - start
+        logger.warning("tool %r timed out after %.3g s", tool.name, elapsed)
+        limit = timeout if timeout is not None else elapsed
+        return _failure(f"Error: tool '{tool.name}' timed out after {limit:.3g} s.", "timeout")
+    except Exception as err:
+        logger.warning("tool %r raised %s: %s", tool.name, type(err).__name__, err)
+        return _failure(
+            f"Error: tool '{tool.name}' failed: {type(err).__name__}: {err}", "exception"
+        )
+    conformed = conform_result(result)
+    if conformed is None:
+        logger.warning(
+            "tool %r returned %r, expected (ToolResponse, float, dict)", tool.name, result
+        )
+        return _failure(
+            f"Error: tool '{tool.name}' returned an invalid result "
+            f"(a {type(result).__name__}, expected (ToolResponse, float, dict)).",
+            "bad_return",
+        )
+    return conformed

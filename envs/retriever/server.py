@@ -1,0 +1,112 @@
+"""The retrieval HTTP server: FastAPI app over a ``RetrievalIndex``, Search-R1's API.
+
+    POST /retrieve  {"queries": [str], "topk": int, "return_scores": bool}
+        -> {"result": [[{"document": {"id", "contents"}, "score": float}, ...], ...]}
+           (one list per query, best first; without return_scores the bare documents)
+    POST /retrieve  {"query": str, "topk": int, "return_scores": bool}
+        -> {"result": [...]}   the single-query variant: one flat list
+    GET  /health    -> {"status": "ok", "index": "bm25", "num_docs": N}
+
+Bad requests (no queries, an empty query, topk < 1 or above the limit, too many queries)
+get a 422 with a message that names the problem. ``topk`` defaults to the server's.
+``serve_in_thread`` runs an app on a loopback port in a background thread (tests, benches).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel
+
+from envs.retriever.index import RetrievalIndex
+
+logger = logging.getLogger(__name__)
+
+
+class RetrieveRequest(BaseModel):
+    queries: list[str] | None = None
+    query: str | None = None
+    topk: int | None = None
+    return_scores: bool = False
+
+
+def _check_request(request: RetrieveRequest, max_topk: int, max_queries: int) -> list[str]:
+    """The queries of a valid request; raises HTTP 422 naming what is wrong."""
+    if (request.queries is None) == (request.query is None):
+        raise HTTPException(422, "give exactly one of 'queries' (a list) or 'query' (a string)")
+    queries = request.queries if request.queries is not None else [request.query]
+    if not queries:
+        raise HTTPException(422, "'queries' is empty")
+    if len(queries) > max_queries:
+        raise HTTPException(422, f"too many queries: {len(queries)} > {max_queries}")
+    for i, query in enumerate(queries):
+        if not query.strip():
+            raise HTTPException(422, f"query {i} is empty")
+    if request.topk is not None and not 1 <= request.topk <= max_topk:
+        raise HTTPException(422, f"'topk' must be between 1 and {max_topk}, got {request.topk}")
+    return queries
+
+
+def create_app(
+    index: RetrievalIndex, *, default_topk: int = 3, max_topk: int = 100, max_queries: int = 1024
+) -> FastAPI:
+    """The FastAPI app serving ``index``.
+
+    Args:
+        index: what to search (``envs.retriever.index.open_index``).
+        default_topk: results per query when a request gives no ``topk``.
+        max_topk: the largest ``topk`` a request may ask for.
+        max_queries: the most queries one request may carry.
+    """
+    app = FastAPI(title="agentrl retriever", description=__doc__)
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "index": index.kind, "num_docs": len(index)}
+
+    # A plain `def`: FastAPI runs it in its thread pool, so a slow search does not block
+    # the event loop (and /health stays responsive).
+    @app.post("/retrieve")
+    def retrieve(request: RetrieveRequest) -> dict[str, Any]:
+        queries = _check_request(request, max_topk, max_queries)
+        topk = request.topk or default_topk
+        hits = index.search(queries, topk)
+        if request.return_scores:
+            result = [[{"document": doc, "score": score} for doc, score in q] for q in hits]
+        else:
+            result = [[doc for doc, _ in q] for q in hits]
+        return {"result": result[0] if request.query is not None else result}
+
+    return app
+
+
+@contextmanager
+def serve_in_thread(
+    app: FastAPI, host: str = "127.0.0.1", port: int = 0, startup_timeout: float = 10.0
+) -> Iterator[str]:
+    """Run ``app`` with uvicorn in a daemon thread; yields its base URL, stops it on exit.
+
+    ``port=0`` takes a free port from the OS (no race between picking and binding it).
+    """
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(f"uvicorn did not start on {host}:{port}")
+        time.sleep(0.01)
+    bound_port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{bound_port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=startup_timeout)
