@@ -43,7 +43,6 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
 _STRATEGIES = ("fsdp", "fsdp2")
 _LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                    "seq-mean-token-sum-norm")
-_KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
 _CKPT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 
 # key -> allowed values (None stands for null).
@@ -55,11 +54,8 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "reward_model.strategy": _STRATEGIES,
     "actor_rollout_ref.actor.loss_agg_mode": _LOSS_AGG_MODES,
     "critic.loss_agg_mode": _LOSS_AGG_MODES,
-    "actor_rollout_ref.actor.kl_loss_type": _KL_ESTIMATORS,
-    "algorithm.kl_penalty": _KL_ESTIMATORS,
-    "actor_rollout_ref.actor.policy_loss.loss_mode": ("vanilla", "gspo", "cispo"),
-    "actor_rollout_ref.actor.policy_loss.rollout_is": (None, "token", "sequence"),
-    "actor_rollout_ref.actor.policy_loss.rollout_rs": (None, "token", "sequence"),
+    "actor_rollout_ref.actor.policy_loss.rollout_is": (None, "token", "sequence", "geometric"),
+    "actor_rollout_ref.actor.policy_loss.rollout_rs": (None, "token", "sequence", "geometric"),
     "actor_rollout_ref.actor.optim.warmup_style": ("constant", "cosine"),
     "critic.optim.warmup_style": ("constant", "cosine"),
     "actor_rollout_ref.actor.fsdp_config.model_dtype": ("fp32", "bf16"),
@@ -72,11 +68,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
         "strict", "ignore_strippable", "disable"),
     "actor_rollout_ref.rollout.multi_turn.format": ("hermes", "qwen25"),
     "actor_rollout_ref.rollout.multi_turn.tool_record_mode": (None, "record", "replay"),
-    "algorithm.adv_estimator": ("gae", "grpo", "rloo", "reinforce_plus_plus",
-                                "reinforce_plus_plus_baseline", "remax", "opo", "grpo_passk",
-                                "gpg"),
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
-    "reward_model.reward_manager": ("naive", "dapo", "batch"),
     "trainer.device": ("auto", "cpu", "cuda"),
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
 }
@@ -197,9 +189,26 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
+def registry_choices() -> dict[str, tuple[str, ...]]:
+    """Keys whose valid values are the names in a registry, read at validation time so
+    that estimators, losses and reward managers a user registers are accepted too."""
+    from agentrl.algos import ADV_ESTIMATORS, POLICY_LOSSES
+    from agentrl.algos.kl import KL_PENALTIES
+    from agentrl.reward import REWARD_MANAGERS
+
+    kl = KL_PENALTIES + tuple(f"{name}+" for name in KL_PENALTIES)
+    return {
+        "algorithm.adv_estimator": tuple(ADV_ESTIMATORS.names()),
+        "actor_rollout_ref.actor.policy_loss.loss_mode": tuple(POLICY_LOSSES.names()),
+        "reward_model.reward_manager": tuple(REWARD_MANAGERS.names()),
+        "actor_rollout_ref.actor.kl_loss_type": kl,
+        "algorithm.kl_penalty": kl,
+    }
+
+
 def _choice_problems(cfg: DictConfig) -> list[str]:
     problems = []
-    for key, allowed in CHOICES.items():
+    for key, allowed in {**CHOICES, **registry_choices()}.items():
         value = OmegaConf.select(cfg, key)
         if value not in allowed:
             problems.append(f"{key} is {value!r}; choose one of {_show(allowed)}")

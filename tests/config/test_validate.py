@@ -71,7 +71,7 @@ def test_deprecated_and_new_micro_batch_keys_conflict():
 
 
 @pytest.mark.parametrize("override,fragment", [
-    ("algorithm.adv_estimator=ppo", "algorithm.adv_estimator is 'ppo'; choose one of gae, grpo"),
+    ("algorithm.adv_estimator=ppo", "algorithm.adv_estimator is 'ppo'; choose one of gae, gpg, grpo"),
     ("data.truncation=top", "data.truncation is 'top'; choose one of error, left, right, middle"),
     ("actor_rollout_ref.rollout.name=vllm", "rollout.name is 'vllm'; choose one of hf, sglang"),
     ("trainer.logger=[console,neptune]", "trainer.logger has neptune"),
@@ -89,3 +89,24 @@ def test_token_budget_must_fit_one_sequence():
     problems = _problems(f"{A}use_dynamic_bsz=true", f"{A}ppo_max_token_len_per_gpu=100")
     assert any(re.search(r"ppo_max_token_len_per_gpu \(100\) is smaller than one sequence", p)
                for p in problems)
+
+
+def test_registry_backed_choices_follow_the_registries():
+    from agentrl.algos import ADV_ESTIMATORS, register_adv_est
+
+    assert "grpo" in ADV_ESTIMATORS.names()
+    with pytest.raises(ConfigError, match="choose one of .*gae.*grpo"):
+        load_config(overrides=["algorithm.adv_estimator=my_estimator_for_config_test"])
+
+    @register_adv_est("my_estimator_for_config_test")
+    def _mine(token_level_rewards, response_mask, index, **kwargs):
+        return token_level_rewards, token_level_rewards
+
+    try:
+        cfg = load_config(overrides=["algorithm.adv_estimator=my_estimator_for_config_test",
+                                     "actor_rollout_ref.actor.policy_loss.loss_mode=gpg",
+                                     "algorithm.kl_penalty=k3+"])
+        assert cfg.algorithm.adv_estimator == "my_estimator_for_config_test"
+    finally:
+        ADV_ESTIMATORS.unregister("my_estimator_for_config_test")
+    assert "my_estimator_for_config_test" not in ADV_ESTIMATORS

@@ -1,0 +1,385 @@
+"""Advantage estimators on token-level rewards, and ``compute_advantage`` for a DataProto.
+
+Every estimator has one signature, so the trainer never branches on the name::
+
+    fn(token_level_rewards, response_mask, index, *, values=None, gamma=1.0, lam=1.0,
+       norm_adv_by_std_in_grpo=True, reward_baselines=None, config=None, epsilon=1e-6)
+    -> (advantages, returns)            # both (B, T), exactly 0 where response_mask is 0
+
+``token_level_rewards`` and ``response_mask`` are (B, T); ``index`` is a numpy object array
+with the ``uid`` of each row (rows with the same uid answer the same prompt and form a
+group). An estimator that needs an input it was not given raises ValueError naming it.
+Built-in estimators read nothing from ``config``; it is passed through for user estimators.
+
+- ``gae``: Generalized Advantage Estimation (Schulman et al. 2016, arXiv:1506.02438),
+  whitened over the batch, as in PPO.
+- ``grpo``: group-relative outcome advantage (DeepSeekMath, Shao et al. 2024,
+  arXiv:2402.03300): ``(R - mean_g) / (std_g + eps)`` with the unbiased std;
+  ``norm_adv_by_std_in_grpo=False`` gives Dr.GRPO (Liu et al. 2025, arXiv:2503.20783).
+- ``rloo``: REINFORCE leave-one-out (Ahmadian et al. 2024, arXiv:2402.14740).
+- ``reinforce_plus_plus``: discounted return-to-go whitened over the batch
+  (Hu 2025, arXiv:2501.03262); ``reinforce_plus_plus_baseline``: group-mean baseline, then
+  whitened over the batch.
+- ``remax``: return-to-go minus the greedy sample's reward (Li et al. 2023, arXiv:2310.10505).
+- ``opo``: length-weighted group baseline (On-Policy RL with Optimal reward baseline,
+  Hao et al. 2025, arXiv:2505.23585).
+- ``grpo_passk``: only the best sample of a group gets ``r_max - r_second`` (Pass@k
+  training, arXiv:2503.19595); needs groups of at least 2.
+- ``gpg``: group policy gradient (Chu et al. 2025, arXiv:2504.02546):
+  ``alpha * (R - mean_g)`` with ``alpha = B / #(R != 0)``.
+
+Numbers are verl's. Departures: masked positions are exactly 0 in both outputs (verl
+leaves carried values there), the group statistics are computed in float64, a group whose
+rewards are all equal gets an advantage of exactly 0, and masked positions are transparent
+to the token-level recursions (GAE and REINFORCE++): tool-response tokens between two
+assistant turns neither receive credit nor cut the return, the recursion simply steps over
+them, so a reward placed on the last token of an early turn and the rewards of later turns
+both reach every earlier assistant token. A reward placed on a masked position (for
+instance the outcome score on the last token of a trajectory that ended with a tool
+response) is credited to the nearest valid token before it, undiscounted: the tool tokens
+are part of the environment's transition after that action. verl drops such rewards in
+GAE and REINFORCE++; for rewards on valid tokens and zero padding the numbers are equal.
+Outcome estimators sum the whole row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.algos.core import masked_whiten
+from agentrl.algos.registry import Registry
+
+Tensor = torch.Tensor
+AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+ADV_ESTIMATORS: Registry[AdvantageFn] = Registry("advantage estimator")
+
+
+class AdvantageEstimator(str, Enum):
+    """The built-in estimator names (``algorithm.adv_estimator``)."""
+
+    GAE = "gae"
+    GRPO = "grpo"
+    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
+    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
+    REMAX = "remax"
+    RLOO = "rloo"
+    OPO = "opo"
+    GRPO_PASSK = "grpo_passk"
+    GPG = "gpg"
+
+
+def register_adv_est(name: str | AdvantageEstimator) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator registering an advantage estimator under ``name`` (duplicates raise)."""
+    return ADV_ESTIMATORS.register(name)
+
+
+def get_adv_estimator_fn(name: str | AdvantageEstimator) -> AdvantageFn:
+    """The estimator registered as ``name``; an unknown name raises listing the valid ones."""
+    return ADV_ESTIMATORS.get(name)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _where_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``x`` where ``mask`` is set, exactly 0 elsewhere (NaN/inf there do not leak)."""
+    return torch.where(mask.bool(), x, torch.zeros_like(x))
+
+
+def _group_ids(index: Any, scores: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Map each row's uid to a dense group id (B,); groups come from uids, not positions."""
+    batch_size = scores.shape[0]
+    if index is None:
+        raise ValueError(
+            f"advantage estimator {estimator!r} needs `index`, the uid of each row "
+            "(data.non_tensor_batch['uid'])"
+        )
+    if len(index) != batch_size:
+        raise ValueError(f"index has {len(index)} entries but the batch has {batch_size} rows")
+    ids: dict[Any, int] = {}
+    dense = [ids.setdefault(uid, len(ids)) for uid in index]
+    return torch.tensor(dense, dtype=torch.long, device=scores.device)
+
+
+def _group_stats(
+    scores: torch.Tensor, ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row: group mean, unbiased group std, group size, and whether the group is constant.
+
+    All (B,), float64. Statistics are those of the row's group; callers override singletons.
+    """
+    n_groups = int(ids.max()) + 1 if ids.numel() else 0
+    x = scores.double()  # (B,)
+    zeros = torch.zeros(n_groups, dtype=torch.float64, device=x.device)
+    count = zeros.index_add(0, ids, torch.ones_like(x))  # (G,)
+    mean = zeros.index_add(0, ids, x) / count  # (G,)
+    sq_dev = zeros.index_add(0, ids, (x - mean[ids]) ** 2)  # (G,)
+    std = torch.sqrt(sq_dev / (count - 1).clamp(min=1))  # (G,)
+    gmax = zeros.scatter_reduce(0, ids, x, reduce="amax", include_self=False)
+    gmin = zeros.scatter_reduce(0, ids, x, reduce="amin", include_self=False)
+    return mean[ids], std[ids], count[ids], (gmax == gmin)[ids]
+
+
+def _centered(scores: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Per row: score minus group mean, group std, group size (float64, (B,) each).
+
+    A group of one has mean 0 and std 1 (verl's convention); a constant group gives exactly 0.
+    """
+    mean, std, count, constant = _group_stats(scores, ids)
+    singleton = count == 1
+    centered = torch.where(singleton, scores.double(), scores.double() - mean)
+    centered = torch.where(constant & ~singleton, torch.zeros_like(centered), centered)
+    return centered, torch.where(singleton, torch.ones_like(std), std), count
+
+
+def _broadcast(per_row: torch.Tensor, like: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B,) -> (B, T) in ``like``'s dtype, 0 where the mask is 0."""
+    return _where_mask(per_row.to(like.dtype).unsqueeze(-1).expand_as(like), mask)
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+@register_adv_est(AdvantageEstimator.GAE)
+def compute_gae_advantage_return(
+    token_level_rewards: Tensor, response_mask: Tensor, index: np.ndarray | None = None, *,
+    values: Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True, reward_baselines: Tensor | None = None,
+    config: Any = None, epsilon: float = 1e-6,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """GAE: ``A_t = sum_k (gamma lam)^k delta_{t+k}``, ``delta_t = r_t + gamma V_{t+1} - V_t``,
+    over valid tokens only (masked ones are skipped); returns ``A + V``; then A is whitened."""
+    if values is None:
+        raise ValueError("advantage estimator 'gae' needs `values` (data.batch['values'])")
+    mask = response_mask.bool()
+    batch, length = token_level_rewards.shape
+    next_value = token_level_rewards.new_zeros(batch)  # V of the next valid token
+    last_gae = token_level_rewards.new_zeros(batch)
+    pending = token_level_rewards.new_zeros(batch)  # rewards on masked tokens after t
+    advantages = token_level_rewards.new_zeros(batch, length)
+    for t in reversed(range(length)):
+        reward = token_level_rewards[:, t] + pending
+        delta = reward + gamma * next_value - values[:, t]
+        gae_t = delta + gamma * lam * last_gae
+        next_value = torch.where(mask[:, t], values[:, t], next_value)
+        last_gae = torch.where(mask[:, t], gae_t, last_gae)
+        pending = torch.where(mask[:, t], torch.zeros_like(reward), reward)
+        advantages[:, t] = last_gae
+    returns = _where_mask(advantages + values, mask)
+    advantages = _where_mask(masked_whiten(advantages, response_mask), mask)
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.GRPO)
+def compute_grpo_outcome_advantage(
+    token_level_rewards: Tensor, response_mask: Tensor, index: np.ndarray | None = None, *,
+    values: Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True, reward_baselines: Tensor | None = None,
+    config: Any = None, epsilon: float = 1e-6,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """GRPO: ``(R - mean_g) / (std_g + eps)`` (or ``R - mean_g``), broadcast to valid tokens.
+    A group of one has mean 0 and std 1."""
+    scores = token_level_rewards.sum(dim=-1)  # (B,)
+    ids = _group_ids(index, scores, "grpo")
+    centered, std, _ = _centered(scores, ids)
+    adv = centered / (std + epsilon) if norm_adv_by_std_in_grpo else centered
+    adv = _broadcast(adv, token_level_rewards, response_mask)
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.RLOO)
+def compute_rloo_outcome_advantage(
+    token_level_rewards: Tensor, response_mask: Tensor, index: np.ndarray | None = None, *,
+    values: Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True, reward_baselines: Tensor | None = None,
+    config: Any = None, epsilon: float = 1e-6,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """RLOO: ``R_i - mean_{j != i} R_j = (R_i - mean_g) * n / (n - 1)``; a group of one keeps R."""
+    scores = token_level_rewards.sum(dim=-1)  # (B,)
+    ids = _group_ids(index, scores, "rloo")
+    centered, _, count = _centered(scores, ids)
+    adv = torch.where(count > 1, centered * count / (count - 1).clamp(min=1), centered)
+    adv = _broadcast(adv, token_level_rewards, response_mask)
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.OPO)
+def compute_opo_outcome_advantage(
+    token_level_rewards: Tensor, response_mask: Tensor, index: np.ndarray | None = None, *,
+    values: Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True, reward_baselines: Tensor | None = None,
+    config: Any = None, epsilon: float = 1e-6,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """OPO: ``R_i - sum_j |y_j| R_j / sum_j |y_j|`` over the group (|y| = valid tokens);
+    a group of one has baseline 0."""
+    scores = token_level_rewards.sum(dim=-1).double()  # (B,)
+    lengths = response_mask.sum(dim=-1).double()  # (B,)
+    ids = _group_ids(index, scores, "opo")
+    _, _, count, constant = _group_stats(scores, ids)
+    n_groups = int(ids.max()) + 1 if ids.numel() else 0
+    zeros = torch.zeros(n_groups, dtype=torch.float64, device=scores.device)
+    weighted = zeros.index_add(0, ids, lengths * scores)[ids]  # (B,)
+    total_len = zeros.index_add(0, ids, lengths)[ids]  # (B,)
+    baseline = torch.where(total_len > 0, weighted / total_len.clamp(min=1e-12), 0.0)
+    adv = torch.where(count > 1, scores - baseline, scores)
+    adv = torch.where(constant & (count > 1), torch.zeros_like(adv), adv)
+    adv = _broadcast(adv, token_level_rewards, response_mask)
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.GPG)
+def compute_gpg_outcome_advantage(
+    token_level_rewards: Tensor, response_mask: Tensor, index: np.ndarray | None = None, *,
+    values: Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True, reward_baselines: Tensor | None = None,
+    config: Any = None, epsilon: float = 1e-6,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """GPG: ``alpha * (R - mean_g)``, ``alpha = B / max(1, number of non-zero R)``."""
+    scores = token_level_rewards.sum(dim=-1)  # (B,)
+    ids = _group_ids(index, scores, "gpg")
+    centered, _, _ = _centered(scores, ids)
+    alpha = scores.shape[0] / max(1, int(torch.count_nonzero(scores)))
+    adv = _broadcast(alpha * centered, token_level_rewards, response_mask)
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.GRPO_PASSK)
+def compute_grpo_passk_outcome_advantage(
+    token_level_rewards: Tensor, response_mask: Tensor, index: np.ndarray | None = None, *,
+    values: Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True, reward_baselines: Tensor | None = None,
+    config: Any = None, epsilon: float = 1e-6,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """Pass@k: the best row of each group gets ``r_max - r_second`` (divided by
+    ``std_g + eps`` when ``norm_adv_by_std_in_grpo``); every other row gets 0."""
+    scores = token_level_rewards.sum(dim=-1)  # (B,)
+    ids = _group_ids(index, scores, "grpo_passk")
+    adv = torch.zeros_like(scores)
+    for g in range(int(ids.max()) + 1 if ids.numel() else 0):
+        rows = torch.nonzero(ids == g).squeeze(-1)
+        group = scores[rows]
+        if group.numel() < 2:
+            uid = index[int(rows[0])]
+            raise ValueError(f"grpo_passk needs at least 2 samples per group; uid {uid!r} has 1")
+        top, top_idx = torch.topk(group, 2)
+        best = top[0] - top[1]
+        if norm_adv_by_std_in_grpo:
+            best = best / (torch.std(group) + epsilon)
+        adv[rows[top_idx[0]]] = best
+    adv = _broadcast(adv, token_level_rewards, response_mask)
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
+def compute_reinforce_plus_plus_outcome_advantage(
+    token_level_rewards: Tensor, response_mask: Tensor, index: np.ndarray | None = None, *,
+    values: Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True, reward_baselines: Tensor | None = None,
+    config: Any = None, epsilon: float = 1e-6,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """REINFORCE++: returns ``G_t = r_t + gamma G_next`` over valid tokens (masked ones are
+    skipped), advantages = returns whitened over the batch."""
+    mask = response_mask.bool()
+    batch, length = token_level_rewards.shape
+    running = token_level_rewards.new_zeros(batch)
+    pending = token_level_rewards.new_zeros(batch)  # rewards on masked tokens after t
+    returns = token_level_rewards.new_zeros(batch, length)
+    for t in reversed(range(length)):
+        reward = token_level_rewards[:, t] + pending
+        running = torch.where(mask[:, t], reward + gamma * running, running)
+        pending = torch.where(mask[:, t], torch.zeros_like(reward), reward)
+        returns[:, t] = torch.where(mask[:, t], running, torch.zeros_like(running))
+    advantages = _where_mask(masked_whiten(returns, response_mask), mask)
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE)
+def compute_reinforce_plus_plus_baseline_outcome_advantage(
+    token_level_rewards: Tensor, response_mask: Tensor, index: np.ndarray | None = None, *,
+    values: Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True, reward_baselines: Tensor | None = None,
+    config: Any = None, epsilon: float = 1e-6,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """REINFORCE++ with a baseline: ``R - mean_g`` on every valid token, whitened over the
+    batch; a group of one has baseline 0."""
+    scores = token_level_rewards.sum(dim=-1)  # (B,)
+    ids = _group_ids(index, scores, "reinforce_plus_plus_baseline")
+    centered, _, _ = _centered(scores, ids)
+    adv = _broadcast(centered, token_level_rewards, response_mask)
+    adv = _where_mask(masked_whiten(adv, response_mask), response_mask)
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.REMAX)
+def compute_remax_outcome_advantage(
+    token_level_rewards: Tensor, response_mask: Tensor, index: np.ndarray | None = None, *,
+    values: Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True, reward_baselines: Tensor | None = None,
+    config: Any = None, epsilon: float = 1e-6,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """ReMax: returns = undiscounted return-to-go (rewards on masked tokens included, as
+    for GAE); advantages = returns - baseline (B,)."""
+    if reward_baselines is None:
+        raise ValueError(
+            "advantage estimator 'remax' needs `reward_baselines` (data.batch['reward_baselines'])"
+        )
+    to_go = token_level_rewards.flip(-1).cumsum(-1).flip(-1)  # (B, T)
+    returns = _where_mask(to_go, response_mask)
+    baselines = reward_baselines.to(returns.dtype).unsqueeze(-1)  # (B, 1)
+    advantages = _where_mask(returns - baselines, response_mask)
+    return advantages, returns
+
+
+# --------------------------------------------------------------------------- DataProto entry
+
+
+def compute_response_mask(data: Any) -> torch.Tensor:
+    """The response part of the attention mask: ``attention_mask[:, -R:]`` (B, R)."""
+    response_length = data.batch["responses"].shape[-1]
+    return data.batch["attention_mask"][:, -response_length:]
+
+
+def compute_advantage(
+    data: Any,
+    adv_estimator: str | AdvantageEstimator,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    num_repeat: int = 1,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+) -> Any:
+    """Fill ``data.batch["advantages"]`` and ``data.batch["returns"]`` and return ``data``.
+
+    Reads ``batch["token_level_rewards"]``, ``batch["response_mask"]`` (computed from
+    ``attention_mask`` and ``responses`` and stored when absent), ``batch["values"]``
+    (gae), ``batch["reward_baselines"]`` (remax) and ``non_tensor_batch["uid"]``.
+    ``num_repeat`` is accepted for verl compatibility and unused: groups come from uids.
+    ``config`` (``algorithm``) is passed through to the estimator.
+    """
+    fn = get_adv_estimator_fn(adv_estimator)
+    batch = data.batch
+    if "token_level_rewards" not in batch.keys():
+        raise KeyError("compute_advantage needs data.batch['token_level_rewards']")
+    if "response_mask" not in batch.keys():
+        batch["response_mask"] = compute_response_mask(data)
+    index = data.non_tensor_batch.get("uid")
+    with torch.no_grad():
+        advantages, returns = fn(
+            batch["token_level_rewards"],
+            batch["response_mask"],
+            np.asarray(index, dtype=object) if index is not None else None,
+            values=batch.get("values", None),
+            gamma=gamma,
+            lam=lam,
+            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+            reward_baselines=batch.get("reward_baselines", None),
+            config=config,
+        )
+    batch["advantages"] = advantages
+    batch["returns"] = returns
+    return data

@@ -1,0 +1,87 @@
+"""Build the reward manager from the config: ``reward_model.*`` and ``custom_reward_function.*``.
+
+    reward_fn = load_reward_manager(config.reward_model, config.custom_reward_function,
+                                    tokenizer, reward_fn_key=config.data.reward_fn_key)
+    reward_tensor = reward_fn(batch)
+
+Keys read: ``reward_model.reward_manager`` (naive | dapo | batch | a registered name),
+``reward_model.reward_kwargs`` (passed to the manager), ``reward_model.tool_reward_weight``,
+``custom_reward_function.path`` (a ``.py`` file or a module; null -> the built-in scorers),
+``custom_reward_function.name`` and ``custom_reward_function.reward_kwargs`` (bound to the
+custom function as keyword arguments, as verl does).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from agentrl.plugins import load_object
+from agentrl.reward.base import RewardManager, get_reward_manager_cls
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    """An OmegaConf node, mapping or None as a plain dict (nested nodes resolved)."""
+    if value is None:
+        return {}
+    if isinstance(value, DictConfig):
+        return OmegaConf.to_container(value, resolve=True)  # type: ignore[return-value]
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"expected a mapping, got {type(value).__name__}: {value!r}")
+
+
+def get_custom_reward_fn(custom_reward_function_config: Any) -> Callable[..., Any] | None:
+    """The user's ``compute_score`` named by ``path`` and ``name``, or None when path is null.
+
+    ``path`` is a ``.py`` file (``path/to/my_reward.py``) or an importable module
+    (``my_pkg.rewards``); ``reward_kwargs`` are bound with ``functools.partial``.
+    """
+    if custom_reward_function_config is None:
+        return None
+    path = custom_reward_function_config.path
+    if not path:
+        return None
+    name = custom_reward_function_config.name or "compute_score"
+    spec = f"{path}:{name}" if str(path).endswith(".py") else f"{path}.{name}"
+    fn = load_object(spec)
+    if not callable(fn):
+        raise TypeError(f"custom_reward_function {spec!r} is a {type(fn).__name__}, not callable")
+    kwargs = _plain(custom_reward_function_config.reward_kwargs)
+    return functools.partial(fn, **kwargs) if kwargs else fn
+
+
+def load_reward_manager(
+    reward_model_config: Any,
+    custom_reward_function_config: Any,
+    tokenizer: Any,
+    *,
+    reward_fn_key: str = "data_source",
+    num_examine: int = 0,
+    **reward_kwargs: Any,
+) -> RewardManager:
+    """Build the configured reward manager; ``reward_kwargs`` override
+    ``reward_model.reward_kwargs``."""
+    name = reward_model_config.reward_manager
+    cls = get_reward_manager_cls(name)
+    kwargs = {**_plain(reward_model_config.reward_kwargs), **reward_kwargs}
+    arguments = {
+        "tokenizer": tokenizer,
+        "num_examine": num_examine,
+        "compute_score": get_custom_reward_fn(custom_reward_function_config),
+        "reward_fn_key": reward_fn_key,
+        "tool_reward_weight": reward_model_config.tool_reward_weight,
+        **kwargs,
+    }
+    try:
+        inspect.signature(cls).bind(**arguments)
+    except TypeError as err:
+        raise TypeError(
+            f"reward_model.reward_kwargs {sorted(kwargs)} do not fit reward manager {name!r} "
+            f"({cls.__name__}{inspect.signature(cls)}): {err}"
+        ) from None
+    return cls(**arguments)

@@ -1,0 +1,170 @@
+"""The built-in reward managers: ``naive``, ``dapo`` and ``batch`` (verl's three).
+
+- ``naive``: ``compute_score`` once per sample.
+- ``dapo``: like naive, plus DAPO's overlong reward shaping (Yu et al. 2025,
+  arXiv:2503.14476, "soft overlong punishment"): with ``L = max_resp_len`` and buffer
+  ``b = overlong_buffer_cfg.len``, a response of ``n`` tokens gets
+  ``min(0, -(n - (L - b)) / b * penalty_factor)`` added: nothing up to ``L - b`` tokens,
+  then a penalty growing linearly to ``-penalty_factor`` at ``L``. ``n`` counts every
+  attended response token (tool tokens too: they use the same budget). A plain float score
+  is also reported as ``acc``.
+- ``batch``: one call for the whole batch, ``compute_score(data_sources=[...],
+  solution_strs=[...], ground_truths=[...], extra_infos=[...], **reward_kwargs) -> list``;
+  the function may be ``async``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl.reward.base import RewardManager, RewardScoreError, Sample, register_reward_manager
+from agentrl.reward.score import default_compute_score
+
+
+@register_reward_manager("naive")
+class NaiveRewardManager(RewardManager):
+    """Scores each sample with ``compute_score(data_source, solution_str, ground_truth,
+    extra_info)``."""
+
+    def score(self, samples: Sequence[Sample]) -> list[Any]:
+        results = []
+        for s in samples:
+            try:
+                results.append(
+                    self.compute_score(
+                        data_source=s.data_source,
+                        solution_str=s.response_str,
+                        ground_truth=s.ground_truth,
+                        extra_info=s.extra_info,
+                    )
+                )
+            except Exception as err:
+                raise RewardScoreError(
+                    f"compute_score failed on sample {s.index} (data_source={s.data_source!r}): "
+                    f"{type(err).__name__}: {err}"
+                ) from err
+        return results
+
+
+@dataclass(frozen=True)
+class OverlongBuffer:
+    """``reward_kwargs.overlong_buffer_cfg``: the DAPO soft overlong penalty."""
+
+    enable: bool = False
+    len: int = 0
+    penalty_factor: float = 1.0
+    log: bool = False
+
+
+@register_reward_manager("dapo")
+class DAPORewardManager(NaiveRewardManager):
+    """Naive scoring plus the DAPO overlong penalty (see the module docstring)."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_examine: int = 0,
+        compute_score: Callable[..., Any] | None = None,
+        reward_fn_key: str = "data_source",
+        tool_reward_weight: float = 1.0,
+        max_resp_len: int | None = None,
+        overlong_buffer_cfg: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, tool_reward_weight)
+        self.overlong = OverlongBuffer(**dict(overlong_buffer_cfg or {}))
+        self.max_resp_len = max_resp_len
+        if self.overlong.enable:
+            if max_resp_len is None:
+                raise ValueError(
+                    "reward_kwargs.max_resp_len is needed with overlong_buffer_cfg.enable"
+                )
+            if not 0 < self.overlong.len <= max_resp_len:
+                raise ValueError(
+                    f"overlong_buffer_cfg.len must be in (0, max_resp_len={max_resp_len}], "
+                    f"got {self.overlong.len}"
+                )
+
+    def shape_reward(self, sample: Sample, score: float, info: dict[str, Any]) -> float:
+        if not info:  # a plain float score
+            info["acc"] = score
+        if not self.overlong.enable:
+            return score
+        buffer = self.overlong.len
+        exceed = sample.response_length - (self.max_resp_len - buffer)
+        penalty = min(-exceed / buffer * self.overlong.penalty_factor, 0.0)
+        if self.overlong.log:
+            info["overlong_reward"] = penalty
+            info["overlong"] = penalty < 0
+        return score + penalty
+
+
+def _run_coroutine(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, also when a loop is already running."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def batched_default_compute_score(
+    data_sources: Sequence[str],
+    solution_strs: Sequence[str],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[dict],
+) -> list[Any]:
+    """``default_compute_score`` over a batch (the ``batch`` manager's default)."""
+    return [
+        default_compute_score(ds, sol, gt, extra)
+        for ds, sol, gt, extra in zip(
+            data_sources, solution_strs, ground_truths, extra_infos, strict=True
+        )
+    ]
+
+
+@register_reward_manager("batch")
+class BatchRewardManager(RewardManager):
+    """Calls a batched (optionally async) ``compute_score`` once per batch."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_examine: int = 0,
+        compute_score: Callable[..., Any] | None = None,
+        reward_fn_key: str = "data_source",
+        tool_reward_weight: float = 1.0,
+        **reward_kwargs: Any,
+    ) -> None:
+        super().__init__(
+            tokenizer,
+            num_examine,
+            compute_score or batched_default_compute_score,
+            reward_fn_key,
+            tool_reward_weight,
+        )
+        self.reward_kwargs = reward_kwargs
+
+    def score(self, samples: Sequence[Sample]) -> list[Any]:
+        sources = [s.data_source for s in samples]
+        try:
+            results = self.compute_score(
+                data_sources=sources,
+                solution_strs=[s.response_str for s in samples],
+                ground_truths=[s.ground_truth for s in samples],
+                extra_infos=[s.extra_info for s in samples],
+                **self.reward_kwargs,
+            )
+            if inspect.isawaitable(results):
+                results = _run_coroutine(results)
+        except Exception as err:
+            raise RewardScoreError(
+                f"batched compute_score failed on {len(samples)} samples "
+                f"(data_sources {sorted(set(sources))}): {type(err).__name__}: {err}"
+            ) from err
+        return list(results)

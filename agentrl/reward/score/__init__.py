@@ -1,0 +1,88 @@
+"""Rule-based score functions, chosen by a row's ``data_source`` (verl's names).
+
+``default_compute_score(data_source, solution_str, ground_truth, extra_info=None)`` is the
+``compute_score`` a reward manager uses when no custom function is configured. Each data
+source maps to a scorer ``fn(solution_str, ground_truth, extra_info) -> float | dict``:
+
+==========================================================  =================================
+data_source                                                 scorer
+==========================================================  =================================
+``openai/gsm8k``                                            ``gsm8k`` strict ``#### answer``
+``lighteval/MATH``, ``DigitalLearningGmbH/MATH-lighteval``,  ``math`` last ``\\boxed{}``
+``HuggingFaceH4/MATH-500``
+``searchR1_<set>``, ``<set>``, ``search_r1/<set>`` for nq,  ``search_r1`` exact match of the
+triviaqa, popqa, hotpotqa, 2wikimultihopqa, musique,        last ``<answer>``
+bamboogle
+``agentrl/arithmetic``                                      ``arithmetic`` last ``<answer>``
+==========================================================  =================================
+
+Add a data source with ``register_data_source("name")``; an unknown one is an error that
+names it and lists the known ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agentrl.algos.registry import Registry, UnknownNameError
+from agentrl.reward.score import arithmetic, gsm8k, math, search_r1
+
+Scorer = Callable[[str, Any, dict | None], float | dict]
+SCORERS: Registry[Scorer] = Registry("data_source")
+
+SEARCH_R1_SETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+MATH_SOURCES = ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
+
+
+def register_data_source(*names: str) -> Callable[[Scorer], Scorer]:
+    """Decorator registering ``fn(solution_str, ground_truth, extra_info)`` for data sources."""
+
+    def decorator(fn: Scorer) -> Scorer:
+        for name in names:
+            SCORERS.register(name)(fn)
+        return fn
+
+    return decorator
+
+
+@register_data_source("openai/gsm8k")
+def _gsm8k(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    return gsm8k.compute_score(solution_str, ground_truth)
+
+
+@register_data_source(*MATH_SOURCES)
+def _math(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    return math.compute_score(solution_str, ground_truth)
+
+
+@register_data_source(
+    *(f"searchR1_{name}" for name in SEARCH_R1_SETS),
+    *SEARCH_R1_SETS,
+    *(f"search_r1/{name}" for name in SEARCH_R1_SETS),
+)
+def _search_r1(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    return search_r1.compute_score_em(solution_str, ground_truth)
+
+
+@register_data_source("agentrl/arithmetic")
+def _arithmetic(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    return arithmetic.compute_score(solution_str, ground_truth)
+
+
+def default_compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None
+) -> float | dict:
+    """Score one decoded response with the scorer registered for ``data_source``."""
+    try:
+        scorer = SCORERS.get(data_source)
+    except UnknownNameError:
+        raise UnknownNameError(
+            f"no score function for data_source {data_source!r}; known: "
+            f"{', '.join(SCORERS.names())}. Register one with "
+            "agentrl.reward.score.register_data_source or set custom_reward_function.path"
+        ) from None
+    return scorer(solution_str, ground_truth, extra_info)
+
+
+__all__ = ["SCORERS", "default_compute_score", "register_data_source"]
