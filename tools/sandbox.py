@@ -34,13 +34,11 @@ event loop) and closed by ``aclose()``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
-import httpx
-
 from agentrl.tools import BaseTool, OpenAIFunctionToolSchema, ToolResponse
+from agentrl.utils.http import HTTPCallError, JSONClient, RetryPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -80,17 +78,6 @@ VERL_ALIASES = {
 }
 IGNORED_KEYS = {"type", "enable_global_rate_limit"}
 HTTP_TIMEOUT_SLACK = 30.0
-
-_RETRYABLE_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
-
-
-class SandboxCallError(Exception):
-    """The sandbox could not be used; ``kind`` names the failure for metrics."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
 
 def run_code_url(url: str) -> str:
     """verl's configs give the full ``.../run_code`` URL; a base URL gets the path added."""
@@ -163,77 +150,29 @@ class SandboxTool(BaseTool):
         self.language = str(settings["language"])
         self.max_concurrent = int(settings["max_concurrent"])
         self.max_output_chars = int(settings["max_output_chars"])
-        self.max_retries = int(settings["max_retries"])
-        self.retry_backoff = float(settings["retry_backoff"])
-        self.retry_backoff_max = float(settings["retry_backoff_max"])
         for name in ("run_timeout", "timeout", "max_concurrent", "max_output_chars"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"sandbox tool: {name} must be > 0, got {getattr(self, name)}")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: httpx.AsyncClient | None = None
-        self._semaphore: asyncio.Semaphore | None = None
-
-    def _session(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
-        """The client and concurrency limit of the running event loop, made on first use."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
-            # A client is bound to the loop it was made in; another loop gets its own.
-            self._loop = loop
-            self._client = httpx.AsyncClient(
-                timeout=self.timeout, limits=httpx.Limits(max_connections=self.max_concurrent)
-            )
-            self._semaphore = asyncio.Semaphore(self.max_concurrent)
-        return self._client, self._semaphore
+        self._http = JSONClient(
+            timeout=self.timeout,
+            max_concurrent=self.max_concurrent,
+            retry=RetryPolicy(
+                max_retries=int(settings["max_retries"]),
+                backoff=float(settings["retry_backoff"]),
+                backoff_max=float(settings["retry_backoff_max"]),
+            ),
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP client (if it was made in the running loop)."""
-        client, self._client = self._client, None
-        if client is not None and self._loop is asyncio.get_running_loop():
-            await client.aclose()
-
-    def _delay(self, attempt: int) -> float:
-        return min(self.retry_backoff_max, self.retry_backoff * 2 ** (attempt - 1))
+        await self._http.aclose()
 
     async def _post(self, payload: dict[str, Any]) -> dict:
-        """POST with bounded retries (connection errors, 429, 5xx); the decoded JSON object."""
-        client, semaphore = self._session()
-        problem = SandboxCallError("connection", f"{self.url}: no attempt made")
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(self._delay(attempt))
-            try:
-                async with semaphore:
-                    response = await client.post(self.url, json=payload)
-            except _RETRYABLE_ERRORS as err:
-                problem = SandboxCallError(
-                    "connection", f"cannot reach the sandbox at {self.url}: {type(err).__name__}"
-                )
-                continue
-            except httpx.TimeoutException as err:
-                raise SandboxCallError(
-                    "timeout", f"the sandbox at {self.url} did not answer within {self.timeout:g} s"
-                ) from err
-            except httpx.HTTPError as err:
-                raise SandboxCallError("connection", f"{type(err).__name__}: {err}") from err
-            if response.status_code == 429 or response.status_code >= 500:
-                problem = SandboxCallError(
-                    "http_status", f"the sandbox answered HTTP {response.status_code}"
-                )
-                continue
-            if response.status_code >= 400:
-                raise SandboxCallError(
-                    "http_status",
-                    f"the sandbox rejected the code: HTTP {response.status_code}: "
-                    f"{response.text[:300]}",
-                )
-            try:
-                body = response.json()
-            except ValueError as err:
-                raise SandboxCallError("bad_response", "the sandbox did not answer JSON") from err
-            if not isinstance(body, dict) or "status" not in body:
-                raise SandboxCallError("bad_response", "the sandbox's answer has no 'status'")
-            return body
-        raise SandboxCallError(problem.kind, f"{problem} (after {self.max_retries} retries)")
+        """POST the run to the sandbox; the decoded answer, which must have a 'status'."""
+        body, _ = await self._http.post_json(self.url, payload)
+        if not isinstance(body, dict) or "status" not in body:
+            raise HTTPCallError("bad_response", "the sandbox's answer has no 'status'")
+        return body
 
     async def execute(
         self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
@@ -250,10 +189,10 @@ class SandboxTool(BaseTool):
         }
         try:
             body = await self._post(payload)
-        except SandboxCallError as err:
+        except HTTPCallError as err:
             logger.warning("sandbox call failed: %s", err)
             metrics = {"tool_error": err.kind, "sandbox_error": 1, "sandbox_timeout": 0}
-            return ToolResponse(text=f"Error: {err}"), 0.0, metrics
+            return ToolResponse(text=f"Error: sandbox call failed: {err}"), 0.0, metrics
         run = body.get("run_result") or {}
         metrics: dict[str, Any] = {
             "sandbox_error": int(body.get("status") != "Success"),

@@ -32,9 +32,8 @@ import logging
 import time
 from typing import Any
 
-import httpx
-
 from agentrl.tools import BaseTool, OpenAIFunctionToolSchema, ToolResponse
+from agentrl.utils.http import HTTPCallError, JSONClient, RetryPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -70,17 +69,6 @@ DEFAULTS: dict[str, Any] = {
 
 # verl's search tool config keys, read as ours so a verl tool YAML works unchanged.
 VERL_ALIASES = {"num_workers": "max_concurrent", "rate_limit": "max_concurrent"}
-
-_RETRYABLE_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
-
-
-class SearchError(Exception):
-    """A search request failed; ``kind`` names the failure for metrics."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
 
 def format_documents(docs: list[Any]) -> str:
     """Search-R1's passage format: ``Doc i(Title: <title line>) <text>`` per line."""
@@ -124,70 +112,23 @@ class SearchTool(BaseTool):
         self.max_concurrent = int(settings["max_concurrent"])
         self.request_format = settings["request_format"]
         self.max_queries = int(settings["max_queries"])
-        self.max_retries = int(settings["max_retries"])
-        self.retry_backoff = float(settings["retry_backoff"])
-        self.retry_backoff_max = float(settings["retry_backoff_max"])
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: httpx.AsyncClient | None = None
-        self._semaphore: asyncio.Semaphore | None = None
-
-    def _session(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
-        """The client and concurrency limit of the running event loop, made on first use."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
-            # A client belongs to the loop it was made in; a new loop (e.g. another
-            # asyncio.run) gets its own.
-            self._loop = loop
-            self._client = httpx.AsyncClient(
-                timeout=self.timeout,
-                limits=httpx.Limits(max_connections=self.max_concurrent),
-            )
-            self._semaphore = asyncio.Semaphore(self.max_concurrent)
-        return self._client, self._semaphore
+        self._http = JSONClient(
+            timeout=self.timeout,
+            max_concurrent=self.max_concurrent,
+            retry=RetryPolicy(
+                max_retries=int(settings["max_retries"]),
+                backoff=float(settings["retry_backoff"]),
+                backoff_max=float(settings["retry_backoff_max"]),
+            ),
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP client (if it was made in the running loop)."""
-        client, self._client = self._client, None
-        if client is not None and self._loop is asyncio.get_running_loop():
-            await client.aclose()
+        await self._http.aclose()
 
     async def _post(self, payload: dict[str, Any]) -> tuple[Any, int]:
-        """POST with bounded retries; returns (decoded JSON, retries used)."""
-        client, semaphore = self._session()
-        kind, problem = "connection", ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(
-                    min(self.retry_backoff_max, self.retry_backoff * 2 ** (attempt - 1))
-                )
-            try:
-                async with semaphore:
-                    response = await client.post(self.url, json=payload)
-            except _RETRYABLE_ERRORS as err:
-                kind, problem = (
-                    "connection",
-                    f"cannot connect to {self.url}: {type(err).__name__}: {err}",
-                )
-                continue
-            except httpx.TimeoutException as err:
-                raise SearchError(
-                    "timeout", f"{self.url} timed out ({type(err).__name__})"
-                ) from err
-            except httpx.HTTPError as err:
-                raise SearchError("connection", f"{type(err).__name__}: {err}") from err
-            if response.status_code == 429 or response.status_code >= 500:
-                kind, problem = "http_status", f"{self.url} answered HTTP {response.status_code}"
-                continue
-            if response.status_code >= 400:
-                raise SearchError(
-                    "http_status",
-                    f"{self.url} answered HTTP {response.status_code}: {response.text[:200]}",
-                )
-            try:
-                return response.json(), attempt
-            except ValueError as err:
-                raise SearchError("bad_response", f"{self.url} did not answer JSON") from err
-        raise SearchError(kind, f"{problem} (after {self.max_retries} retries)")
+        """POST to the retriever; returns (decoded JSON, retries used)."""
+        return await self._http.post_json(self.url, payload)
 
     async def _search_batch(self, queries: list[str]) -> tuple[list[list[Any]], int]:
         body, retries = await self._post(
@@ -195,14 +136,14 @@ class SearchTool(BaseTool):
         )
         result = body.get("result") if isinstance(body, dict) else None
         if not isinstance(result, list) or len(result) != len(queries):
-            raise SearchError("bad_response", "the retriever's 'result' does not match the queries")
+            raise HTTPCallError("bad_response", "the retriever's 'result' does not match the queries")
         return result, retries
 
     async def _search_one(self, query: str) -> tuple[list[Any], int]:
         body, retries = await self._post({"query": query, "topk": self.topk, "return_scores": True})
         result = body.get("result") if isinstance(body, dict) else None
         if not isinstance(result, list):
-            raise SearchError("bad_response", "the retriever's answer has no 'result' list")
+            raise HTTPCallError("bad_response", "the retriever's answer has no 'result' list")
         # Some single-query servers nest the one result list like the batch API.
         if len(result) == 1 and isinstance(result[0], list):
             result = result[0]
@@ -231,7 +172,7 @@ class SearchTool(BaseTool):
         start = time.monotonic()
         try:
             results, retries = await self._search(queries)
-        except SearchError as err:
+        except HTTPCallError as err:
             logger.warning("search failed: %s", err)
             metrics = {"tool_error": err.kind, "search_queries": len(queries)}
             return ToolResponse(text=f"Error: search failed: {err}"), 0.0, metrics

@@ -9,19 +9,14 @@
 
 Bad requests (no queries, an empty query, topk < 1 or above the limit, too many queries)
 get a 422 with a message that names the problem. ``topk`` defaults to the server's.
-``serve_in_thread`` runs an app on a loopback port in a background thread (tests, benches).
+``agentrl.utils.serving.serve_in_thread`` runs it on a loopback port in a background thread.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
 
@@ -85,28 +80,3 @@ def create_app(
         return {"result": result[0] if request.query is not None else result}
 
     return app
-
-
-@contextmanager
-def serve_in_thread(
-    app: FastAPI, host: str = "127.0.0.1", port: int = 0, startup_timeout: float = 10.0
-) -> Iterator[str]:
-    """Run ``app`` with uvicorn in a daemon thread; yields its base URL, stops it on exit.
-
-    ``port=0`` takes a free port from the OS (no race between picking and binding it).
-    """
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + startup_timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            raise RuntimeError(f"uvicorn did not start on {host}:{port}")
-        time.sleep(0.01)
-    bound_port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://{host}:{bound_port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=startup_timeout)

@@ -9,8 +9,9 @@ Request fields follow SandboxFusion (``code``, ``language``, ``run_timeout``, ``
 ``memory_limit_MB``, ``files``; ``compile_timeout`` is accepted and unused), so verl's
 sandbox-fusion client and ``tools/sandbox.py`` work against either server. The response is
 SandboxFusion's ``{"status", "message", "compile_result", "run_result", "files", ...}`` plus
-``isolation``: what this machine enforces (see docs/sandbox.md). ``serve_in_thread`` runs
-the app on a loopback port in a background thread (tests, benchmarks).
+``isolation``: what this machine enforces (see docs/sandbox.md).
+``agentrl.utils.serving.serve_in_thread`` runs the app on a loopback port in a background
+thread (tests, benchmarks).
 """
 
 from __future__ import annotations
@@ -19,12 +20,7 @@ import base64
 import binascii
 import logging
 import re
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-import uvicorn
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -160,25 +156,3 @@ def create_app(config: SandboxConfig | None = None, isolation: Isolation | None 
         return _response(result, isolation)
 
     return app
-
-
-@contextmanager
-def serve_in_thread(
-    app: FastAPI, host: str = "127.0.0.1", startup_timeout: float = 10.0
-) -> Iterator[str]:
-    """Serve ``app`` with uvicorn from a daemon thread on a free port; yields the base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="sandbox-uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + startup_timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            raise RuntimeError(f"the sandbox server did not start on {host}")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=startup_timeout)

@@ -14,8 +14,9 @@ from fastapi.responses import JSONResponse
 from agentrl.tools.execution import execute_tool_call
 from agentrl.tools.loader import load_tools
 from agentrl.tools.testing import check_tool_contract
+from agentrl.utils.serving import serve_in_thread
 from envs.sandbox.config import SandboxConfig
-from envs.sandbox.server import create_app, serve_in_thread
+from envs.sandbox.server import create_app
 from tools.sandbox import SandboxTool, format_run, run_code_url
 
 
@@ -166,7 +167,8 @@ def test_dead_server_gives_error_text_and_metric():
     response, reward, metrics = _execute(tool, "print(1)")
     assert time.monotonic() - start < 2.0
     assert response.text == (
-        f"Error: cannot reach the sandbox at {url}/run_code: ConnectError (after 2 retries)"
+        f"Error: sandbox call failed: cannot connect to {url}/run_code: ConnectError "
+        "(after 2 retries)"
     )
     assert (reward, metrics["tool_error"], metrics["sandbox_error"]) == (0.0, "connection", 1)
 
@@ -177,7 +179,8 @@ def test_rejected_request_is_not_retried(sandbox_url):
     response, _, metrics = _execute(tool, "print(1)")
     assert time.monotonic() - start < 2.0  # a 4xx is final: no 5 s backoff
     assert metrics["tool_error"] == "http_status"
-    assert response.text.startswith("Error: the sandbox rejected the code: HTTP 400: ")
+    assert response.text.startswith(
+        f"Error: sandbox call failed: {sandbox_url}/run_code answered HTTP 400: ")
     assert "unsupported language 'cobol'" in response.text
 
 

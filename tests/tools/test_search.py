@@ -13,9 +13,10 @@ from fastapi import FastAPI, Request, Response
 
 from agentrl.tools import execute_tool_call, load_tools
 from agentrl.tools.testing import check_tool_contract
+from agentrl.utils.serving import serve_in_thread
 from envs.retriever.index import build_index
 from envs.retriever.sample import sample_corpus, write_corpus
-from envs.retriever.server import create_app, serve_in_thread
+from envs.retriever.server import create_app
 from tools.search import DEFAULT_SCHEMA, SearchTool, format_documents
 
 FAST_RETRY = {"retry_backoff": 0.01, "retry_backoff_max": 0.02}
@@ -125,7 +126,7 @@ def test_one_tool_object_across_event_loops_and_aclose(retriever_url):
             return out
 
         assert asyncio.run(go())[0].text.startswith('Doc 1(Title: "Tokyo")')
-        assert tool._client is None
+        assert tool._http._client is None
 
 
 def test_dead_server_is_an_error_text_quickly():
@@ -182,7 +183,7 @@ def test_garbage_and_slow_answers(faulty):
     response, _, metrics = search(slow, ["q"])
     assert time.monotonic() - start < 1.5
     assert (response.text, metrics["tool_error"]) == (
-        f"Error: search failed: {url}/slow timed out (ReadTimeout)",
+        f"Error: search failed: {url}/slow timed out after 0.2 s (ReadTimeout)",
         "timeout",
     )
 

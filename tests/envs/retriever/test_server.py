@@ -3,9 +3,10 @@
 import httpx
 import pytest
 
+from agentrl.utils.serving import serve_in_thread
 from envs.retriever.index import build_index
 from envs.retriever.sample import sample_corpus, write_corpus
-from envs.retriever.server import create_app, serve_in_thread
+from envs.retriever.server import create_app
 
 
 @pytest.fixture(scope="module")

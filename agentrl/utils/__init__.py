@@ -1,0 +1,1 @@
+"""Small shared helpers with no home of their own (HTTP with retries)."""
