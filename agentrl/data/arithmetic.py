@@ -40,8 +40,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from agentrl.utils.jsonl import write_parquet
 
 logger = logging.getLogger(__name__)
 
@@ -286,16 +285,6 @@ def make_arithmetic_rows(n: int, split: str, seed: int, difficulty: str = "easy"
     return rows
 
 
-def write_rows(rows: list[dict], path: str | Path) -> Path:
-    """Write verl rows to one parquet file (parent directories created)."""
-    path = Path(path).expanduser()
-    if not rows:
-        raise ValueError(f"no rows to write to {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
-
-
 def write_arithmetic_dataset(
     out_dir: str | Path, n_train: int, n_test: int, seed: int, difficulty: str = "easy"
 ) -> tuple[Path, Path]:
@@ -303,8 +292,8 @@ def write_arithmetic_dataset(
     out_dir = Path(out_dir).expanduser()
     train = make_arithmetic_rows(n_train, "train", seed, difficulty)
     test = make_arithmetic_rows(n_test, "test", seed, difficulty)
-    train_path = write_rows(train, out_dir / "train.parquet")
-    test_path = write_rows(test, out_dir / "test.parquet")
+    train_path = write_parquet(train, out_dir / "train.parquet")
+    test_path = write_parquet(test, out_dir / "test.parquet")
     logger.info(
         "wrote %d train rows to %s, %d test rows to %s", n_train, train_path, n_test, test_path
     )

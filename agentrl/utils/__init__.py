@@ -1,1 +1,1 @@
-"""Small shared helpers with no home of their own (HTTP with retries)."""
+"""Small shared helpers: HTTP with retries, serving an app in a thread, jsonl/parquet I/O."""

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentrl.utils.jsonl import JsonlError, read_jsonl
+
 logger = logging.getLogger(__name__)
 
 META_FILE = "meta.json"
@@ -46,20 +48,14 @@ def read_corpus(path: str | Path) -> Iterator[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"corpus file not found: {path}")
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise CorpusError(f"{path}:{lineno}: not JSON: {err}") from err
+    try:
+        for lineno, row in read_jsonl(path):
             yield _normalize(row, path, lineno)
+    except JsonlError as err:
+        raise CorpusError(str(err)) from err
 
 
 def _normalize(row: Any, path: Path, lineno: int) -> dict[str, Any]:
-    if not isinstance(row, dict):
-        raise CorpusError(f"{path}:{lineno}: expected a JSON object")
     if isinstance(row.get("contents"), str):
         contents = row["contents"]
     elif isinstance(row.get("text"), str):

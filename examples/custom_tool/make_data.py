@@ -13,8 +13,7 @@ import random
 import sys
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from agentrl.utils.jsonl import write_parquet
 
 PROMPT = (
     "I picked a whole number from {low} to {high}. Find it with the guess_number tool, "
@@ -43,11 +42,7 @@ def make_row(index: int, secret: int, low: int = 1, high: int = 100) -> dict:
 
 def write_dataset(out: str | Path, rows: int, seed: int = 0) -> Path:
     rng = random.Random(seed)
-    path = Path(out).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist([make_row(i, rng.randint(1, 100)) for i in range(rows)])
-    pq.write_table(table, path)
-    return path
+    return write_parquet([make_row(i, rng.randint(1, 100)) for i in range(rows)], out)
 
 
 def main(argv: list[str] | None = None) -> int:

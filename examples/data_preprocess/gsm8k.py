@@ -18,15 +18,12 @@ The script is self-contained on purpose, so it can be copied and adapted to othe
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from agentrl.utils.jsonl import JsonlError, read_jsonl, write_parquet
 
 logger = logging.getLogger("data_preprocess.gsm8k")
 
@@ -39,29 +36,6 @@ SYSTEM_PROMPT = (
     'exactly; use it for the computations. Output the final answer after "####".'
 )
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
-
-
-class InputError(ValueError):
-    """A problem with an input file; reported as one message, without a traceback."""
-
-
-def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line_number, record)`` for every non-blank line of a jsonl file."""
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}, line {lineno}: invalid JSON: {exc.msg}") from None
-            if not isinstance(record, dict):
-                raise InputError(
-                    f"{path}, line {lineno}: expected a JSON object, got {type(record).__name__}"
-                )
-            yield lineno, record
 
 
 def _text_field(record: dict, key: str) -> str:
@@ -100,21 +74,16 @@ def make_row(record: dict, index: int, split: str, with_tools: bool) -> dict:
 
 
 def convert_file(path: Path, split: str, with_tools: bool) -> list[dict]:
-    """All rows of one jsonl file; ``InputError`` names the file and line of a bad record."""
+    """All rows of one jsonl file; ``JsonlError`` names the file and line of a bad record."""
     rows = []
     for lineno, record in read_jsonl(path):
         try:
             rows.append(make_row(record, len(rows), split, with_tools))
         except ValueError as exc:
-            raise InputError(f"{path}, line {lineno}: {exc}") from None
+            raise JsonlError(f"{path}, line {lineno}: {exc}") from None
     if not rows:
-        raise InputError(f"{path}: no records")
+        raise JsonlError(f"{path}: no records")
     return rows
-
-
-def write_parquet(rows: list[dict], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), path)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -142,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             for split, path in splits
             if path is not None
         ]
-    except InputError as exc:
+    except JsonlError as exc:
         logger.error("%s", exc)
         return 1
     for split, rows in converted:

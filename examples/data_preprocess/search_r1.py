@@ -25,15 +25,12 @@ The script is self-contained on purpose, so it can be copied and adapted to othe
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from agentrl.utils.jsonl import JsonlError, read_jsonl, write_parquet
 
 logger = logging.getLogger("data_preprocess.search_r1")
 
@@ -48,37 +45,14 @@ INSTRUCTION = (
 ANSWER_KEYS = ("golden_answers", "answers", "answer")
 
 
-class InputError(ValueError):
-    """A problem with an input file; reported as one message, without a traceback."""
-
-
-def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line_number, record)`` for every non-blank line of a jsonl file."""
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}, line {lineno}: invalid JSON: {exc.msg}") from None
-            if not isinstance(record, dict):
-                raise InputError(
-                    f"{path}, line {lineno}: expected a JSON object, got {type(record).__name__}"
-                )
-            yield lineno, record
-
-
 def infer_data_source(path: Path) -> str:
-    """``searchR1_hotpotqa`` or ``searchR1_nq`` from a file name; ``InputError`` otherwise."""
+    """``searchR1_hotpotqa`` or ``searchR1_nq`` from a file name; ``JsonlError`` otherwise."""
     name = path.name.lower()
     if "hotpot" in name:
         return "searchR1_hotpotqa"
     if re.search(r"(^|[^a-z])nq([^a-z]|$)", name):
         return "searchR1_nq"
-    raise InputError(f"{path}: cannot tell the data source from the file name; pass --data_source")
+    raise JsonlError(f"{path}: cannot tell the data source from the file name; pass --data_source")
 
 
 def normalize_question(question: str) -> str:
@@ -126,22 +100,17 @@ def make_row(record: dict, index: int, split: str, data_source: str) -> dict:
 
 
 def convert_file(path: Path, split: str, data_source: str | None) -> list[dict]:
-    """All rows of one jsonl file; ``InputError`` names the file and line of a bad record."""
+    """All rows of one jsonl file; ``JsonlError`` names the file and line of a bad record."""
     source = data_source or infer_data_source(path)
     rows = []
     for lineno, record in read_jsonl(path):
         try:
             rows.append(make_row(record, len(rows), split, source))
         except ValueError as exc:
-            raise InputError(f"{path}, line {lineno}: {exc}") from None
+            raise JsonlError(f"{path}, line {lineno}: {exc}") from None
     if not rows:
-        raise InputError(f"{path}: no records")
+        raise JsonlError(f"{path}: no records")
     return rows
-
-
-def write_parquet(rows: list[dict], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), path)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -172,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             for split, path in splits
             if path is not None
         ]
-    except InputError as exc:
+    except JsonlError as exc:
         logger.error("%s", exc)
         return 1
     for split, rows in converted:

@@ -31,7 +31,7 @@ def test_read_corpus_forms_and_errors(tmp_path):
     with pytest.raises(CorpusError, match=r"c.jsonl:2: needs a 'contents' string"):
         list(read_corpus(path))
     path.write_text("{not json\n")
-    with pytest.raises(CorpusError, match=r"c.jsonl:1: not JSON"):
+    with pytest.raises(CorpusError, match=r"c.jsonl, line 1: invalid JSON"):
         list(read_corpus(path))
     with pytest.raises(CorpusError, match="corpus file not found"):
         list(read_corpus(tmp_path / "missing.jsonl"))

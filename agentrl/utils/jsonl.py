@@ -1,0 +1,46 @@
+"""Reading jsonl and writing parquet rows, with errors that name the file and line.
+
+Used by the data preprocessing scripts and the retriever's corpus reader.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+class JsonlError(ValueError):
+    """A jsonl file is missing or has a malformed line (the message names both)."""
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """Yield `(line_number, record)` for every non-blank line; each must be a JSON object."""
+    path = Path(path)
+    if not path.is_file():
+        raise JsonlError(f"{path}: no such file")
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise JsonlError(f"{path}, line {lineno}: invalid JSON: {exc.msg}") from None
+            if not isinstance(record, dict):
+                raise JsonlError(f"{path}, line {lineno}: expected a JSON object, got "
+                                 f"{type(record).__name__}")
+            yield lineno, record
+
+
+def write_parquet(rows: list[dict], path: str | Path) -> Path:
+    """Write `rows` (dicts with the same keys) to a parquet file, creating its directory."""
+    path = Path(path).expanduser()
+    if not rows:
+        raise ValueError(f"no rows to write to {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path

@@ -1,0 +1,38 @@
+"""jsonl reading and parquet writing, with errors that name the file and line."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from agentrl.utils.jsonl import JsonlError, read_jsonl, write_parquet
+
+
+def test_reads_objects_with_their_line_numbers_skipping_blank_lines(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"a": 1}\n\n{"b": [1, 2]}\n')
+    assert list(read_jsonl(path)) == [(1, {"a": 1}), (3, {"b": [1, 2]})]
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"a": 1}\n{"a": \n', "line 2: invalid JSON"),
+    ('{"a": 1}\n[1, 2]\n', "line 2: expected a JSON object, got list"),
+])
+def test_bad_lines_name_file_and_line(tmp_path, text, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text)
+    with pytest.raises(JsonlError, match=f"bad.jsonl, {message}"):
+        list(read_jsonl(path))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(JsonlError, match="nope.jsonl: no such file"):
+        list(read_jsonl(tmp_path / "nope.jsonl"))
+
+
+def test_write_parquet_round_trips_and_refuses_nothing(tmp_path):
+    rows = [{"x": 1, "d": {"k": "v"}}, {"x": 2, "d": {"k": "w"}}]
+    path = write_parquet(rows, tmp_path / "sub" / "rows.parquet")
+    assert pq.read_table(path).to_pylist() == rows
+    with pytest.raises(ValueError, match="no rows to write"):
+        write_parquet([], tmp_path / "empty.parquet")
