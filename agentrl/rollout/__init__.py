@@ -1,0 +1,1 @@
+"""The multi-turn rollout: one asyncio state machine per sample against a backend."""

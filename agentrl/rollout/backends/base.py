@@ -1,0 +1,66 @@
+"""The inference-backend protocol the rollout engine talks to (DESIGN.md section 4).
+
+A backend is any object with these coroutines; `hf` (embedded transformers) and
+`sglang` (HTTP client) are ours, and a user may plug their own (a vLLM client, a scripted
+backend in tests) by passing it to `AsyncRolloutEngine`.
+
+`sampling_params` use SGLang's names, so the sglang client forwards them unchanged:
+
+    max_new_tokens (int, required)   temperature (float)   top_p (float)
+    top_k (int, -1 = off)            stop_token_ids (list[int])
+    skip_special_tokens (bool)       no_stop_trim (bool)
+
+A backend reports a failure by raising `BackendError`; `retryable=True` (connection
+errors, 429, 5xx) tells the engine that the same call may succeed later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass
+class GenerationOutput:
+    """One generation: the exact sampled ids, their text and their log-probs."""
+
+    output_ids: list[int]
+    text: str
+    finish_reason: FinishReason
+    output_log_probs: list[float] | None = None  # one per output id when requested
+    meta_info: dict[str, Any] = field(default_factory=dict)  # e.g. matched stop, latency
+
+    def __post_init__(self) -> None:
+        if self.finish_reason not in ("stop", "length", "abort"):
+            raise ValueError(f"finish_reason must be stop, length or abort, got "
+                             f"{self.finish_reason!r}")
+        if self.output_log_probs is not None and len(self.output_log_probs) != len(
+                self.output_ids):
+            raise ValueError(f"{len(self.output_log_probs)} log-probs for "
+                             f"{len(self.output_ids)} output ids")
+
+
+class BackendError(RuntimeError):
+    """A generation call failed; `retryable` says whether trying again may help."""
+
+    def __init__(self, message: str, retryable: bool = False):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """What the rollout engine needs from an inference engine."""
+
+    async def generate(self, input_ids: list[int], sampling_params: dict[str, Any],
+                       request_id: str) -> GenerationOutput: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def update_weights(self, source: Any) -> None: ...
+
+    async def release_memory(self) -> None: ...
+
+    async def resume_memory(self) -> None: ...
