@@ -8,6 +8,8 @@ runs, so `agentrl --help` stays fast and one command's heavy imports never slow 
     agentrl config [--config recipe.yaml] [key.sub=value ...]
     agentrl make-tiny-model OUT_DIR [--size tiny|small|medium|large] [--seed 0]
     agentrl smoke [--out-dir outputs/smoke]
+    agentrl serve --model PATH --port P
+    agentrl generate --config X.yaml data.path=IN.parquet data.output_path=OUT.jsonl
     agentrl COMMAND --help
 """
 
@@ -24,6 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("agentrl.config.cli", "print the resolved config (defaults <- recipe <- overrides)"),
     "make-tiny-model": ("agentrl.models.cli", "write a tiny Qwen2 model + tokenizer, offline"),
     "smoke": ("agentrl.smoke", "build a tiny model and dataset and run a short rollout smoke run"),
+    "generate": ("agentrl.generate",
+                 "roll out a dataset with tools and interactions (no training), write jsonl"),
+    "serve": ("agentrl.rollout.backends.serve_cli",
+              "serve a model with the hf engine behind SGLang's HTTP API"),
     "retriever": ("envs.retriever.cli", "serve a BM25 (or dense) retrieval index, Search-R1 API"),
     "sandbox": ("envs.sandbox.cli", "serve a resource-limited Python sandbox, SandboxFusion API"),
 }

@@ -25,10 +25,15 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
     "actor_rollout_ref.ref.log_prob_micro_batch_size": int,
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": int,
     "actor_rollout_ref.rollout.max_model_len": int,
+    "actor_rollout_ref.rollout.num_servers": int,
+    "actor_rollout_ref.rollout.launch_command": str,
     "actor_rollout_ref.rollout.log_prob_micro_batch_size": int,
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": int,
     "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": int,
     "actor_rollout_ref.rollout.multi_turn.max_user_turns": int,
+    "actor_rollout_ref.rollout.multi_turn.max_new_tokens_per_turn": int,
+    "data.path": (str, list),
+    "data.output_path": str,
     "critic.ppo_micro_batch_size": int,
     "critic.ppo_micro_batch_size_per_gpu": int,
     "critic.forward_micro_batch_size_per_gpu": int,
@@ -61,12 +66,12 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "actor_rollout_ref.actor.fsdp_config.model_dtype": ("fp32", "bf16"),
     "critic.model.fsdp_config.model_dtype": ("fp32", "bf16"),
     "actor_rollout_ref.rollout.name": ("hf", "sglang"),
+    "actor_rollout_ref.rollout.load_balance": ("least_loaded", "round_robin"),
     "actor_rollout_ref.rollout.mode": ("async",),
     "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side": ("left", "right",
                                                                           "middle"),
     "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": (
         "strict", "ignore_strippable", "disable"),
-    "actor_rollout_ref.rollout.multi_turn.format": ("hermes", "qwen25"),
     "actor_rollout_ref.rollout.multi_turn.tool_record_mode": (None, "record", "replay"),
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
     "trainer.device": ("auto", "cpu", "cuda"),
@@ -86,8 +91,11 @@ POSITIVE: tuple[str, ...] = (
     "actor_rollout_ref.actor.ppo_epochs", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
     "actor_rollout_ref.rollout.n", "actor_rollout_ref.rollout.val_kwargs.n",
     "actor_rollout_ref.rollout.max_concurrent_requests", "actor_rollout_ref.rollout.max_num_seqs",
+    "actor_rollout_ref.rollout.num_servers",
     "actor_rollout_ref.rollout.multi_turn.max_parallel_calls",
     "actor_rollout_ref.rollout.multi_turn.max_tool_response_length",
+    "actor_rollout_ref.rollout.multi_turn.max_concurrent_tool_calls",
+    "actor_rollout_ref.rollout.multi_turn.max_new_tokens_per_turn",
     "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.total_epochs",
 )
 
@@ -195,12 +203,14 @@ def registry_choices() -> dict[str, tuple[str, ...]]:
     from agentrl.algos import ADV_ESTIMATORS, POLICY_LOSSES
     from agentrl.algos.kl import KL_PENALTIES
     from agentrl.reward import REWARD_MANAGERS
+    from agentrl.rollout.parsers import TOOL_PARSERS
 
     kl = KL_PENALTIES + tuple(f"{name}+" for name in KL_PENALTIES)
     return {
         "algorithm.adv_estimator": tuple(ADV_ESTIMATORS.names()),
         "actor_rollout_ref.actor.policy_loss.loss_mode": tuple(POLICY_LOSSES.names()),
         "reward_model.reward_manager": tuple(REWARD_MANAGERS.names()),
+        "actor_rollout_ref.rollout.multi_turn.format": tuple(TOOL_PARSERS.names()),
         "actor_rollout_ref.actor.kl_loss_type": kl,
         "algorithm.kl_penalty": kl,
     }

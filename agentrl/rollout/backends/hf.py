@@ -1,0 +1,631 @@
+"""The embedded `hf` backend: transformers on CPU (or one GPU) with dynamic batching.
+
+    backend = HFBackend.from_pretrained("/path/to/model")
+    out = await backend.generate(ids, {"max_new_tokens": 64, "temperature": 0}, "req-0")
+
+Batching. Every `generate` call puts its request on an asyncio queue. One worker task takes
+the first waiting request plus every other request waiting at that moment (after an
+optional `batch_wait_s` pause that lets more arrive), up to `max_num_seqs`, and runs the
+micro-batch in a single worker thread, so the event loop stays free for tools and HTTP.
+A micro-batch is one prefill of the left-padded prompts followed by a token-by-token decode
+loop over a shared KV cache. A request that finishes (stop token, stop string, its own
+`max_new_tokens`, or abort) is answered at once and dropped from the batch and its cache
+rows; the loop ends when no request is left. Requests that arrive meanwhile wait for the
+next micro-batch (no joining a running batch: that would need per-row cache offsets).
+
+Sampling is per row inside one micro-batch, so requests with different parameters share
+a forward pass: each row has its own temperature, top-k, top-p, min-p, stop ids and
+budget. Temperature 0 is greedy (argmax); it is deterministic and gives the tokens
+`model.generate(do_sample=False)` gives. Sampled tokens come from one seeded
+`torch.Generator`, so they depend on how requests were batched.
+
+Log-probs. `output_log_probs[i]` is `log_softmax(logits / temperature)[token_i]` in fp32,
+before top-k/top-p/min-p filtering (temperature 1 for greedy rows): the log-prob the
+trainer's forward pass computes for the same token, which divides the logits by the
+rollout temperature as verl does, and what SGLang returns by default.
+
+Outputs follow SGLang's `/generate`: `output_ids` include the matched stop token; `text`
+omits it (and a matched stop string) unless `no_stop_trim`; `meta_info` carries the
+SGLang-shaped `finish_reason` dict, token counts, `weight_version` and `e2e_latency`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import operator
+import os
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from agentrl.rollout.backends.base import BackendError, GenerationOutput
+
+logger = logging.getLogger(__name__)
+
+_GREEDY_EPS = 1e-6  # temperatures below this mean greedy, as in SGLang
+# SGLang sampling params the hf backend does not implement (rejected with a clear error)
+_UNSUPPORTED = frozenset(
+    "frequency_penalty presence_penalty repetition_penalty min_new_tokens regex json_schema "
+    "ebnf logit_bias".split()
+)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """SGLang's sampling parameters that the hf backend implements (SGLang's defaults)."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1  # -1 (or 0) = off
+    min_p: float = 0.0
+    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    skip_special_tokens: bool = False  # SGLang defaults to true; tool parsing needs false
+    no_stop_trim: bool = False
+    spaces_between_special_tokens: bool = True  # accepted for compatibility; no effect
+    n: int = 1
+
+    @classmethod
+    def from_dict(cls, params: Mapping[str, Any] | None) -> SamplingParams:
+        """Validate SGLang-named parameters; ValueError names the key that is wrong."""
+        params = dict(params or {})
+        known = {f.name for f in fields(cls)}
+        for key in params:
+            if key in _UNSUPPORTED:
+                raise ValueError(f"sampling param {key!r} is not supported by the hf backend")
+            if key not in known:
+                raise ValueError(f"unknown sampling param {key!r}; valid: {sorted(known)}")
+        params = {k: v for k, v in params.items() if v is not None}
+        for key in ("stop_token_ids", "stop"):
+            value = params.get(key, ())
+            params[key] = (value,) if isinstance(value, (str, int)) else tuple(value)
+        sp = cls(**params)
+        sp._check()
+        return sp
+
+    def _check(self) -> None:
+        problems = []
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 0:
+            problems.append(f"max_new_tokens must be an int >= 0, got {self.max_new_tokens!r}")
+        if not self.temperature >= 0:
+            problems.append(f"temperature must be >= 0, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.top_k, int) or self.top_k < -1:
+            problems.append(f"top_k must be -1 (off) or >= 1, got {self.top_k!r}")
+        if not 0 <= self.min_p <= 1:
+            problems.append(f"min_p must be in [0, 1], got {self.min_p!r}")
+        if self.n != 1:
+            problems.append(f"n must be 1 (repeat the prompt instead), got {self.n!r}")
+        if not all(isinstance(t, int) for t in self.stop_token_ids):
+            problems.append(f"stop_token_ids must be ints, got {list(self.stop_token_ids)!r}")
+        if not all(isinstance(s, str) and s for s in self.stop):
+            problems.append(f"stop must be non-empty strings, got {list(self.stop)!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < _GREEDY_EPS
+
+
+@dataclass
+class _Request:
+    """One request as the worker thread sees it."""
+
+    request_id: str
+    prompt: list[int]
+    params: SamplingParams
+    max_new_tokens: int  # params.max_new_tokens clamped to the context length
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    submitted: float = field(default_factory=time.perf_counter)
+    output_ids: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    aborted: bool = False  # set by abort() on the event loop, read by the worker thread
+
+
+@dataclass
+class BatchStats:
+    """Counters of the engine (tests check that batching happens; /server_info shows them)."""
+
+    num_batches: int = 0  # micro-batches run (one prefill each)
+    batch_sizes: list[int] = field(default_factory=list)
+    decode_steps: int = 0  # forward passes after the prefill
+    generated_tokens: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "num_batches": self.num_batches,
+            "batch_sizes": list(self.batch_sizes),
+            "decode_steps": self.decode_steps,
+            "generated_tokens": self.generated_tokens,
+        }
+
+
+class HFBackend:
+    """`GenerationBackend` over an in-process transformers causal LM (see module docstring).
+
+    Args:
+        model: a causal LM (kept as is: the same object is updated by `update_weights`).
+        tokenizer: its tokenizer (decoding, pad id, EOS id).
+        max_num_seqs: the largest micro-batch.
+        batch_wait_s: after the first request of a batch arrives, wait this long for more.
+        seed: seed of the sampling generator.
+        max_model_len: context length (prompt + output); None -> the model's
+            `max_position_embeddings`. Longer prompts are rejected, budgets clamped.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        max_num_seqs: int = 64,
+        batch_wait_s: float = 0.0,
+        seed: int = 0,
+        max_model_len: int | None = None,
+    ) -> None:
+        if max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_num_seqs = max_num_seqs
+        self.batch_wait_s = batch_wait_s
+        self.device = next(model.parameters()).device
+        self.context_length = max_model_len or model.config.max_position_embeddings
+        self.vocab_size = model.get_input_embeddings().weight.shape[0]
+        self.eos_token_ids = _eos_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = pad if pad is not None else min(self.eos_token_ids, default=0)
+        self.weight_version = "0"  # "1", "2", ... after each update unless one is given
+        self._num_updates = 0
+        self.stats = BatchStats()
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="hf-backend")
+        self._requests: dict[str, _Request] = {}  # queued or running
+        self._queue: asyncio.Queue[_Request] | None = None
+        self._worker: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_cpu_copy = False  # release_memory moved the weights to the CPU
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_path: str | os.PathLike,
+        tokenizer: Any = None,
+        *,
+        device: str | None = None,
+        dtype: str | torch.dtype | None = None,
+        trust_remote_code: bool = False,
+        **kwargs: Any,
+    ) -> HFBackend:
+        """Load a model directory. `device` None -> cuda if available else cpu; `dtype` None
+        -> fp32 on CPU, bf16 on GPU."""
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = _torch_dtype(dtype, device)
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=dtype, trust_remote_code=trust_remote_code
+        ).to(device)
+        model.eval()
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(
+                model_path, trust_remote_code=trust_remote_code
+            )
+        return cls(model, tokenizer, **kwargs)
+
+    # ---------------------------------------------------------------- protocol
+
+    async def generate(
+        self, input_ids: list[int], sampling_params: dict[str, Any], request_id: str
+    ) -> GenerationOutput:
+        """Generate for one request; waits in the queue until a micro-batch takes it."""
+        prompt, params, max_new = self._check_request(input_ids, sampling_params, request_id)
+        loop = asyncio.get_running_loop()
+        request = _Request(request_id, prompt, params, max_new, loop.create_future(), loop)
+        self._requests[request_id] = request
+        try:
+            if max_new == 0:
+                self._finish(request, {"type": "length", "length": 0})
+            else:
+                self._ensure_worker().put_nowait(request)
+            return await request.future
+        except asyncio.CancelledError:
+            request.aborted = True  # the caller gave up: stop spending compute on it
+            raise
+        finally:
+            self._requests.pop(request_id, None)
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a queued or running request: it returns what it has with finish "abort".
+        An unknown (or finished) id is ignored, as in SGLang."""
+        request = self._requests.get(request_id)
+        if request is not None:
+            request.aborted = True
+
+    async def abort_all(self) -> None:
+        for request in list(self._requests.values()):
+            request.aborted = True
+
+    @property
+    def num_running(self) -> int:
+        """Requests queued or being generated."""
+        return len(self._requests)
+
+    async def update_weights(
+        self,
+        source: Mapping[str, torch.Tensor] | str | os.PathLike,
+        weight_version: str | None = None,
+    ) -> None:
+        """Copy new weights into the model's tensors in place (same model object).
+
+        `source` is a state dict (name -> tensor; a subset updates only those tensors) or an
+        HF model directory (safetensors or pytorch_model*.bin; must cover every weight).
+        Runs on the generation thread between micro-batches, so no batch sees a mix.
+        """
+        loop = asyncio.get_running_loop()
+        if isinstance(source, Mapping):
+            await loop.run_in_executor(
+                self._executor, load_weights_in_place, self.model, source, False
+            )
+        else:
+            await loop.run_in_executor(self._executor, _load_dir_in_place, self.model, Path(source))
+        self._num_updates += 1
+        self.weight_version = weight_version or str(self._num_updates)
+        logger.info(
+            "hf backend: weights updated from %s (version %s)",
+            "a state dict" if isinstance(source, Mapping) else source,
+            self.weight_version,
+        )
+
+    async def release_memory(self) -> None:
+        """On CUDA, move the weights to the CPU and free the cache (colocated training).
+        On CPU there is nothing to release: a no-op. Do not generate until resumed."""
+        if self.device.type == "cuda":
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._to, "cpu")
+            self._on_cpu_copy = True
+
+    async def resume_memory(self) -> None:
+        """Move the weights back to the GPU after `release_memory` (a no-op on CPU)."""
+        if self._on_cpu_copy:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._to, self.device)
+            self._on_cpu_copy = False
+
+    async def aclose(self) -> None:
+        """Stop the worker task and thread; pending requests fail with BackendError."""
+        if self._worker is not None:
+            self._worker.cancel()
+            self._worker = None
+        for request in list(self._requests.values()):
+            request.aborted = True  # a running batch ends at its next step
+            if not request.future.done():
+                request.future.set_exception(BackendError("hf backend closed"))
+        self._executor.shutdown(wait=True)
+
+    # ---------------------------------------------------------------- event-loop side
+
+    def _check_request(
+        self, input_ids: list[int], sampling_params: dict[str, Any], request_id: str
+    ) -> tuple[list[int], SamplingParams, int]:
+        try:
+            params = SamplingParams.from_dict(sampling_params)
+            prompt = [operator.index(t) for t in input_ids]
+        except (ValueError, TypeError) as err:
+            raise BackendError(f"request {request_id}: {err}") from err
+        if not prompt:
+            raise BackendError(f"request {request_id}: input_ids is empty")
+        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
+        if bad:
+            raise BackendError(
+                f"request {request_id}: token ids out of the vocabulary "
+                f"[0, {self.vocab_size}): {bad[:5]}"
+            )
+        if len(prompt) >= self.context_length:
+            raise BackendError(
+                f"request {request_id}: prompt of {len(prompt)} tokens does not "
+                f"fit the context length {self.context_length}"
+            )
+        if request_id in self._requests:
+            raise BackendError(f"duplicate request id {request_id!r} (one is still running)")
+        return prompt, params, min(params.max_new_tokens, self.context_length - len(prompt))
+
+    def _ensure_worker(self) -> asyncio.Queue[_Request]:
+        """The queue of this event loop, with its worker task (a new loop gets new ones)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._worker is None or self._worker.done():
+            self._loop, self._queue = loop, asyncio.Queue()
+            self._worker = loop.create_task(self._work(), name="hf-backend-worker")
+        return self._queue
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self._queue.get()]
+            if self.batch_wait_s > 0 and self._queue.qsize() < self.max_num_seqs - 1:
+                await asyncio.sleep(self.batch_wait_s)
+            while len(batch) < self.max_num_seqs and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            for request in [r for r in batch if r.aborted]:
+                self._finish(request, _abort_reason())
+            batch = [r for r in batch if not r.aborted]
+            if not batch:
+                continue
+            try:
+                await loop.run_in_executor(self._executor, self._run_batch, batch)
+            except Exception as err:  # a model error fails this batch, not the engine
+                logger.exception("hf backend: micro-batch of %d failed", len(batch))
+                for request in batch:
+                    _resolve(request.future, BackendError(f"generation failed: {err!r}"))
+
+    # ---------------------------------------------------------------- worker thread
+
+    @torch.no_grad()
+    def _run_batch(self, batch: list[_Request]) -> None:
+        """Prefill the batch, then decode until every request has finished."""
+        self.stats.num_batches += 1
+        self.stats.batch_sizes.append(len(batch))
+        ids, mask = self._left_pad([r.prompt for r in batch])  # (B, P)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(ids, mask, positions, cache)  # (B, V)
+        active, sampler = batch, _RowSampler(batch, self.device)
+        while True:
+            tokens, log_probs = sampler.sample(logits, self._generator)  # (B,), (B,)
+            keep = [
+                j
+                for j, request in enumerate(active)
+                if not self._step(request, int(tokens[j]), float(log_probs[j]))
+            ]
+            if not keep:
+                return
+            if len(keep) < len(active):
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                mask, positions, tokens = mask[index], positions[index], tokens[index]
+                active, sampler = [active[j] for j in keep], sampler.select(keep)
+            mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)  # (B, T + 1)
+            positions = positions[:, -1:] + 1  # (B, 1)
+            logits = self._forward(tokens[:, None], mask, positions, cache)
+            self.stats.decode_steps += 1
+
+    def _forward(
+        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: DynamicCache
+    ) -> torch.Tensor:
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1].float()  # (B, V)
+
+    def _left_pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            ids[i, width - len(prompt) :] = torch.tensor(prompt)
+            mask[i, width - len(prompt) :] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _step(self, request: _Request, token: int, log_prob: float) -> bool:
+        """Append one sampled token; finish the request when it is done. True = finished."""
+        if request.aborted:
+            self._finish(request, _abort_reason())
+            return True
+        request.output_ids.append(token)
+        request.log_probs.append(log_prob)
+        self.stats.generated_tokens += 1
+        params = request.params
+        if token in params.stop_token_ids or (
+            token in self.eos_token_ids and not params.ignore_eos
+        ):
+            self._finish(request, {"type": "stop", "matched": token})
+        elif params.stop and (matched := self._matched_stop_string(request)) is not None:
+            self._finish(request, {"type": "stop", "matched": matched})
+        elif len(request.output_ids) >= request.max_new_tokens:
+            self._finish(request, {"type": "length", "length": len(request.output_ids)})
+        else:
+            return False
+        return True
+
+    def _matched_stop_string(self, request: _Request) -> str | None:
+        # A stop string that ends in the newest token lies within its last len(stop) tokens.
+        longest = max(len(s) for s in request.params.stop)
+        tail = self.tokenizer.decode(request.output_ids[-longest - 1 :])
+        return next((s for s in request.params.stop if s in tail), None)
+
+    def _finish(self, request: _Request, reason: dict[str, Any]) -> None:
+        """Build the SGLang-shaped output and hand it to the request's event loop."""
+        params, matched = request.params, reason.get("matched")
+        text_ids = request.output_ids
+        if isinstance(matched, int) and not params.no_stop_trim:
+            text_ids = text_ids[:-1]
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=params.skip_special_tokens)
+        if isinstance(matched, str) and not params.no_stop_trim and matched in text:
+            text = text[: text.index(matched)]
+        meta = {
+            "id": request.request_id,
+            "finish_reason": reason,
+            "prompt_tokens": len(request.prompt),
+            "completion_tokens": len(request.output_ids),
+            "cached_tokens": 0,
+            "weight_version": self.weight_version,
+            "e2e_latency": time.perf_counter() - request.submitted,
+        }
+        output = GenerationOutput(
+            list(request.output_ids), text, reason["type"], list(request.log_probs), meta
+        )
+        request.loop.call_soon_threadsafe(_resolve, request.future, output)
+
+    def _to(self, device: str | torch.device) -> None:
+        self.model.to(device)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+class _RowSampler:
+    """Per-row temperature / top-k / top-p / min-p sampling of one micro-batch."""
+
+    def __init__(self, batch: list[_Request], device: torch.device) -> None:
+        self.params = [r.params for r in batch]
+        self.device = device
+        self.all_greedy = all(p.greedy for p in self.params)
+        if not self.all_greedy:
+            self.greedy = torch.tensor([p.greedy for p in self.params], device=device)
+            self.temperature = torch.tensor(
+                [1.0 if p.greedy else p.temperature for p in self.params], device=device
+            )[:, None]  # (B, 1)
+            self.top_k = torch.tensor(
+                [p.top_k if p.top_k > 0 else 2**62 for p in self.params], device=device
+            )[:, None]
+            self.top_p = torch.tensor([p.top_p for p in self.params], device=device)[:, None]
+            self.min_p = torch.tensor([p.min_p for p in self.params], device=device)[:, None]
+
+    def select(self, keep: list[int]) -> _RowSampler:
+        fresh = _RowSampler.__new__(_RowSampler)
+        fresh.params, fresh.device = [self.params[j] for j in keep], self.device
+        fresh.all_greedy = all(p.greedy for p in fresh.params)
+        if not self.all_greedy:
+            index = torch.tensor(keep, device=self.device)
+            for name in ("greedy", "temperature", "top_k", "top_p", "min_p"):
+                setattr(fresh, name, getattr(self, name)[index])
+        return fresh
+
+    def sample(
+        self, logits: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Next tokens (B,) and their log-probs (B,) under logits / temperature (B, V)."""
+        tokens = logits.argmax(dim=-1)  # (B,)
+        if self.all_greedy:
+            log_probs = torch.log_softmax(logits, dim=-1)  # (B, V), temperature 1
+        else:
+            scaled = logits / self.temperature  # (B, V); greedy rows have temperature 1
+            log_probs = torch.log_softmax(scaled, dim=-1)  # (B, V)
+            sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+            probs = torch.softmax(sorted_logits, dim=-1)  # (B, V), descending
+            ranks = torch.arange(probs.shape[-1], device=probs.device)[None, :]  # (1, V)
+            before = probs.cumsum(dim=-1) - probs  # mass of the tokens ranked above each
+            drop = (ranks >= self.top_k) | (before >= self.top_p)
+            drop |= probs < self.min_p * probs[:, :1]
+            drop[:, 0] = False  # the most likely token always stays
+            probs = probs.masked_fill(drop, 0.0)
+            picked = torch.multinomial(probs, 1, generator=generator)  # (B, 1) sorted ranks
+            sampled = order.gather(-1, picked)[:, 0]  # (B,)
+            tokens = torch.where(self.greedy, tokens, sampled)
+        return tokens, log_probs.gather(-1, tokens[:, None])[:, 0]
+
+
+def load_weights_in_place(
+    model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], require_all: bool
+) -> None:
+    """Copy `state_dict` into the model's own tensors (dtype/device converted).
+
+    Unknown names and shape mismatches raise ValueError naming them. With `require_all`,
+    every tensor of the model must be covered (tied aliases such as `lm_head.weight` count
+    as covered through the tensor they share).
+    """
+    target = model.state_dict()
+    unknown = [name for name in state_dict if name not in target]
+    if unknown:
+        raise ValueError(f"{len(unknown)} weight names the model does not have, e.g. {unknown[:5]}")
+    for name, tensor in state_dict.items():
+        if tuple(tensor.shape) != tuple(target[name].shape):
+            raise ValueError(
+                f"weight {name!r}: shape {tuple(tensor.shape)} does not match the "
+                f"model's {tuple(target[name].shape)}"
+            )
+    if require_all:
+        covered = {target[name].data_ptr() for name in state_dict}
+        missing = [name for name, t in target.items() if t.data_ptr() not in covered]
+        if missing:
+            raise ValueError(
+                f"{len(missing)} model weights missing from the source, e.g. {missing[:5]}"
+            )
+    with torch.no_grad():
+        for name, tensor in state_dict.items():
+            target[name].copy_(tensor.to(device=target[name].device, dtype=target[name].dtype))
+
+
+def read_weights_dir(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of an HF model directory (safetensors shards, else pytorch_model*.bin)."""
+    if not path.is_dir():
+        raise FileNotFoundError(f"model directory {path} does not exist")
+    shards = sorted(path.glob("*.safetensors"))
+    if shards:
+        from safetensors.torch import load_file
+
+        return {k: v for shard in shards for k, v in load_file(shard).items()}
+    bins = sorted(path.glob("pytorch_model*.bin"))
+    if bins:
+        return {
+            k: v
+            for b in bins
+            for k, v in torch.load(b, map_location="cpu", weights_only=True).items()
+        }
+    raise FileNotFoundError(f"no *.safetensors or pytorch_model*.bin weights in {path}")
+
+
+def _load_dir_in_place(model: torch.nn.Module, path: Path) -> None:
+    load_weights_in_place(model, read_weights_dir(path), require_all=True)
+
+
+_DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+}
+
+
+def _torch_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
+    """fp32 on CPU (bf16 matmuls are slow there and change log-probs); else the asked dtype,
+    bf16 by default."""
+    if str(device).startswith("cpu"):
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None:
+        return torch.bfloat16
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    return _DTYPES[dtype]
+
+
+def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    generation_config = getattr(model, "generation_config", None)
+    eos = getattr(generation_config, "eos_token_id", None)
+    ids.update([eos] if isinstance(eos, int) else (eos or []))
+    if not ids and tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return frozenset(ids)
+
+
+def _abort_reason() -> dict[str, Any]:
+    return {"type": "abort", "message": "Abort in waiting queue or running", "status_code": 200}
+
+
+def _resolve(future: asyncio.Future, result: Any) -> None:
+    if future.done():  # cancelled by the caller meanwhile
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
+__all__ = ["BatchStats", "HFBackend", "SamplingParams", "load_weights_in_place", "read_weights_dir"]

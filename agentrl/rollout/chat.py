@@ -1,0 +1,155 @@
+"""Chat-template rendering for token-in/token-out trajectories.
+
+A multi-turn trajectory is one growing list of token ids. The model's tokens are appended
+exactly as sampled; everything else (tool responses, user turns, the next generation
+prompt) is appended as the *delta* between two renderings of the chat template:
+
+    delta(new) = render(BASE + new, add_generation_prompt=True) - render(BASE)
+
+where BASE is a fixed three-message conversation (system, user, assistant). The cost of a
+turn is therefore constant, not proportional to the conversation so far, and the tokens
+match what rendering the whole conversation would give. Two pitfalls of Qwen-style
+templates (../shared/reference/sglang_api.md section 5) are handled here:
+
+- default system prompt: rendering tool messages alone makes the template inject its
+  default system prompt; BASE has an explicit system message, so the delta never has one;
+- the newline after `<|im_end|>`: generation stops at `<|im_end|>`, but the template
+  writes `<|im_end|>\\n` after each turn. `split_turn_end` finds which part of the
+  template's end-of-turn text the model did not write; it is prepended to the next delta.
+
+Deltas are rendered without tool schemas: templates put the schemas in the system turn,
+which the delta never contains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+_BASE_USER = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Hi."},
+]
+_BASE = [*_BASE_USER, {"role": "assistant", "content": "Hello."}]
+_SENTINEL = "<<agentrl-sentinel-31f7>>"
+
+
+class TemplateError(ValueError):
+    """The chat template cannot be used for token-in/token-out (not prefix-stable)."""
+
+
+class ChatRenderer:
+    """Renders conversations with a tokenizer's chat template and tokenizes the deltas.
+
+    Args:
+        tokenizer: a transformers tokenizer with a chat template.
+        chat_template_kwargs: extra keyword arguments for `apply_chat_template`
+            (`data.apply_chat_template_kwargs`), e.g. `enable_thinking`.
+    """
+
+    def __init__(self, tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None):
+        self.tokenizer = tokenizer
+        self.kwargs = dict(chat_template_kwargs or {})
+        base_user = self.render(_BASE_USER)
+        self.generation_prompt = self._suffix(
+            base_user, self.render(_BASE_USER, True), "adding the generation prompt"
+        )
+        with_sentinel = self._suffix(
+            base_user,
+            self.render([*_BASE_USER, {"role": "assistant", "content": _SENTINEL}]),
+            "appending an assistant message",
+        )
+        cut = with_sentinel.find(_SENTINEL)
+        if cut < 0:
+            raise TemplateError("the chat template does not render assistant content verbatim")
+        self.assistant_prefix = with_sentinel[:cut]  # e.g. "<|im_start|>assistant\n"
+        self.turn_end = with_sentinel[cut + len(_SENTINEL) :]  # e.g. "<|im_end|>\n"
+        self._base_user_text = base_user
+        self._base_text = self.render(_BASE)
+        self._turn_end_cuts = self._cut_points(self.turn_end)
+
+    # ------------------------------------------------------------------ rendering
+
+    def render(
+        self,
+        messages: Sequence[dict],
+        add_generation_prompt: bool = False,
+        tools: Sequence[dict] | None = None,
+    ) -> str:
+        """The template's text for `messages` (with `tools` schemas when given)."""
+        return self.tokenizer.apply_chat_template(
+            list(messages),
+            tools=list(tools) if tools else None,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            **self.kwargs,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` (no BOS/EOS added: the template writes its own markup)."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids` with every special token kept (what the template would write)."""
+        return self.tokenizer.decode(
+            list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+
+    def prompt_ids(self, messages: Sequence[dict], tools: Sequence[dict] | None) -> list[int]:
+        """The prompt: the messages, the tool schemas and the generation prompt."""
+        return self.encode(self.render(messages, True, tools))
+
+    def delta_text(self, new_messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
+        """The text the template adds for `new_messages` after an assistant turn."""
+        full = self.render([*_BASE, *new_messages], add_generation_prompt)
+        return self._suffix(
+            self._base_text,
+            full,
+            "appending " + ", ".join(m.get("role", "?") for m in new_messages) + " messages",
+        )
+
+    def assistant_text(self, message: dict) -> str:
+        """The template's text for one assistant message, from its header to its turn end."""
+        full = self.render([*_BASE_USER, message])
+        return self._suffix(self._base_user_text, full, "appending an assistant message")
+
+    # ------------------------------------------------------------------ the model's turn end
+
+    def split_turn_end(self, text: str) -> tuple[str, str]:
+        """Split a model turn into `(content, missing)`.
+
+        `content` is the text without the end-of-turn markup the model wrote (e.g. a final
+        `<|im_end|>`); `missing` is the rest of the template's end-of-turn text that the
+        model did not write (e.g. the `\\n` after `<|im_end|>`, or all of `<|im_end|>\\n`
+        when generation stopped for another reason).
+        """
+        for cut in self._turn_end_cuts:
+            if text.endswith(self.turn_end[:cut]):
+                return text[: len(text) - cut], self.turn_end[cut:]
+        return text, self.turn_end
+
+    def _cut_points(self, turn_end: str) -> list[int]:
+        """Where a model may stop inside the turn end: after the whole of it, or right after
+        a special token in it (its EOS). Longest first; never inside a token's text, so a
+        model text ending in "<" is not mistaken for the start of "<|im_end|>"."""
+        cuts = {len(turn_end)}
+        for token in self.tokenizer.all_special_tokens:
+            start = turn_end.find(token) if token else -1
+            if start >= 0:
+                cuts.add(start + len(token))
+        return sorted((c for c in cuts if c > 0), reverse=True)
+
+    @staticmethod
+    def _suffix(prefix: str, full: str, what: str) -> str:
+        if not full.startswith(prefix):
+            at = next(
+                (i for i, (a, b) in enumerate(zip(prefix, full, strict=False)) if a != b),
+                min(len(prefix), len(full)),
+            )
+            raise TemplateError(
+                f"the chat template is not prefix-stable: {what} changes the text rendered "
+                f"before it (at character {at}: {prefix[max(at - 30, 0) : at + 30]!r} became "
+                f"{full[max(at - 30, 0) : at + 30]!r}), so turns cannot be appended as token "
+                "deltas"
+            )
+        return full[len(prefix) :]

@@ -1,0 +1,469 @@
+"""AsyncRolloutEngine: every sample is its own asyncio state machine against a backend.
+
+    engine = AsyncRolloutEngine(cfg.actor_rollout_ref.rollout, tokenizer, backend,
+                                tools=load_tools(path), interactions=load_interactions(path))
+    out = engine.generate_sequences(batch)        # or: await engine.agenerate_sequences(batch)
+
+The input batch is `collate_fn` output of RLHFDataset (non-tensor `raw_prompt`,
+`tools_kwargs`, `interaction_kwargs`, `data_source`, ...); `meta_info["validate"]` selects
+`rollout.val_kwargs` (n = 1, greedy by default). The engine builds n requests per prompt,
+runs one coroutine per request with `asyncio.gather`, and returns the DataProto described
+in agentrl/rollout/output.py, in `repeat(n, interleave=True)` order.
+
+One handler per state (DESIGN.md section 3):
+
+- PENDING: create one tool instance per tool shown to the sample (create_kwargs from its
+  `tools_kwargs`), start its interaction -> RUNNING.
+- RUNNING: generate (bounded by `max_concurrent_requests`; retryable backend errors are
+  retried with exponential backoff up to `max_retries`, then the request is FAILED), append
+  the exact output ids, parse tool calls -> TOOL_CALLING, INTERACTING or COMPLETED.
+- TOOL_CALLING: run the turn's calls concurrently through `execute_tool_call` (schema
+  validation, per-call timeout, errors as text), at most `max_concurrent_tool_calls` per
+  tool across the batch; append the responses as a template delta -> RUNNING.
+- INTERACTING: ask the interaction for the user's reply -> RUNNING or COMPLETED.
+- always at the end: `calc_reward` then `release` for every tool instance, then
+  `finalize_interaction`, also after errors and cancellation; then `finalize` (sanity
+  check, truncation to the response budget).
+
+A fault ends only its request, never the batch: a FAILED request keeps its tokens with a
+zero loss mask, and `meta_info["metrics"]` counts it. Configuration errors (an unknown
+tool or interaction named by a sample) raise before anything runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl.data.rows import select_tool_schemas
+from agentrl.interactions.base import BaseInteraction
+from agentrl.protocol import DataProto
+from agentrl.rollout.chat import ChatRenderer
+from agentrl.rollout.generation import generate_with_retries
+from agentrl.rollout.output import batch_metrics, batch_timing, build_output
+from agentrl.rollout.parsers import ParsedCall, ParseResult, get_tool_parser
+from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
+from agentrl.rollout.tool_calls import end_plugins, run_tool_turn, start_plugins
+from agentrl.tools import BaseTool
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchContext:
+    """What one batch's coroutines share (created per call: asyncio primitives belong to
+    the loop that runs them)."""
+
+    n: int  # trajectories per prompt
+    sampling_params: dict[str, Any]
+    generation_slots: asyncio.Semaphore
+    tool_slots: dict[str, asyncio.Semaphore]
+    on_request_done: Callable[[AsyncRolloutRequest], None] | None = None
+
+
+class AsyncRolloutEngine:
+    """Multi-turn rollout over any `GenerationBackend` (see the module docstring).
+
+    Args:
+        config: the `actor_rollout_ref.rollout` sub-config.
+        tokenizer: the policy's tokenizer (with its chat template).
+        backend: an object with the `GenerationBackend` coroutines.
+        tools: `{name: BaseTool}` from `load_tools` (possibly wrapped by `wrap_tools`).
+        interactions: `{name: BaseInteraction}` from `load_interactions`.
+        chat_template_kwargs: `data.apply_chat_template_kwargs`, so prompts render as the
+            dataset renders them.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        tokenizer: Any,
+        backend: Any,
+        tools: Mapping[str, BaseTool] | None = None,
+        interactions: Mapping[str, BaseInteraction] | None = None,
+        *,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ):
+        if not callable(getattr(backend, "generate", None)):
+            raise TypeError(
+                f"backend {type(backend).__name__} has no generate() coroutine; "
+                "see agentrl.rollout.backends.GenerationBackend"
+            )
+        self.config = config
+        self.multi_turn = config.multi_turn
+        self.tokenizer = tokenizer
+        self.backend = backend
+        self.tools = dict(tools or {})
+        self.interactions = dict(interactions or {})
+        self.renderer = ChatRenderer(tokenizer, dict(chat_template_kwargs or {}))
+        self.tool_schemas = [
+            t.get_openai_tool_schema().model_dump(exclude_none=True) for t in self.tools.values()
+        ]
+        self.parser = get_tool_parser(self.multi_turn.format, self.tool_schemas)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = pad if pad is not None else tokenizer.eos_token_id
+        self._loop: asyncio.AbstractEventLoop | None = None  # for generate_sequences
+        self._loop_thread: threading.Thread | None = None
+        self._loop_lock = threading.Lock()
+        self._warned_prompt_mismatch = False
+
+    # ------------------------------------------------------------------ the batch
+
+    def generate_sequences(self, batch: DataProto) -> DataProto:
+        """Blocking `agenerate_sequences`, run on the engine's own event loop thread (one
+        loop for the engine's lifetime, so loop-bound backend clients keep working)."""
+        future = asyncio.run_coroutine_threadsafe(
+            self.agenerate_sequences(batch), self._background_loop()
+        )
+        return future.result()
+
+    async def agenerate_sequences(
+        self,
+        batch: DataProto,
+        *,
+        on_request_done: Callable[[AsyncRolloutRequest], None] | None = None,
+    ) -> DataProto:
+        """Roll out every prompt of `batch` n times; see the module docstring.
+
+        `on_request_done(request)` is called as each request finishes (progress bars).
+        """
+        started = time.perf_counter()
+        ctx = self.new_context(bool(batch.meta_info.get("validate", False)), on_request_done)
+        requests = self.build_requests(batch, ctx.n)
+        await asyncio.gather(*(self.run_request(r, ctx) for r in requests))
+        return self.collect(requests, batch, time.perf_counter() - started)
+
+    def new_context(
+        self,
+        validate: bool = False,
+        on_request_done: Callable[[AsyncRolloutRequest], None] | None = None,
+    ) -> BatchContext:
+        """The shared state of one batch's coroutines (call inside the loop that runs them)."""
+        n, params = self.sampling_params(validate)
+        return BatchContext(
+            n=n,
+            sampling_params=params,
+            generation_slots=asyncio.Semaphore(self.config.max_concurrent_requests),
+            tool_slots={
+                name: asyncio.Semaphore(self.multi_turn.max_concurrent_tool_calls)
+                for name in self.tools
+            },
+            on_request_done=on_request_done,
+        )
+
+    def collect(
+        self, requests: list[AsyncRolloutRequest], batch: DataProto, wall_s: float
+    ) -> DataProto:
+        """The output DataProto of finished requests, with metrics and timing."""
+        out = build_output(
+            requests,
+            batch,
+            prompt_length=self.config.prompt_length,
+            response_length=self.config.response_length,
+            pad_token_id=self.pad_token_id,
+            with_log_probs=self.config.calculate_log_probs,
+        )
+        out.meta_info["metrics"] = batch_metrics(requests)
+        out.meta_info["timing"] = batch_timing(requests, wall_s)
+        return out
+
+    def sampling_params(self, validate: bool) -> tuple[int, dict[str, Any]]:
+        """`(n, sampling params)` from the config (val_kwargs when validating)."""
+        source = self.config.val_kwargs if validate else self.config
+        greedy = not source.do_sample or source.temperature == 0
+        params: dict[str, Any] = {
+            "temperature": 0.0 if greedy else float(source.temperature),
+            "top_p": 1.0 if greedy else float(source.top_p),
+            "top_k": -1 if greedy else int(source.top_k),
+            "skip_special_tokens": False,
+            "no_stop_trim": True,
+        }
+        if self.tokenizer.eos_token_id is not None:
+            params["stop_token_ids"] = [self.tokenizer.eos_token_id]
+        if self.config.ignore_eos:
+            params["ignore_eos"] = True
+        return int(source.n), params
+
+    def build_requests(self, batch: DataProto, n: int) -> list[AsyncRolloutRequest]:
+        """n PENDING requests per row; raises on rows naming unknown tools/interactions."""
+        columns = batch.non_tensor_batch
+        if "raw_prompt" not in columns:
+            raise KeyError(
+                "the rollout needs non_tensor_batch['raw_prompt'] (the chat "
+                "messages; set data.return_raw_chat=true)"
+            )
+        batch_id = uuid.uuid4().hex[:8]
+        requests = []
+        for i in range(len(batch)):
+            tools_kwargs = (
+                dict(columns["tools_kwargs"][i] or {}) if "tools_kwargs" in columns else {}
+            )
+            interaction_kwargs = (
+                dict(columns["interaction_kwargs"][i] or {})
+                if "interaction_kwargs" in columns
+                else {}
+            )
+            self._check_row(i, tools_kwargs, interaction_kwargs)
+            schemas = select_tool_schemas(self.tool_schemas, tools_kwargs) if self.tools else []
+            messages = [dict(m) for m in columns["raw_prompt"][i]]
+            prompt_ids = self.renderer.prompt_ids(messages, schemas)  # once for the n samples
+            if "raw_prompt_ids" in columns:
+                self._compare_with_dataset(i, prompt_ids, columns["raw_prompt_ids"][i])
+            for offset in range(n):
+                requests.append(
+                    AsyncRolloutRequest.from_prompt(
+                        self.renderer,
+                        messages,
+                        schemas,
+                        batch_data_id=i,
+                        rollout_offset=offset,
+                        request_id=f"{batch_id}-{i}-{offset}",
+                        tools_kwargs=tools_kwargs,
+                        interaction_kwargs=interaction_kwargs,
+                        prompt_ids=prompt_ids,
+                    )
+                )
+        return requests
+
+    def _compare_with_dataset(self, i: int, prompt_ids: list[int], dataset_ids: Any) -> None:
+        """Warn (once) when the dataset rendered the prompt differently: the trainer then
+        sees other prompt tokens than the dataset's (chat_template_kwargs not passed?)."""
+        if self._warned_prompt_mismatch or list(dataset_ids) == prompt_ids:
+            return
+        self._warned_prompt_mismatch = True
+        logger.warning(
+            "row %d: the rollout renders the prompt as %d tokens, the dataset's raw_prompt_ids "
+            "have %d (different); pass data.apply_chat_template_kwargs to the engine as "
+            "chat_template_kwargs, and keep prompts within data.max_prompt_length",
+            i,
+            len(prompt_ids),
+            len(dataset_ids),
+        )
+
+    def _check_row(self, i: int, tools_kwargs: dict, interaction_kwargs: dict) -> None:
+        if not self.multi_turn.enable:
+            return
+        unknown = sorted(set(tools_kwargs) - set(self.tools))
+        if unknown:
+            raise ValueError(
+                f"row {i}: tools_kwargs names tools {unknown} that are not loaded "
+                f"(loaded: {', '.join(self.tools) or 'none'}; see "
+                "multi_turn.tool_config_path)"
+            )
+        if interaction_kwargs and self.interactions:
+            self._interaction_name(i, interaction_kwargs)
+
+    def _interaction_name(self, i: int, interaction_kwargs: dict) -> str | None:
+        if not (interaction_kwargs and self.interactions and self.multi_turn.enable):
+            return None
+        name = interaction_kwargs.get("name")
+        if name is None and len(self.interactions) == 1:
+            return next(iter(self.interactions))
+        if name not in self.interactions:
+            raise ValueError(
+                f"row {i}: interaction_kwargs.name is {name!r}; loaded "
+                f"interactions: {', '.join(self.interactions)} (see "
+                "multi_turn.interaction_config_path)"
+            )
+        return name
+
+    # ------------------------------------------------------------------ one request
+
+    async def run_request(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
+        """Drive one request to COMPLETED or FAILED; never raises except on cancellation."""
+        try:
+            while req.state not in (RequestState.COMPLETED, RequestState.FAILED):
+                await self.step(req, ctx)
+        except asyncio.CancelledError:
+            req.fail("cancelled")
+            raise
+        except Exception as err:  # a bug or a plugin breaking its contract: this request only
+            logger.exception("request %s: unexpected error", req.request_id)
+            req.fail(f"unexpected {type(err).__name__}: {err}")
+        finally:
+            cleanup = asyncio.ensure_future(
+                end_plugins(req, self.tools, self.interactions, self.multi_turn.tool_timeout)
+            )
+            await asyncio.shield(cleanup)  # a second cancel leaves it running to the end
+        budget, budget_name = self.response_budget(req)
+        req.finalize(
+            self.renderer, budget, budget_name, self.multi_turn.tokenization_sanity_check_mode
+        )
+        if ctx.on_request_done is not None:
+            ctx.on_request_done(req)
+
+    async def step(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
+        """Run the handler of the request's current state (one transition)."""
+        handler = {
+            RequestState.PENDING: self._handle_pending,
+            RequestState.RUNNING: self._handle_running,
+            RequestState.TOOL_CALLING: self._handle_tool_calling,
+            RequestState.INTERACTING: self._handle_interacting,
+        }[req.state]
+        await handler(req, ctx)
+
+    def response_budget(self, req: AsyncRolloutRequest) -> tuple[int, str]:
+        """Response tokens this request may use and the name of the binding limit."""
+        response_length = self.config.response_length
+        max_model_len = self.config.max_model_len or (self.config.prompt_length + response_length)
+        by_model_len = max_model_len - req.prompt_length
+        if response_length <= by_model_len:
+            return response_length, "response_length"
+        return by_model_len, "max_model_len"
+
+    async def _handle_pending(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
+        if req.prompt_length > self.config.prompt_length:
+            req.fail(
+                f"the prompt has {req.prompt_length} tokens, more than rollout.prompt_length="
+                f"{self.config.prompt_length}; a cut chat prompt cannot be continued (set "
+                "data.filter_overlong_prompts=true or raise data.max_prompt_length)"
+            )
+            return
+        if self.multi_turn.enable:
+            name = self._interaction_name(req.batch_data_id, req.interaction_kwargs)
+            if not await start_plugins(
+                req, self.tools, self.interactions, name, self.multi_turn.tool_timeout
+            ):
+                return
+        req.state = RequestState.RUNNING
+
+    async def _handle_running(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
+        budget, budget_name = self.response_budget(req)
+        remaining = budget - req.response_length
+        if remaining <= 0:
+            req.finish(FinishReason.LENGTH, budget_name)
+            return
+        per_turn = self.multi_turn.max_new_tokens_per_turn
+        max_new = min(remaining, per_turn) if per_turn else remaining
+        out = await generate_with_retries(
+            self.backend,
+            req,
+            {**ctx.sampling_params, "max_new_tokens": max_new},
+            ctx.generation_slots,
+            timeout=self.config.request_timeout,
+            max_retries=self.config.max_retries,
+            backoff=self.multi_turn.retry_backoff,
+        )
+        if out is None:
+            return
+        req.metrics.assistant_turns += 1
+        content = req.add_model_output(self.renderer, out.output_ids, out.output_log_probs)
+        parsed = (
+            self.parser.parse(content)
+            if self.multi_turn.enable and req.tool_instances
+            else ParseResult(content, [])
+        )
+        req.add_assistant_message(
+            self.renderer, content, parsed.normal_text, self._message_tool_calls(req, parsed.calls)
+        )
+        if out.finish_reason == "abort":
+            req.finish(FinishReason.ABORT)
+        elif out.finish_reason == "length":
+            req.finish(
+                FinishReason.LENGTH,
+                budget_name if max_new == remaining else "max_new_tokens_per_turn",
+            )
+        elif not (parsed.calls or req.interaction):
+            req.finish(FinishReason.STOP)
+        elif self._turn_limit_reached(req):
+            req.finish(FinishReason.TOOL_CALL if parsed.calls else FinishReason.STOP)
+        elif parsed.calls:
+            req.pending_calls = parsed.calls
+            req.state = RequestState.TOOL_CALLING
+        else:
+            req.state = RequestState.INTERACTING
+
+    def _turn_limit_reached(self, req: AsyncRolloutRequest) -> bool:
+        max_assistant = self.multi_turn.max_assistant_turns
+        max_user = self.multi_turn.max_user_turns
+        return bool(
+            (max_assistant and req.metrics.assistant_turns >= max_assistant)
+            or (max_user and req.metrics.user_turns >= max_user)
+        )
+
+    @staticmethod
+    def _message_tool_calls(req: AsyncRolloutRequest, calls: list[ParsedCall]) -> list[dict]:
+        """The readable calls in OpenAI message form; ids `call_{turn}_{k}` number the
+        readable calls, as the tool messages' `tool_call_id` do."""
+        turn = req.metrics.assistant_turns
+        readable = [c for c in calls if c.error is None]
+        return [
+            {
+                "id": f"call_{turn}_{k}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for k, c in enumerate(readable)
+        ]
+
+    async def _handle_tool_calling(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
+        messages = await run_tool_turn(
+            req, req.pending_calls, self.tools, ctx.tool_slots, self.multi_turn
+        )
+        req.pending_calls = []
+        req.metrics.user_turns += 1
+        self._continue_with(req, messages)
+
+    async def _handle_interacting(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
+        interaction = self.interactions[req.interaction]
+        started = time.perf_counter()
+        try:
+            terminate, text, score, _ = await asyncio.wait_for(
+                interaction.generate_response(
+                    req.request_id, [dict(m) for m in req.messages], **req.interaction_kwargs
+                ),
+                self.multi_turn.tool_timeout,
+            )
+        except Exception as err:
+            req.metrics.interaction_errors += 1
+            req.fail(
+                f"interaction {req.interaction!r}: generate_response raised "
+                f"{type(err).__name__}: {err}"
+            )
+            return
+        finally:
+            req.metrics.interaction_s += time.perf_counter() - started
+        req.reward_scores.setdefault("user_turn_rewards", []).append(float(score))
+        if terminate:
+            req.finish(FinishReason.STOP)
+            return
+        req.metrics.user_turns += 1
+        self._continue_with(req, [{"role": "user", "content": str(text)}])
+
+    def _continue_with(self, req: AsyncRolloutRequest, messages: list[dict]) -> None:
+        """Append a tool/user turn and the generation prompt; RUNNING unless over budget."""
+        req.add_messages(self.renderer, messages)
+        budget, budget_name = self.response_budget(req)
+        if req.response_length >= budget:
+            req.finish(FinishReason.LENGTH, budget_name)
+        else:
+            req.state = RequestState.RUNNING
+
+    # ------------------------------------------------------------------ blocking calls
+
+    def _background_loop(self) -> asyncio.AbstractEventLoop:
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._loop_thread = threading.Thread(
+                    target=self._loop.run_forever, name="agentrl-rollout", daemon=True
+                )
+                self._loop_thread.start()
+            return self._loop
+
+    def close(self) -> None:
+        """Stop the event-loop thread of `generate_sequences` (if it was started)."""
+        with self._loop_lock:
+            if self._loop is None:
+                return
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop_thread.join(timeout=10)
+            if not self._loop_thread.is_alive():
+                self._loop.close()
+            self._loop, self._loop_thread = None, None

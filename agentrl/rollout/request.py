@@ -1,0 +1,280 @@
+"""AsyncRolloutRequest: one sample's state, messages and token-level trajectory.
+
+States (DESIGN.md section 3):
+
+    PENDING -> RUNNING -> TOOL_CALLING -> RUNNING ... -> COMPLETED
+                       -> INTERACTING  -> RUNNING ...    (or FAILED from any state)
+
+The token trajectory is five aligned lists, `input_ids`, `attention_mask`, `position_ids`,
+`loss_mask` and `rollout_log_probs`, and `append` is the only method that grows them:
+
+    [prompt: loss 0][model turn: loss 1, log-probs][tool turn delta: loss 0][model turn: 1]..
+
+Model tokens are appended exactly as the backend returned them (never decoded and
+re-encoded); every other turn is a template delta (`agentrl.rollout.chat`). `finalize`
+re-renders the whole conversation and compares it with the trajectory (the tokenization
+sanity check), then cuts every aligned list at the response budget.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from agentrl.rollout.chat import ChatRenderer
+
+logger = logging.getLogger(__name__)
+
+SANITY_CHECK_MODES = ("strict", "ignore_strippable", "disable")
+
+
+class RequestState(str, Enum):
+    """Where a request is in its state machine."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    TOOL_CALLING = "tool_calling"
+    INTERACTING = "interacting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class FinishReason(str, Enum):
+    """Why a trajectory ended."""
+
+    STOP = "stop"  # the model answered without calling a tool (or the user ended it)
+    LENGTH = "length"  # a token budget ran out
+    TOOL_CALL = "tool_call"  # a turn limit was reached while the model was calling tools
+    ABORT = "abort"  # the backend aborted the generation
+
+
+@dataclass
+class RequestMetrics:
+    """Per-request counters and latencies (aggregated into the batch's meta_info)."""
+
+    assistant_turns: int = 0
+    user_turns: int = 0  # tool turns + interaction turns
+    tool_calls: Counter = field(default_factory=Counter)  # tool name -> calls executed
+    tool_errors: Counter = field(default_factory=Counter)  # kind -> count
+    parse_errors: int = 0  # calls the parser could not read
+    tool_responses_truncated: int = 0
+    backend_retries: int = 0
+    backend_errors: int = 0  # generation calls that failed for good
+    interaction_errors: int = 0
+    generation_s: float = 0.0
+    tool_s: float = 0.0  # wall time of the tool turns
+    interaction_s: float = 0.0
+    tokenization: str = "unchecked"  # match | token_drift | strippable_drift | text_drift
+    tool_metrics: list[dict] = field(default_factory=list)  # one per executed call
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["tool_calls"], out["tool_errors"] = dict(self.tool_calls), dict(self.tool_errors)
+        return out
+
+
+@dataclass
+class AsyncRolloutRequest:
+    """One trajectory: built by `from_prompt`, advanced by the engine's state handlers."""
+
+    batch_data_id: int
+    rollout_offset: int
+    request_id: str
+    messages: list[dict]
+    tool_schemas: list[dict]
+    tools_kwargs: dict[str, dict]
+    interaction_kwargs: dict[str, Any]
+    prompt_length: int = 0
+    state: RequestState = RequestState.PENDING
+    finish_reason: FinishReason | None = None
+    truncation: str | None = None  # why the trajectory was cut, None when it was not
+    error: str | None = None  # why it FAILED
+    input_ids: list[int] = field(default_factory=list)
+    attention_mask: list[int] = field(default_factory=list)
+    position_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    rollout_log_probs: list[float] = field(default_factory=list)
+    reward_scores: dict[str, Any] = field(default_factory=dict)
+    step_rewards: list[tuple[int, float]] = field(default_factory=list)  # (response pos, r)
+    pending_calls: list = field(default_factory=list)  # ParsedCalls of the last model turn
+    tool_instances: dict[str, str] = field(default_factory=dict)  # tool name -> instance id
+    interaction: str | None = None  # name of the sample's interaction, once started
+    metrics: RequestMetrics = field(default_factory=RequestMetrics)
+    # Template text after the last model turn that is not in input_ids yet (e.g. the
+    # newline after <|im_end|>); it opens the next delta.
+    pending_suffix: str = ""
+
+    @classmethod
+    def from_prompt(
+        cls,
+        renderer: ChatRenderer,
+        messages: list[dict],
+        tool_schemas: list[dict],
+        *,
+        batch_data_id: int,
+        rollout_offset: int,
+        request_id: str,
+        tools_kwargs: dict | None = None,
+        interaction_kwargs: dict | None = None,
+        prompt_ids: list[int] | None = None,
+    ) -> AsyncRolloutRequest:
+        """A PENDING request whose trajectory is the rendered prompt (loss mask 0).
+
+        `prompt_ids` skips the rendering when the caller already has it (n samples of one
+        prompt); they must be `renderer.prompt_ids(messages, tool_schemas)`.
+        """
+        request = cls(
+            batch_data_id=batch_data_id,
+            rollout_offset=rollout_offset,
+            request_id=request_id,
+            messages=[dict(m) for m in messages],
+            tool_schemas=list(tool_schemas),
+            tools_kwargs=dict(tools_kwargs or {}),
+            interaction_kwargs=dict(interaction_kwargs or {}),
+        )
+        if prompt_ids is None:
+            prompt_ids = renderer.prompt_ids(request.messages, request.tool_schemas)
+        request.append(list(prompt_ids), 0)
+        request.prompt_length = len(request.input_ids)
+        return request
+
+    # ------------------------------------------------------------------ the trajectory
+
+    def append(self, ids: list[int], loss_mask: int, log_probs: list[float] | None = None) -> None:
+        """Append tokens to every aligned list (log-probs 0.0 where none are given)."""
+        if log_probs is not None and len(log_probs) != len(ids):
+            raise ValueError(
+                f"request {self.request_id}: {len(log_probs)} log-probs for {len(ids)} tokens"
+            )
+        start = len(self.input_ids)
+        self.input_ids.extend(ids)
+        self.attention_mask.extend([1] * len(ids))
+        self.position_ids.extend(range(start, start + len(ids)))
+        self.loss_mask.extend([loss_mask] * len(ids))
+        self.rollout_log_probs.extend(log_probs if log_probs is not None else [0.0] * len(ids))
+
+    @property
+    def response_length(self) -> int:
+        return len(self.input_ids) - self.prompt_length
+
+    @property
+    def response_ids(self) -> list[int]:
+        return self.input_ids[self.prompt_length :]
+
+    def add_model_output(
+        self, renderer: ChatRenderer, output_ids: list[int], log_probs: list[float] | None
+    ) -> str:
+        """Append a model turn's exact ids (loss mask 1); return its content text (without
+        the end-of-turn markup the model wrote)."""
+        self.append(list(output_ids), 1, log_probs)
+        content, self.pending_suffix = renderer.split_turn_end(renderer.decode(output_ids))
+        return content
+
+    def add_assistant_message(
+        self, renderer: ChatRenderer, content: str, normal_text: str, tool_calls: list[dict]
+    ) -> None:
+        """Record the model turn as a message.
+
+        The structured form (`content` = the text before the calls, `tool_calls`) is kept
+        when the template renders it to exactly what the model wrote; otherwise the model's
+        text is kept verbatim as `content` (non-canonical call formatting, malformed calls),
+        so the messages always render to the trajectory's tokens.
+        """
+        if tool_calls:
+            text = normal_text[:-1] if normal_text.endswith("\n") else normal_text
+            message = {"role": "assistant", "content": text, "tool_calls": tool_calls}
+            written = renderer.generation_prompt + content + renderer.turn_end
+            if renderer.assistant_text(message) == written:
+                self.messages.append(message)
+                return
+        self.messages.append({"role": "assistant", "content": content})
+
+    def add_messages(self, renderer: ChatRenderer, new_messages: list[dict]) -> None:
+        """Append tool/user messages and the next generation prompt as a delta (loss 0)."""
+        text = self.pending_suffix + renderer.delta_text(new_messages)
+        self.pending_suffix = ""
+        self.messages.extend(new_messages)
+        self.append(renderer.encode(text), 0)
+
+    # ------------------------------------------------------------------ the end
+
+    def finish(self, reason: FinishReason, truncation: str | None = None) -> None:
+        self.state = RequestState.COMPLETED
+        self.finish_reason = reason
+        self.truncation = self.truncation or truncation
+
+    def fail(self, error: str) -> None:
+        logger.warning("request %s failed: %s", self.request_id, error)
+        self.state = RequestState.FAILED
+        self.error = error
+        self.finish_reason = self.finish_reason or FinishReason.ABORT
+
+    def finalize(
+        self, renderer: ChatRenderer, response_budget: int, budget_name: str, sanity_check_mode: str
+    ) -> None:
+        """Check the tokenization, cut the trajectory to `response_budget` response tokens
+        and zero the loss mask of a FAILED request."""
+        if sanity_check_mode not in SANITY_CHECK_MODES:
+            raise ValueError(
+                f"tokenization_sanity_check_mode {sanity_check_mode!r}; choose "
+                f"one of {', '.join(SANITY_CHECK_MODES)}"
+            )
+        if sanity_check_mode != "disable" and self.state != RequestState.FAILED:
+            self.metrics.tokenization = self._check_tokenization(renderer)
+            bad = {
+                "strict": ("text_drift", "strippable_drift"),
+                "ignore_strippable": ("text_drift",),
+            }[sanity_check_mode]
+            if self.metrics.tokenization in bad:
+                self.fail(
+                    f"tokenization drift ({self.metrics.tokenization}): the trajectory's "
+                    f"tokens do not decode to the chat template's rendering of its "
+                    f"messages (multi_turn.tokenization_sanity_check_mode="
+                    f"{sanity_check_mode})"
+                )
+        keep = self.prompt_length + max(response_budget, 0)
+        if len(self.input_ids) > keep:
+            for name in (
+                "input_ids",
+                "attention_mask",
+                "position_ids",
+                "loss_mask",
+                "rollout_log_probs",
+            ):
+                del getattr(self, name)[keep:]
+            self.truncation = self.truncation or budget_name
+            if self.state == RequestState.COMPLETED:
+                self.finish_reason = FinishReason.LENGTH
+        self.step_rewards = [(p, r) for p, r in self.step_rewards if p < self.response_length]
+        if self.state == RequestState.FAILED:
+            self.loss_mask = [0] * len(self.loss_mask)
+
+    def _check_tokenization(self, renderer: ChatRenderer) -> str:
+        """Compare the trajectory with the rendering of the whole conversation."""
+        ends_with_model = self.messages[-1]["role"] == "assistant"
+        expected = renderer.render(self.messages, not ends_with_model, self.tool_schemas)
+        if ends_with_model and self.pending_suffix:
+            if not expected.endswith(self.pending_suffix):
+                return "text_drift"
+            expected = expected[: len(expected) - len(self.pending_suffix)]
+        actual = renderer.decode(self.input_ids)
+        if actual != expected:
+            if "".join(actual.split()) == "".join(expected.split()):
+                return "strippable_drift"
+            logger.debug(
+                "request %s: tokenization drift\n  expected %r\n  actual   %r",
+                self.request_id,
+                expected,
+                actual,
+            )
+            return "text_drift"
+        if renderer.encode(expected) != self.input_ids:
+            return "token_drift"  # same text, other token split: the trainer sees our ids
+        return "match"
+
+    def num_turns(self) -> int:
+        """verl's count: assistant turns + user turns + 1 (the prompt)."""
+        return self.metrics.assistant_turns + self.metrics.user_turns + 1

@@ -1,0 +1,285 @@
+"""Async per-request rollout vs a turn-synchronous batch rollout, on one multi-turn workload.
+
+    python bench/rollout_async_vs_sync.py                       # latency-model backend
+    python bench/rollout_async_vs_sync.py --backend hf --requests 32   # real tiny model, CPU
+
+The workload: `--requests` conversations, each with 1 to `--max-tool-turns` tool turns
+(seeded), a scripted model turn of 8-48 filler tokens plus a tool call, and a tool whose
+latency per call is lognormal (median `--tool-median` s, sigma `--tool-sigma`, heavy-tailed;
+capped at `--tool-cap` s). Both modes run the same AsyncRolloutEngine state handlers
+(`engine.step`) and the same script:
+
+(a) async: `agenerate_sequences`, one coroutine per request;
+(b) turn-synchronous: every running request generates, then every tool call of the turn
+    runs, then the next turn starts (the batch waits for its slowest member each phase).
+
+Backends:
+
+- `latency`: a stand-in for a GPU inference server. A call holds one of `--capacity`
+  sequence slots for `--call-overhead + new prompt tokens x --prefill-s + output tokens x
+  --decode-s` seconds (a prefix cache: only tokens not seen in the previous call of the
+  request are prefilled), then returns the scripted tokens. The bound printed is
+  max(critical path = the slowest request's own generation + tool time, total generation
+  work / capacity). Targets: (a) within 1.2x of the bound, at least 2x faster than (b).
+- `hf`: the embedded transformers backend on the tiny offline model: each call generates
+  as many tokens as the script's turn (ignore_eos) for the real compute, and returns the
+  scripted tokens so both modes follow the same conversation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer
+
+from agentrl.config import load_config
+from agentrl.protocol import DataProto
+from agentrl.rollout import AsyncRolloutEngine, RequestState
+from agentrl.rollout.backends import GenerationOutput
+from agentrl.tools import BaseTool, OpenAIFunctionToolSchema, ToolResponse
+
+FILLER = ("think", "about", "the", "question", "and", "then", "call", "tool", "now", "ok")
+
+
+class Workload:
+    """The seeded script: model turn texts and tool latencies of every conversation."""
+
+    def __init__(self, args: argparse.Namespace):
+        rng = random.Random(args.seed)
+        self.turns: dict[int, list[str]] = {}
+        self.latency: dict[str, float] = {}
+        for k in range(args.requests):
+            texts = []
+            for t in range(rng.randint(1, args.max_tool_turns)):
+                key = f"{k}-{t}"
+                self.latency[key] = min(
+                    args.tool_cap, rng.lognormvariate(math.log(args.tool_median), args.tool_sigma)
+                )
+                call = json.dumps({"name": "wait", "arguments": {"key": key}})
+                texts.append(self._filler(rng) + f"\n<tool_call>\n{call}\n</tool_call><|im_end|>")
+            texts.append(self._filler(rng) + " <answer>done</answer><|im_end|>")
+            self.turns[k] = texts
+
+    @staticmethod
+    def _filler(rng: random.Random) -> str:
+        return " ".join(rng.choice(FILLER) for _ in range(rng.randint(8, 48)))
+
+    def output_for(self, text: str) -> str:
+        """The scripted model turn for a rendered input (conversation and turn from it)."""
+        conversation = int(re.search(r"conversation (\d+)", text).group(1))
+        turn = text.count("<|im_start|>assistant") - 1
+        return self.turns[conversation][turn]
+
+
+class WaitTool(BaseTool):
+    """Sleeps the workload's latency for the call's key."""
+
+    def __init__(self, latency: dict[str, float]):
+        super().__init__(
+            {},
+            OpenAIFunctionToolSchema.model_validate(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "wait",
+                        "description": "Wait.",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"key": {"type": "string"}},
+                            "required": ["key"],
+                        },
+                    },
+                }
+            ),
+        )
+        self.latency = latency
+
+    async def execute(self, instance_id: str, parameters: dict, **kwargs: Any):
+        await asyncio.sleep(self.latency[parameters["key"]])
+        return ToolResponse(text="done"), 0.0, {}
+
+
+class LatencyModelBackend:
+    """A GPU server stand-in: `capacity` slots, time from tokens (see the module docstring)."""
+
+    def __init__(self, tokenizer, workload: Workload, args: argparse.Namespace):
+        self.tokenizer, self.workload, self.args = tokenizer, workload, args
+        self.slots: asyncio.Semaphore | None = None
+        self.seen: dict[str, int] = {}  # request -> tokens already prefilled
+        self.busy: dict[str, float] = {}  # request -> generation seconds (service time)
+
+    async def generate(self, input_ids, sampling_params, request_id) -> GenerationOutput:
+        if self.slots is None:
+            self.slots = asyncio.Semaphore(self.args.capacity)
+        text = self.tokenizer.decode(input_ids, skip_special_tokens=False)
+        out_text = self.workload.output_for(text)
+        ids = self.tokenizer.encode(out_text, add_special_tokens=False)
+        request = request_id.split("-t")[0]
+        new_tokens = len(input_ids) - self.seen.get(request, 0)
+        service = (
+            self.args.call_overhead
+            + new_tokens * self.args.prefill_s
+            + len(ids) * self.args.decode_s
+        )
+        async with self.slots:
+            await asyncio.sleep(service)
+        self.seen[request] = len(input_ids) + len(ids)
+        self.busy[request] = self.busy.get(request, 0.0) + service
+        return GenerationOutput(ids, out_text, "stop", [0.0] * len(ids))
+
+    async def abort(self, request_id: str) -> None:
+        return None
+
+
+class ScriptedHFBackend:
+    """The real hf backend's compute, the script's tokens (see the module docstring)."""
+
+    def __init__(self, hf, tokenizer, workload: Workload):
+        self.hf, self.tokenizer, self.workload = hf, tokenizer, workload
+
+    async def generate(self, input_ids, sampling_params, request_id) -> GenerationOutput:
+        text = self.tokenizer.decode(input_ids, skip_special_tokens=False)
+        out_text = self.workload.output_for(text)
+        ids = self.tokenizer.encode(out_text, add_special_tokens=False)
+        params = {**sampling_params, "max_new_tokens": len(ids), "ignore_eos": True}
+        await self.hf.generate(input_ids, params, request_id)
+        return GenerationOutput(ids, out_text, "stop", [0.0] * len(ids))
+
+    async def abort(self, request_id: str) -> None:
+        await self.hf.abort(request_id)
+
+
+async def turn_synchronous(engine: AsyncRolloutEngine, batch: DataProto) -> DataProto:
+    """(b): all running requests generate, then all tool calls run, then the next turn."""
+    started = time.perf_counter()
+    ctx = engine.new_context()
+    requests = engine.build_requests(batch, ctx.n)
+    await asyncio.gather(*(engine.step(r, ctx) for r in requests))  # PENDING -> RUNNING
+    while True:
+        running = [r for r in requests if r.state == RequestState.RUNNING]
+        if not running:
+            break
+        await asyncio.gather(*(engine.step(r, ctx) for r in running))
+        calling = [
+            r for r in requests if r.state in (RequestState.TOOL_CALLING, RequestState.INTERACTING)
+        ]
+        await asyncio.gather(*(engine.step(r, ctx) for r in calling))
+    await asyncio.gather(*(engine.run_request(r, ctx) for r in requests))  # end + finalize
+    return engine.collect(requests, batch, time.perf_counter() - started)
+
+
+def make_engine(tokenizer, backend, workload: Workload, args) -> AsyncRolloutEngine:
+    cfg = load_config(
+        overrides=[
+            "data.max_prompt_length=1024",
+            "data.max_response_length=4096",
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            f"actor_rollout_ref.rollout.max_concurrent_requests={args.requests}",
+            "actor_rollout_ref.rollout.multi_turn.max_concurrent_tool_calls=1024",
+        ]
+    )
+    return AsyncRolloutEngine(
+        cfg.actor_rollout_ref.rollout, tokenizer, backend, {"wait": WaitTool(workload.latency)}
+    )
+
+
+def prompts(n: int) -> DataProto:
+    return DataProto.from_dict(
+        non_tensors={
+            "raw_prompt": [
+                [{"role": "user", "content": f"Task of conversation {k}."}] for k in range(n)
+            ],
+            "tools_kwargs": [{} for _ in range(n)],
+        }
+    )
+
+
+def run_mode(args, tokenizer, workload: Workload, synchronous: bool):
+    """Wall time and the backend of one run (a fresh backend per run)."""
+    hf = None
+    if args.backend == "latency":
+        backend = LatencyModelBackend(tokenizer, workload, args)
+    else:
+        from agentrl.rollout.backends.hf import HFBackend
+
+        hf = HFBackend.from_pretrained(args.model_dir, tokenizer, max_num_seqs=args.capacity)
+        backend = ScriptedHFBackend(hf, tokenizer, workload)
+    engine = make_engine(tokenizer, backend, workload, args)
+
+    async def go() -> DataProto:
+        try:
+            if synchronous:
+                return await turn_synchronous(engine, prompts(args.requests))
+            return await engine.agenerate_sequences(prompts(args.requests))
+        finally:
+            if hf is not None:
+                await hf.aclose()
+
+    started = time.perf_counter()
+    out = asyncio.run(go())
+    wall = time.perf_counter() - started
+    assert out.meta_info["metrics"]["rollout/failed"] == 0, out.meta_info["metrics"]
+    return wall, backend, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=["latency", "hf"], default="latency")
+    parser.add_argument("--requests", type=int, default=128)
+    parser.add_argument("--max-tool-turns", type=int, default=4)
+    parser.add_argument("--tool-median", type=float, default=0.2, help="seconds")
+    parser.add_argument("--tool-sigma", type=float, default=1.0, help="lognormal sigma")
+    parser.add_argument("--tool-cap", type=float, default=5.0, help="seconds")
+    parser.add_argument("--capacity", type=int, default=32, help="sequences at once")
+    parser.add_argument("--call-overhead", type=float, default=0.01, help="seconds per call")
+    parser.add_argument("--prefill-s", type=float, default=2e-5, help="seconds per new token")
+    parser.add_argument("--decode-s", type=float, default=2e-3, help="seconds per output token")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model-dir", default=None, help="hf: model dir (default: tiny model)")
+    args = parser.parse_args()
+
+    from agentrl.models.tiny import make_tiny_model
+
+    tiny = Path(tempfile.mkdtemp()) / "tiny"
+    args.model_dir = args.model_dir or make_tiny_model(tiny, size="tiny", seed=0)
+    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    workload = Workload(args)
+    tool_turns = len(workload.latency)
+    print(
+        f"workload: {args.requests} requests, {tool_turns} tool calls, tool latency "
+        f"median {sorted(workload.latency.values())[tool_turns // 2]:.3f} s, "
+        f"max {max(workload.latency.values()):.3f} s; backend {args.backend}"
+    )
+
+    wall_async, backend, _ = run_mode(args, tokenizer, workload, synchronous=False)
+    wall_sync, _, _ = run_mode(args, tokenizer, workload, synchronous=True)
+    print(f"(a) async engine      {wall_async:8.2f} s")
+    print(f"(b) turn-synchronous  {wall_sync:8.2f} s")
+    print(f"(b) / (a)             {wall_sync / wall_async:8.2f}x   (target >= 2 on latency)")
+    if args.backend == "latency":
+        tools: dict[str, float] = {}
+        for key, seconds in workload.latency.items():
+            conversation = key.split("-")[0]
+            tools[conversation] = tools.get(conversation, 0.0) + seconds
+        own = {r: busy + tools.get(r.split("-")[1], 0.0) for r, busy in backend.busy.items()}
+        critical = max(own.values())
+        throughput_bound = sum(backend.busy.values()) / args.capacity
+        bound = max(critical, throughput_bound)
+        print(
+            f"lower bound           {bound:8.2f} s   (critical path {critical:.2f} s, "
+            f"work / capacity {throughput_bound:.2f} s)"
+        )
+        print(f"(a) / bound           {wall_async / bound:8.2f}x   (target <= 1.2)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Concrete interactions (simulated users) for multi-turn rollouts; see agentrl.interactions."""

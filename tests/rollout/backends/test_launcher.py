@@ -1,0 +1,119 @@
+"""Tests for agentrl/rollout/backends/launcher.py: it starts real `agentrl serve` processes
+through the same code path that starts `sglang.launch_server` on GPUs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import pytest
+
+from agentrl.rollout.backends.hf import HFBackend
+from agentrl.rollout.backends.launcher import SGLANG_COMMAND, ServerLauncher, server_flags
+from agentrl.rollout.backends.sglang import SGLangBackend
+
+SERVE = [sys.executable, "-m", "agentrl.rollout.backends.serve_cli"]
+
+
+def test_server_flags():
+    assert server_flags(
+        {
+            "tp": 2,
+            "mem_fraction_static": 0.7,
+            "enable_memory_saver": True,
+            "dtype": None,
+            "skip_server_warmup": False,
+            "cuda_graph_bs": [1, 2],
+        }
+    ) == [
+        "--tp",
+        "2",
+        "--mem-fraction-static",
+        "0.7",
+        "--enable-memory-saver",
+        "--cuda-graph-bs",
+        "1",
+        "2",
+    ]
+
+
+def test_argv_defaults_to_sglang_and_takes_a_command_string(tmp_path):
+    launcher = ServerLauncher(
+        "/m", 2, host="0.0.0.0", ports=[30000, 30001], server_args={"tp": 1}, log_dir=tmp_path
+    )
+    assert launcher.argv(30000) == [
+        *SGLANG_COMMAND,
+        "--model-path",
+        "/m",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "30000",
+        "--tp",
+        "1",
+    ]
+    custom = ServerLauncher("/m", command="agentrl serve --seed 3", log_dir=tmp_path)
+    assert custom.argv(1)[:4] == ["agentrl", "serve", "--seed", "3"]
+    with pytest.raises(ValueError, match="2 ports for 1 servers"):
+        ServerLauncher("/m", 1, ports=[1, 2])
+    with pytest.raises(ValueError, match="num_servers must be >= 1"):
+        ServerLauncher("/m", 0)
+
+
+def test_launches_agentrl_serve_processes_that_generate(tiny_model_dir, prompts, tmp_path):
+    launcher = ServerLauncher(
+        tiny_model_dir,
+        2,
+        command=SERVE,
+        server_args={"max_num_seqs": 4},
+        ready_timeout=120,
+        poll_interval=0.2,
+        log_dir=tmp_path,
+    )
+    local = HFBackend.from_pretrained(tiny_model_dir)
+    params = {"temperature": 0, "max_new_tokens": 8}
+    with launcher:
+        assert len(launcher.urls) == 2 and len(set(launcher.urls)) == 2
+        client = SGLangBackend(launcher.urls, request_timeout=60)
+
+        async def both():
+            outs = await asyncio.gather(
+                *(client.generate(p, params, f"r{i}") for i, p in enumerate(prompts))
+            )
+            info = await client.get_model_info(launcher.urls[1])
+            await client.aclose()
+            return outs, info
+
+        outs, info = asyncio.run(both())
+        processes = [s.process for s in launcher.servers]
+    assert info["model_path"] == str(tiny_model_dir)
+    expected = [asyncio.run(local.generate(p, params, "x")).output_ids for p in prompts]
+    assert [o.output_ids for o in outs] == expected
+    assert all(p.poll() is not None for p in processes)  # stopped
+    assert launcher.servers == []
+    assert "serving" in (tmp_path / "server_1.log").read_text()
+
+
+def test_a_server_that_exits_while_starting_is_reported_with_its_log(tmp_path):
+    command = [sys.executable, "-c", "import sys; print('unknown flag --tp'); sys.exit(3)"]
+    launcher = ServerLauncher("/m", command=command, poll_interval=0.05, log_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="exited with code 3(.|\n)*unknown flag --tp"):
+        launcher.start()
+    assert launcher.servers == []
+
+
+def test_a_server_that_never_gets_ready_is_stopped_at_the_deadline(tmp_path):
+    code = "import os, time; print('loading', os.getpid(), flush=True); time.sleep(60)"
+    launcher = ServerLauncher(
+        "/m",
+        command=[sys.executable, "-c", code],
+        ready_timeout=1.0,
+        poll_interval=0.1,
+        log_dir=tmp_path,
+    )
+    with pytest.raises(RuntimeError, match="not ready after 1s(.|\n)*loading"):
+        launcher.start()
+    pid = int((tmp_path / "server_0.log").read_text().split()[1])
+    with pytest.raises(ProcessLookupError):  # stopped and reaped, not left behind
+        os.kill(pid, 0)

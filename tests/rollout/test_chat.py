@@ -1,0 +1,106 @@
+"""ChatRenderer: deltas equal the whole rendering's suffix; the Qwen pitfalls are handled."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoTokenizer
+
+from agentrl.models.chat_template import DEFAULT_SYSTEM_PROMPT, QWEN25_CHAT_TEMPLATE
+from agentrl.rollout.chat import ChatRenderer, TemplateError
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calc",
+            "description": "d",
+            "parameters": {
+                "type": "object",
+                "properties": {"x": {"type": "string"}},
+                "required": ["x"],
+            },
+        },
+    }
+]
+
+
+@pytest.fixture(scope="module")
+def renderer(tiny_tokenizer):
+    return ChatRenderer(tiny_tokenizer)
+
+
+def test_template_pieces(renderer):
+    assert renderer.generation_prompt == "<|im_start|>assistant\n"
+    assert renderer.assistant_prefix == "<|im_start|>assistant\n"
+    assert renderer.turn_end == "<|im_end|>\n"
+
+
+def test_tool_delta_is_the_suffix_of_the_whole_rendering(renderer):
+    conversation = [
+        {"role": "user", "content": "What is 2*3?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "function": {"name": "calc", "arguments": {"x": "2*3"}}}
+            ],
+        },
+    ]
+    tool_messages = [{"role": "tool", "content": "6"}, {"role": "tool", "content": " \n7\t"}]
+    before = renderer.render(conversation, tools=TOOLS)
+    after = renderer.render(conversation + tool_messages, True, TOOLS)
+    delta = renderer.delta_text(tool_messages)
+    assert delta == (
+        "<|im_start|>user\n<tool_response>\n6\n</tool_response>\n<tool_response>\n"
+        " \n7\t\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert before + delta == after
+    assert DEFAULT_SYSTEM_PROMPT not in delta  # rendering tool messages alone would inject it
+
+
+def test_user_delta(renderer):
+    assert renderer.delta_text([{"role": "user", "content": "Try again."}]) == (
+        "<|im_start|>user\nTry again.<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "text, content, missing",
+    [
+        ("answer<|im_end|>", "answer", "\n"),  # the usual stop: newline missing
+        ("answer<|im_end|>\n", "answer", ""),  # the model wrote the newline too
+        ("answer", "answer", "<|im_end|>\n"),  # stopped by length
+        ("a <", "a <", "<|im_end|>\n"),  # never cut inside the EOS text
+        ("x<|endoftext|>", "x<|endoftext|>", "<|im_end|>\n"),  # another stop token stays content
+    ],
+)
+def test_split_turn_end(renderer, text, content, missing):
+    assert renderer.split_turn_end(text) == (content, missing)
+
+
+def test_assistant_text(renderer):
+    message = {
+        "role": "assistant",
+        "content": "Hi",
+        "tool_calls": [{"function": {"name": "calc", "arguments": {"x": "1"}}}],
+    }
+    assert renderer.assistant_text(message) == (
+        '<|im_start|>assistant\nHi\n<tool_call>\n{"name": "calc", "arguments": {"x": "1"}}\n'
+        "</tool_call><|im_end|>\n"
+    )
+
+
+def test_decode_keeps_special_tokens(renderer, tiny_tokenizer):
+    ids = tiny_tokenizer.encode("a<tool_call>b<|im_end|>", add_special_tokens=False)
+    assert renderer.decode(ids) == "a<tool_call>b<|im_end|>"
+
+
+def test_not_prefix_stable_template_is_rejected(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.chat_template = "{{ messages | length }}" + QWEN25_CHAT_TEMPLATE
+    with pytest.raises(
+        TemplateError,
+        match=r"not prefix-stable: appending an assistant message changes the text rendered "
+        r"before it \(at character 0: '2<\|im_start\|>system",
+    ):
+        ChatRenderer(tokenizer)

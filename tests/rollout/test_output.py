@@ -1,0 +1,122 @@
+"""build_output / batch_metrics: padding, order, masks and counts from finished requests."""
+
+from __future__ import annotations
+
+import torch
+
+from agentrl.protocol import DataProto
+from agentrl.rollout.output import batch_metrics, batch_timing, build_output
+from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
+
+
+def request(
+    i: int, offset: int, prompt: list[int], response: list[tuple[int, int, float]], **fields
+) -> AsyncRolloutRequest:
+    req = AsyncRolloutRequest(
+        batch_data_id=i,
+        rollout_offset=offset,
+        request_id=f"{i}-{offset}",
+        messages=[],
+        tool_schemas=[],
+        tools_kwargs={},
+        interaction_kwargs={},
+        **fields,
+    )
+    req.append(prompt, 0)
+    req.prompt_length = len(prompt)
+    for token, mask, log_prob in response:
+        req.append([token], mask, [log_prob])
+    req.finish_reason = FinishReason.STOP
+    req.state = RequestState.COMPLETED
+    return req
+
+
+def test_build_output_sorts_pads_and_repeats_columns():
+    batch = DataProto.from_dict(
+        non_tensors={"uid": ["a", "b"], "data_source": ["x", "y"]}, meta_info={"validate": True}
+    )
+    requests = [
+        request(1, 0, [7, 8], [(30, 1, -0.3)]),
+        request(
+            0,
+            1,
+            [5],
+            [(20, 1, -0.2), (21, 0, 0.0), (22, 1, -0.4)],
+            step_rewards=[(0, 0.5), (0, 0.25), (9, 1.0)],
+        ),
+        request(0, 0, [1, 2, 3, 4], [(10, 1, -0.1)]),  # prompt longer than 3: keeps the end
+    ]
+    out = build_output(
+        requests, batch, prompt_length=3, response_length=3, pad_token_id=0, with_log_probs=True
+    )
+    assert out.batch["prompts"].tolist() == [[2, 3, 4], [0, 0, 5], [0, 7, 8]]
+    assert out.batch["responses"].tolist() == [[10, 0, 0], [20, 21, 22], [30, 0, 0]]
+    assert out.batch["attention_mask"].tolist() == [
+        [1, 1, 1, 1, 0, 0],
+        [0, 0, 1, 1, 1, 1],
+        [0, 1, 1, 1, 0, 0],
+    ]
+    assert out.batch["position_ids"].tolist() == [
+        [0, 1, 2, 3, 3, 3],
+        [0, 0, 0, 1, 2, 3],
+        [0, 0, 1, 2, 2, 2],
+    ]
+    assert out.batch["response_mask"].tolist() == [[1, 0, 0], [1, 0, 1], [1, 0, 0]]
+    assert out.batch["loss_mask"].tolist() == [
+        [0, 0, 0, 1, 0, 0],
+        [0, 0, 0, 1, 0, 1],
+        [0, 0, 0, 1, 0, 0],
+    ]
+    assert torch.allclose(out.batch["rollout_log_probs"][1], torch.tensor([-0.2, 0.0, -0.4]))
+    assert out.batch["step_rewards"].tolist()[1] == [0.75, 0.0, 0.0]  # position 9 is cut off
+    assert list(out.non_tensor_batch["uid"]) == ["a", "a", "b"]
+    assert list(out.non_tensor_batch["finish_reason"]) == ["stop"] * 3
+    assert out.meta_info == {"validate": True}
+    without = build_output(
+        requests, batch, prompt_length=3, response_length=3, pad_token_id=0, with_log_probs=False
+    )
+    assert "rollout_log_probs" not in without.batch.keys()
+
+
+def test_batch_metrics_counts():
+    ok = request(0, 0, [1], [(2, 1, 0.0)])
+    ok.metrics.tool_calls.update({"calc": 2, "search": 1})
+    ok.metrics.tool_errors["timeout"] += 1
+    ok.metrics.assistant_turns, ok.metrics.user_turns = 3, 2
+    ok.metrics.tokenization = "match"
+    bad = request(1, 0, [1], [(2, 1, 0.0), (3, 1, 0.0), (4, 1, 0.0)])
+    bad.state, bad.finish_reason, bad.truncation = RequestState.FAILED, FinishReason.ABORT, "x"
+    bad.metrics.backend_retries, bad.metrics.backend_errors = 3, 1
+    bad.metrics.assistant_turns = 1
+    metrics = batch_metrics([ok, bad])
+    assert metrics == {
+        "rollout/requests": 2.0,
+        "rollout/failed": 1.0,
+        "rollout/truncated": 1.0,
+        "rollout/backend_retries": 3.0,
+        "rollout/backend_errors": 1.0,
+        "rollout/parse_errors": 0.0,
+        "rollout/interaction_errors": 0.0,
+        "rollout/tool_responses_truncated": 0.0,
+        "rollout/assistant_turns/mean": 2.0,
+        "rollout/assistant_turns/max": 3.0,
+        "rollout/user_turns/mean": 1.0,
+        "rollout/response_length/mean": 2.0,
+        "rollout/response_length/max": 3.0,
+        "rollout/tool_calls": 3.0,
+        "rollout/tool_errors": 1.0,
+        "rollout/tool_calls/calc": 2.0,
+        "rollout/tool_calls/search": 1.0,
+        "rollout/tool_errors/timeout": 1.0,
+        "rollout/finish_reason/abort": 1.0,
+        "rollout/finish_reason/stop": 1.0,
+        "rollout/tokenization/match": 1.0,
+        "rollout/tokenization/unchecked": 1.0,
+    }
+    ok.metrics.generation_s, bad.metrics.tool_s = 1.5, 0.25
+    assert batch_timing([ok, bad], 2.0) == {
+        "rollout/wall_s": 2.0,
+        "rollout/generation_s": 1.5,
+        "rollout/tool_s": 0.25,
+        "rollout/interaction_s": 0.0,
+    }

@@ -1,0 +1,144 @@
+"""AsyncRolloutRequest: aligned token lists, template deltas, messages, finalize."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.rollout.chat import ChatRenderer
+from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calc",
+            "description": "d",
+            "parameters": {
+                "type": "object",
+                "properties": {"x": {"type": "string"}},
+                "required": ["x"],
+            },
+        },
+    }
+]
+CALL = '<tool_call>\n{"name": "calc", "arguments": {"x": "2*3"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def renderer(tiny_tokenizer):
+    return ChatRenderer(tiny_tokenizer)
+
+
+def new_request(renderer, tools=TOOLS) -> AsyncRolloutRequest:
+    return AsyncRolloutRequest.from_prompt(
+        renderer,
+        [{"role": "user", "content": "2*3?"}],
+        tools,
+        batch_data_id=3,
+        rollout_offset=1,
+        request_id="r-3-1",
+        tools_kwargs={"calc": {}},
+    )
+
+
+def ids(tokenizer, text):
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def test_prompt(renderer, tiny_tokenizer):
+    req = new_request(renderer)
+    prompt = tiny_tokenizer.apply_chat_template(
+        req.messages, tools=TOOLS, tokenize=False, add_generation_prompt=True
+    )
+    assert req.input_ids == ids(tiny_tokenizer, prompt)
+    assert req.prompt_length == len(req.input_ids) and req.response_length == 0
+    assert req.loss_mask == [0] * req.prompt_length
+    assert req.attention_mask == [1] * req.prompt_length
+    assert req.rollout_log_probs == [0.0] * req.prompt_length
+    assert req.state == RequestState.PENDING
+
+
+def test_append_keeps_lists_aligned(renderer):
+    req = new_request(renderer)
+    n = req.prompt_length
+    req.append([5, 6], 1, [-0.1, -0.2])
+    req.append([7], 0)
+    assert req.input_ids[n:] == [5, 6, 7]
+    assert req.loss_mask[n:] == [1, 1, 0]
+    assert req.rollout_log_probs[n:] == [-0.1, -0.2, 0.0]
+    assert req.position_ids == list(range(n + 3))
+    with pytest.raises(ValueError, match="r-3-1: 1 log-probs for 2 tokens"):
+        req.append([1, 2], 1, [0.0])
+
+
+def test_tool_turn_tokens_equal_the_whole_rendering(renderer, tiny_tokenizer):
+    req = new_request(renderer)
+    output = ids(tiny_tokenizer, CALL + "<|im_end|>")
+    content = req.add_model_output(renderer, output, [-1.0] * len(output))
+    assert (content, req.pending_suffix) == (CALL, "\n")
+    call = {"id": "c0", "type": "function", "function": {"name": "calc", "arguments": {"x": "2*3"}}}
+    req.add_assistant_message(renderer, content, "", [call])
+    assert req.messages[-1] == {"role": "assistant", "content": "", "tool_calls": [call]}
+    req.add_messages(renderer, [{"role": "tool", "content": "6"}])
+    assert req.pending_suffix == ""
+    whole = tiny_tokenizer.apply_chat_template(
+        req.messages, tools=TOOLS, tokenize=False, add_generation_prompt=True
+    )
+    assert req.input_ids == ids(tiny_tokenizer, whole)
+    assert req.loss_mask[req.prompt_length :] == [1] * len(output) + [0] * (
+        len(req.input_ids) - req.prompt_length - len(output)
+    )
+
+
+def test_non_canonical_call_is_kept_verbatim(renderer, tiny_tokenizer):
+    req = new_request(renderer)
+    compact = '<tool_call>{"name":"calc","arguments":{"x":"1"}}</tool_call>'
+    content = req.add_model_output(renderer, ids(tiny_tokenizer, compact + "<|im_end|>"), None)
+    call = {"type": "function", "function": {"name": "calc", "arguments": {"x": "1"}}}
+    req.add_assistant_message(renderer, content, "", [call])
+    assert req.messages[-1] == {"role": "assistant", "content": compact}
+
+
+def test_finalize_checks_then_truncates(renderer, tiny_tokenizer):
+    req = new_request(renderer)
+    output = ids(tiny_tokenizer, "six six six<|im_end|>")
+    content = req.add_model_output(renderer, output, [-0.5] * len(output))
+    req.add_assistant_message(renderer, content, content, [])
+    req.step_rewards = [(1, 0.5), (len(output) - 1, 1.0)]
+    req.finish(FinishReason.STOP)
+    req.finalize(renderer, 2, "response_length", "strict")
+    assert req.metrics.tokenization == "match"  # checked before the cut
+    assert req.response_ids == output[:2]
+    assert {
+        len(req.input_ids),
+        len(req.attention_mask),
+        len(req.position_ids),
+        len(req.loss_mask),
+        len(req.rollout_log_probs),
+    } == {req.prompt_length + 2}
+    assert (req.finish_reason, req.truncation) == (FinishReason.LENGTH, "response_length")
+    assert req.step_rewards == [(1, 0.5)]
+
+
+def test_failed_request_has_zero_loss_mask(renderer, tiny_tokenizer):
+    req = new_request(renderer)
+    req.add_model_output(renderer, ids(tiny_tokenizer, "x<|im_end|>"), None)
+    req.fail("backend error")
+    req.finalize(renderer, 100, "response_length", "strict")
+    assert (req.state, req.error, req.finish_reason) == (
+        RequestState.FAILED,
+        "backend error",
+        FinishReason.ABORT,
+    )
+    assert req.metrics.tokenization == "unchecked" and sum(req.loss_mask) == 0
+    with pytest.raises(ValueError, match="tokenization_sanity_check_mode 'loose'"):
+        req.finalize(renderer, 100, "response_length", "loose")
+
+
+def test_metrics_as_dict_and_num_turns(renderer):
+    req = new_request(renderer)
+    req.metrics.assistant_turns, req.metrics.user_turns = 3, 2
+    req.metrics.tool_calls["calc"] += 2
+    assert req.num_turns() == 6
+    as_dict = req.metrics.as_dict()
+    assert as_dict["tool_calls"] == {"calc": 2} and type(as_dict["tool_calls"]) is dict
