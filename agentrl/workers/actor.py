@@ -1,0 +1,281 @@
+"""ActorRolloutRefWorker: the policy, its rollout engine and the frozen reference, per rank.
+
+    group = RayWorkerGroup(pool, WorkerSpec(ActorRolloutRefWorker, cfg.actor_rollout_ref,
+                                            role="actor_rollout_ref", seed=cfg.trainer.seed))
+    group.init_model()
+    batch = batch.union(group.compute_log_prob(batch))        # old_log_probs, entropys
+    batch = batch.union(group.compute_ref_log_prob(batch))    # ref_log_prob
+    metrics = group.update_actor(batch).meta_info["metrics"]  # and syncs the rollout weights
+    group.save_checkpoint("ckpt/global_step_10/actor", global_step=10)
+
+``role`` is ``actor``, ``rollout``, ``ref``, ``actor_rollout`` or ``actor_rollout_ref``
+(verl's names): which of the three parts this process holds. The actor is the HF model
+sharded with FSDP2 (``agentrl.workers.fsdp``) with AdamW and its schedule
+(``agentrl.workers.optim``); the reference is a second, frozen copy of the initial weights;
+the rollout is the configured backend and the multi-turn engine
+(``agentrl.workers.rollout``), whose weights follow the actor's after every update (the
+hybrid engine). Every method is SPMD: all ranks run it, each on its data-parallel share.
+
+Micro-batch keys: ``compute_log_prob`` reads ``rollout.log_prob_*``, ``compute_ref_log_prob``
+``ref.log_prob_*``, ``update_actor`` ``actor.ppo_micro_batch_size_per_gpu`` /
+``use_dynamic_bsz`` / ``ppo_max_token_len_per_gpu``; the deprecated global sizes are
+divided by the world size. The mini-batch per rank is ``actor.ppo_mini_batch_size x
+rollout.n / world size`` trajectories.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agentrl.distributed import Dispatch, Worker, register
+from agentrl.protocol import DataProto
+from agentrl.workers import checkpoint
+from agentrl.workers.fsdp import build_sharded_model, device_mesh, full_state_dict
+from agentrl.workers.micro_batch import MicroBatching
+from agentrl.workers.optim import build_lr_scheduler, build_optimizer
+from agentrl.workers.ppo_actor import PPOActor, micro_batching
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
+
+
+def per_rank_size(
+    per_gpu: int | None, global_size: int | None, world_size: int, key: str
+) -> int | None:
+    """A micro-batch size per rank from the per-GPU key, or the deprecated global one."""
+    if per_gpu is not None:
+        return int(per_gpu)
+    if global_size is None:
+        return None
+    if global_size % world_size:
+        raise ValueError(f"{key} ({global_size}) must be divisible by the {world_size} ranks")
+    return global_size // world_size
+
+
+class ActorRolloutRefWorker(Worker):
+    """See the module docstring. ``config`` is the ``actor_rollout_ref`` sub-config;
+    ``chat_template_kwargs`` is ``data.apply_chat_template_kwargs`` for the rollout."""
+
+    def __init__(
+        self,
+        config: Any,
+        role: str = "actor_rollout_ref",
+        seed: int = 0,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}; valid: {', '.join(ROLES)}")
+        self.config = config
+        self.role = role
+        self.seed = seed
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
+        self.is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
+        self.is_ref = role in ("ref", "actor_rollout_ref")
+        self.actor: PPOActor | None = None
+        self.ref: PPOActor | None = None
+        self.rollout: Any = None
+        self.lr_scheduler: Any = None
+        self.tokenizer: Any = None
+        self.global_step = 0
+
+    # ------------------------------------------------------------------ setup
+
+    @register(Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Load and shard the models this role holds, build the optimizer and rollout."""
+        cfg = self.config
+        torch.manual_seed(self.seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            cfg.model.path, trust_remote_code=bool(cfg.model.trust_remote_code)
+        )
+        mesh = device_mesh(self.world_size, self.device, cfg.actor.fsdp_config.fsdp_size)
+        actor_cfg = cfg.actor
+        if self.is_actor or self.is_rollout:
+            module = build_sharded_model(
+                cfg.model, actor_cfg.fsdp_config, AutoModelForCausalLM, mesh, self.device
+            )
+            optimizer = None
+            if self.is_actor:
+                optimizer = build_optimizer(module.parameters(), actor_cfg.optim)
+                self.lr_scheduler = build_lr_scheduler(optimizer, actor_cfg.optim)
+            self.actor = PPOActor(
+                module,
+                optimizer,
+                actor_cfg,
+                self._mini_batch_size(),
+                self._update_micro_batch_size(),
+                seed=self.seed,
+            )
+        if self.is_ref:
+            ref_module = build_sharded_model(
+                cfg.model, cfg.ref.fsdp_config, AutoModelForCausalLM, mesh, self.device
+            )
+            ref_module.requires_grad_(False)
+            self.ref = PPOActor(ref_module, None, actor_cfg)
+        if self.is_rollout:
+            from agentrl.workers.rollout import HybridRollout
+
+            self.rollout = HybridRollout(cfg, self.tokenizer, self.chat_template_kwargs)
+        logger.info("rank %d: %s ready on %s", self.rank, self.role, self.device)
+
+    def _mini_batch_size(self) -> int:
+        actor = self.config.actor
+        trajectories = int(actor.ppo_mini_batch_size) * int(self.config.rollout.n)
+        if trajectories % self.world_size:
+            raise ValueError(
+                f"actor.ppo_mini_batch_size x rollout.n = {trajectories} cannot "
+                f"be split across {self.world_size} ranks"
+            )
+        return trajectories // self.world_size
+
+    def _update_micro_batch_size(self) -> int | None:
+        actor = self.config.actor
+        return per_rank_size(
+            actor.ppo_micro_batch_size_per_gpu,
+            actor.ppo_micro_batch_size,
+            self.world_size,
+            "actor_rollout_ref.actor.ppo_micro_batch_size",
+        )
+
+    def _log_prob_batching(self, section: str) -> MicroBatching:
+        node = self.config[section]
+        size = per_rank_size(
+            node.log_prob_micro_batch_size_per_gpu,
+            node.log_prob_micro_batch_size,
+            self.world_size,
+            f"actor_rollout_ref.{section}.log_prob_micro_batch_size",
+        )
+        return micro_batching(
+            node.log_prob_use_dynamic_bsz, size, node.log_prob_max_token_len_per_gpu
+        )
+
+    def _temperature(self, data: DataProto) -> float:
+        temperature = float(data.meta_info.get("temperature", self.config.rollout.temperature))
+        return temperature if temperature > 0 else 1.0  # greedy rollouts: score at T = 1
+
+    def _require(self, part: Any, what: str) -> Any:
+        if part is None:
+            raise RuntimeError(
+                f"{what} is not available in role {self.role!r} (or init_model has not run)"
+            )
+        return part
+
+    # ------------------------------------------------------------------ compute
+
+    @register(Dispatch.DP_COMPUTE, pad=True)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """``old_log_probs`` and ``entropys`` (B, R) of the responses under the actor (the
+        output has no meta_info, so it unions into any batch)."""
+        actor = self._require(self.actor, "the actor")
+        log_probs, entropys = actor.compute_log_prob(
+            data, self._log_prob_batching("rollout"), self._temperature(data)
+        )
+        return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropys})
+
+    @register(Dispatch.DP_COMPUTE, pad=True)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """``ref_log_prob`` (B, R) of the responses under the frozen initial weights."""
+        ref = self._require(self.ref, "the reference model")
+        log_probs, _ = ref.compute_log_prob(
+            data, self._log_prob_batching("ref"), self._temperature(data), calc_entropy=False
+        )
+        return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
+
+    @register(Dispatch.DP_COMPUTE)
+    def update_actor(self, data: DataProto) -> DataProto:
+        """PPO epochs on this rank's share; one scheduler step; then, in the hybrid engine,
+        the rollout gets the new weights. Returns ``meta_info["metrics"]``."""
+        actor = self._require(self.actor, "the actor")
+        scheduler = self._require(self.lr_scheduler, "training (roles with the actor)")
+        started = time.perf_counter()
+        lr = scheduler.get_last_lr()[0]
+        metrics = actor.update_policy(data, self._temperature(data))
+        scheduler.step()
+        self.global_step += 1
+        metrics["actor/lr"] = lr
+        metrics["timing/update_actor_s"] = time.perf_counter() - started
+        if self.rollout is not None:
+            metrics.update(self._sync_rollout_weights())
+        return DataProto(meta_info={"metrics": metrics})
+
+    @register(Dispatch.DP_COMPUTE, pad=True)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Roll out this rank's prompts with the multi-turn engine (``rollout.n`` each)."""
+        rollout = self._require(self.rollout, "the rollout")
+        return rollout.generate_sequences(prompts)
+
+    # ------------------------------------------------------------------ weights
+
+    @register(Dispatch.ONE_TO_ALL)
+    def sync_rollout_weights(self) -> dict[str, float]:
+        """Push the actor's current weights into the rollout backend."""
+        self._require(self.rollout, "the rollout")
+        return self._sync_rollout_weights()
+
+    def _sync_rollout_weights(self) -> dict[str, float]:
+        started = time.perf_counter()
+        actor = self._require(self.actor, "the actor")
+        self.rollout.update_weights(actor.model, self.global_step)
+        return {"timing/weight_sync_s": time.perf_counter() - started}
+
+    @register(Dispatch.ONE_TO_ALL)
+    def full_state_dict(self, which: str = "actor") -> dict[str, torch.Tensor]:
+        """The full weights of the ``actor`` or ``ref`` model on every rank (CPU tensors)."""
+        part = self._require(self.actor if which == "actor" else self.ref, which)
+        return full_state_dict(part.model)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    @register(Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int | None = None) -> str:
+        """Sharded model/optimizer, scheduler + RNG (+ an HF export with ``hf_model``)."""
+        actor = self._require(self.actor, "the actor")
+        step = self.global_step if global_step is None else global_step
+        path = checkpoint.save_checkpoint(
+            local_path,
+            actor.model,
+            actor.optimizer,
+            self.lr_scheduler,
+            self.config.actor.checkpoint.save_contents,
+            self.tokenizer,
+            extra_state={"global_step": step},
+        )
+        return str(path)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str) -> int:
+        """Resume from ``save_checkpoint``'s directory; returns the saved global step and
+        pushes the loaded weights to the rollout."""
+        actor = self._require(self.actor, "the actor")
+        extra = checkpoint.load_checkpoint(
+            local_path,
+            actor.model,
+            actor.optimizer,
+            self.lr_scheduler,
+            self.config.actor.checkpoint.load_contents,
+        )
+        self.global_step = int(extra.get("global_step", self.global_step))
+        if self.rollout is not None:
+            self._sync_rollout_weights()
+        return self.global_step
+
+    @register(Dispatch.RANK_ZERO)
+    def export_hf(self, local_path: str) -> str:
+        """Write the actor's full weights and tokenizer as a Hugging Face directory."""
+        actor = self._require(self.actor, "the actor")
+        return str(checkpoint.export_hf(Path(local_path), actor.model, self.tokenizer))
+
+    @register(Dispatch.ONE_TO_ALL)
+    def close(self) -> None:
+        """Stop the rollout engine and backend (servers it launched included)."""
+        if self.rollout is not None:
+            self.rollout.close()
+            self.rollout = None

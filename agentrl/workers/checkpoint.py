@@ -1,0 +1,187 @@
+"""Checkpoints of a sharded model: torch.distributed.checkpoint plus an HF export.
+
+Layout of one checkpoint directory (``contents`` picks the parts; the config keys are
+``actor.checkpoint.save_contents`` / ``load_contents`` and the critic's):
+
+    dcp/                    model and optimizer, sharded: each rank writes its own shards
+                            (``model``, ``optimizer``); a resume may use another world size
+    extra_rank{r}.pt        LR scheduler, RNG states (python, numpy, torch, cuda), step and
+                            the caller's extra state, per rank (``extra``)
+    huggingface/            full weights via ``save_pretrained`` + tokenizer, written by rank
+                            0 (``hf_model``): loadable by transformers, SGLang and vLLM
+
+Every function here is a collective: all ranks call it. Which checkpoints to keep is the
+trainer's decision (``trainer.max_actor_ckpt_to_keep``), not this module's.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+
+from agentrl.workers.fsdp import full_state_dict
+
+logger = logging.getLogger(__name__)
+
+CONTENTS = ("model", "optimizer", "extra", "hf_model")
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def _check_contents(contents: Any) -> list[str]:
+    contents = list(contents)
+    unknown = [c for c in contents if c not in CONTENTS]
+    if unknown:
+        raise ValueError(f"unknown checkpoint contents {unknown}; valid: {', '.join(CONTENTS)}")
+    return contents
+
+
+def rng_state() -> dict[str, Any]:
+    """The random generators of this process."""
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what ``rng_state`` returned."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _sharded_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, contents: list[str]
+) -> dict[str, Any]:
+    if optimizer is not None and "optimizer" in contents:
+        model_state, optim_state = get_state_dict(model, optimizer)
+        state = {"optimizer": optim_state}
+        if "model" in contents:
+            state["model"] = model_state
+        return state
+    return {"model": get_model_state_dict(model)} if "model" in contents else {}
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    contents: Any = ("model", "optimizer", "extra"),
+    tokenizer: Any = None,
+    extra_state: dict[str, Any] | None = None,
+) -> Path:
+    """Write the parts in ``contents`` under ``path`` (see the module docstring)."""
+    contents = _check_contents(contents)
+    path = Path(path)
+    if _rank() == 0:
+        path.mkdir(parents=True, exist_ok=True)
+    _barrier()
+    state = _sharded_state(model, optimizer, contents)
+    if state:
+        dcp.save(state, checkpoint_id=str(path / "dcp"))
+    if "extra" in contents:
+        extra = {
+            "rng": rng_state(),
+            "state": dict(extra_state or {}),
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        }
+        torch.save(extra, path / f"extra_rank{_rank()}.pt")
+    if "hf_model" in contents:
+        export_hf(path / "huggingface", model, tokenizer)
+    _barrier()
+    logger.info("saved checkpoint %s (%s)", path, ", ".join(contents))
+    return path
+
+
+def load_checkpoint(
+    path: str | Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    contents: Any = ("model", "optimizer", "extra"),
+) -> dict[str, Any]:
+    """Load the parts in ``contents`` from ``path``; returns the saved ``extra_state``."""
+    contents = [c for c in _check_contents(contents) if c != "hf_model"]
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"checkpoint directory {path} does not exist")
+    state = _sharded_state(model, optimizer, contents)
+    if state:
+        missing = sorted(set(state) - _saved_parts(path / "dcp"))
+        if missing:
+            raise FileNotFoundError(
+                f"checkpoint {path} holds no {' or '.join(missing)} state; "
+                "load only what it has (checkpoint.load_contents)"
+            )
+        dcp.load(state, checkpoint_id=str(path / "dcp"))
+        if "optimizer" in state:
+            set_state_dict(
+                model,
+                optimizer,
+                model_state_dict=state.get("model", {}),
+                optim_state_dict=state["optimizer"],
+            )
+        else:
+            set_model_state_dict(model, state["model"])
+    extra_state: dict[str, Any] = {}
+    if "extra" in contents:
+        extra_path = path / f"extra_rank{_rank()}.pt"
+        if not extra_path.is_file():
+            raise FileNotFoundError(f"{extra_path} is missing (saved with another world size?)")
+        extra = torch.load(extra_path, weights_only=False)
+        set_rng_state(extra["rng"])
+        if scheduler is not None and extra["scheduler"] is not None:
+            scheduler.load_state_dict(extra["scheduler"])
+        extra_state = extra["state"]
+    _barrier()
+    logger.info("loaded checkpoint %s (%s)", path, ", ".join(contents))
+    return extra_state
+
+
+def _saved_parts(dcp_dir: Path) -> set[str]:
+    """The top-level parts (``model``, ``optimizer``) of a saved sharded checkpoint."""
+    if not dcp_dir.is_dir():
+        return set()
+    metadata = dcp.FileSystemReader(str(dcp_dir)).read_metadata()
+    return {key.split(".", 1)[0] for key in metadata.state_dict_metadata}
+
+
+def export_hf(path: str | Path, model: torch.nn.Module, tokenizer: Any = None) -> Path:
+    """Gather the full weights and write a Hugging Face model directory from rank 0."""
+    path = Path(path)
+    weights = full_state_dict(model, rank0_only=True)
+    if _rank() == 0:
+        path.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(path, state_dict=weights)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(path)
+    _barrier()
+    return path

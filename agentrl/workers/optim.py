@@ -1,0 +1,87 @@
+"""AdamW and its learning-rate schedule: linear warmup, then constant or cosine decay.
+
+Reads an ``optim`` sub-config (``actor_rollout_ref.actor.optim`` or ``critic.optim``):
+
+- ``lr``, ``betas``, ``weight_decay``: AdamW (Loshchilov & Hutter 2019);
+- ``lr_warmup_steps`` (>= 0), or when it is -1, ``lr_warmup_steps_ratio`` x
+  ``total_training_steps``: the multiplier grows linearly from 0 (step 0) to 1;
+- ``warmup_style``: ``constant`` keeps ``lr`` after warmup; ``cosine`` follows
+  ``min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(2 pi num_cycles p)) / 2`` where ``p`` is
+  the progress from the end of warmup to ``total_training_steps`` (``num_cycles`` 0.5 is
+  one half-cosine down to ``min_lr_ratio * lr``), as in Loshchilov & Hutter 2017 (SGDR)
+  without restarts.
+
+The scheduler steps once per training step (one ``update_actor`` / ``update_critic``
+call), so ``total_training_steps`` counts those.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], optim_cfg: Any) -> torch.optim.AdamW:
+    """AdamW over ``params`` from ``optim.lr``, ``optim.betas``, ``optim.weight_decay``."""
+    betas = tuple(float(b) for b in optim_cfg.betas)
+    if len(betas) != 2:
+        raise ValueError(f"optim.betas must have two values, got {list(optim_cfg.betas)}")
+    return torch.optim.AdamW(
+        list(params),
+        lr=float(optim_cfg.lr),
+        betas=betas,
+        weight_decay=float(optim_cfg.weight_decay),
+    )
+
+
+def warmup_steps(optim_cfg: Any) -> int:
+    """Warmup length: ``lr_warmup_steps`` if >= 0, else ratio x total steps."""
+    if optim_cfg.lr_warmup_steps >= 0:
+        return int(optim_cfg.lr_warmup_steps)
+    ratio = float(optim_cfg.lr_warmup_steps_ratio)
+    if ratio == 0.0:
+        return 0
+    total = int(optim_cfg.total_training_steps)
+    if total <= 0:
+        raise ValueError(
+            "optim.lr_warmup_steps_ratio is set but optim.total_training_steps is "
+            "unknown (-1); set lr_warmup_steps or total_training_steps"
+        )
+    return int(ratio * total)
+
+
+def lr_multiplier(optim_cfg: Any) -> Callable[[int], float]:
+    """The function ``step -> lr / optim.lr`` of the configured schedule."""
+    warmup = warmup_steps(optim_cfg)
+    style = optim_cfg.warmup_style
+    if style not in ("constant", "cosine"):
+        raise ValueError(f"optim.warmup_style is {style!r}; choose constant or cosine")
+    total = int(optim_cfg.total_training_steps)
+    if style == "cosine" and total <= warmup:
+        raise ValueError(
+            f"optim.warmup_style cosine needs optim.total_training_steps ({total}) "
+            f"larger than the warmup ({warmup} steps)"
+        )
+    min_ratio = float(optim_cfg.min_lr_ratio)
+    cycles = float(optim_cfg.num_cycles)
+
+    def multiplier(step: int) -> float:
+        if step < warmup:
+            return step / max(1, warmup)
+        if style == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        cosine = 0.5 * (1.0 + math.cos(2.0 * math.pi * cycles * progress))
+        return max(min_ratio, min_ratio + (1.0 - min_ratio) * cosine)
+
+    return multiplier
+
+
+def build_lr_scheduler(
+    optimizer: torch.optim.Optimizer, optim_cfg: Any
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A LambdaLR following ``lr_multiplier(optim_cfg)``."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(optim_cfg))

@@ -1,0 +1,177 @@
+"""The policy's two jobs on a (sharded) model: log-probs of trajectories, and the PPO update.
+
+    actor = PPOActor(model, optimizer, actor_cfg, mini_batch_size=64, seed=0)
+    log_probs, entropys = actor.compute_log_prob(data, batching, temperature=1.0)
+    metrics = actor.update_policy(data, temperature=1.0)
+
+``update_policy`` minimises, per mini-batch (Schulman et al. 2017, PPO; Shao et al. 2024,
+GRPO, for the KL loss):
+
+    policy_loss(old_log_probs, log_probs, advantages, response_mask)   # actor.policy_loss.loss_mode
+      - entropy_coeff * agg(entropy)                                    # when entropy_coeff != 0
+      + kl_loss_coef * agg(kl(log_probs, ref_log_prob))                 # when use_kl_loss
+
+with ``agg`` = ``actor.loss_agg_mode`` and the micro-batch weighting of
+``agentrl.workers.update``. The batch holds ``input_ids``, ``attention_mask``,
+``position_ids``, ``responses``, ``response_mask`` (1 on the model's own tokens, 0 on tool
+output and padding), ``old_log_probs``, ``advantages`` and, when used, ``ref_log_prob``
+and ``rollout_log_probs`` (for the rollout correction).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from agentrl.algos import agg_loss, get_policy_loss_fn, kl_penalty
+from agentrl.protocol import DataProto
+from agentrl.workers.forward import response_log_probs
+from agentrl.workers.micro_batch import MicroBatching, plan_micro_batches
+from agentrl.workers.update import MicroResult, UpdateSettings, run_update
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
+
+
+def micro_batching(
+    use_dynamic_bsz: bool, micro_batch_size: int | None, max_token_len: int
+) -> MicroBatching:
+    """MicroBatching from the three config keys every worker section has."""
+    return MicroBatching(bool(use_dynamic_bsz), micro_batch_size, int(max_token_len))
+
+
+def require_keys(data: DataProto, keys: tuple[str, ...] | list[str], what: str) -> None:
+    """Raise KeyError naming the tensors ``what`` needs that ``data`` lacks."""
+    have = set(data.batch.keys()) if data.batch is not None else set()
+    missing = [k for k in keys if k not in have]
+    if missing:
+        raise KeyError(f"{what} needs data.batch keys {missing}; it has {sorted(have)}")
+
+
+def model_inputs(data: DataProto, extra: tuple[str, ...] = ()) -> DataProto:
+    """Only the tensors a forward pass (plus ``extra``) reads; position_ids when present."""
+    keys = [k for k in (*MODEL_INPUTS, *extra) if k in data.batch.keys()]
+    return data.select(batch_keys=keys, non_tensor_batch_keys=[], meta_info_keys=[])
+
+
+@torch.no_grad()
+def micro_batched_forward(
+    model: torch.nn.Module, data: DataProto, batching: MicroBatching, forward: Any
+) -> list[torch.Tensor]:
+    """Run ``forward(model, micro_batch) -> tuple of (b, R) tensors`` over the micro-batches
+    and put the rows back in ``data``'s order; returns one (B, R) tensor per output."""
+    outputs: list[torch.Tensor] | None = None
+    for rows in plan_micro_batches(data, batching):
+        if len(rows) == 0:  # keeps the ranks' collectives aligned; the result is unused
+            forward(model, data[[0]].batch)
+            continue
+        results = forward(model, data[rows].batch)
+        if outputs is None:
+            shape = (len(data), results[0].shape[1])
+            outputs = [torch.zeros(shape, dtype=r.dtype) for r in results]
+        index = torch.as_tensor(rows)
+        for out, result in zip(outputs, results, strict=True):
+            out[index] = result.detach().cpu()
+    if outputs is None:
+        raise ValueError("cannot compute log-probs of an empty batch")
+    return outputs
+
+
+class PPOActor:
+    """Log-probs and PPO updates of one model with its optimizer (the config is
+    ``actor_rollout_ref.actor``); ``mini_batch_size`` is per rank, in trajectories."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        config: Any,
+        mini_batch_size: int = 1,
+        micro_batch_size: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.config = config
+        self.loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
+        self.settings = UpdateSettings(
+            mini_batch_size=mini_batch_size,
+            epochs=int(config.ppo_epochs),
+            shuffle=bool(config.shuffle),
+            batching=micro_batching(
+                config.use_dynamic_bsz, micro_batch_size, config.ppo_max_token_len_per_gpu
+            ),
+            grad_clip=float(config.grad_clip),
+            loss_agg_mode=config.loss_agg_mode,
+            seed=seed,
+        )
+
+    def compute_log_prob(
+        self,
+        data: DataProto,
+        batching: MicroBatching,
+        temperature: float = 1.0,
+        calc_entropy: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (B, R) of ``data["responses"]`` and, if asked, entropies (B, R)."""
+        require_keys(data, MODEL_INPUTS[:2] + ("responses",), "compute_log_prob")
+        self.model.eval()
+
+        def forward(model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, ...]:
+            log_probs, entropy = response_log_probs(model, batch, temperature, calc_entropy)
+            return (log_probs,) if entropy is None else (log_probs, entropy)
+
+        outputs = micro_batched_forward(self.model, model_inputs(data), batching, forward)
+        return outputs[0], outputs[1] if calc_entropy else None
+
+    def update_policy(self, data: DataProto, temperature: float = 1.0) -> dict[str, float]:
+        """PPO epochs over ``data``; returns averaged ``actor/*`` metrics."""
+        if self.optimizer is None:
+            raise RuntimeError("this actor has no optimizer (a reference model cannot train)")
+        needed = ["response_mask", "old_log_probs", "advantages"]
+        if self.config.use_kl_loss:
+            needed.append("ref_log_prob")
+        require_keys(data, [*MODEL_INPUTS[:2], "responses", *needed], "update_actor")
+        extra = (*needed, "rollout_log_probs")
+        self.model.train()
+        metrics = run_update(
+            self.model,
+            self.optimizer,
+            model_inputs(data, extra),
+            self.settings,
+            lambda micro: self._micro_loss(micro, temperature),
+            prefix="actor",
+        )
+        if self.config.use_kl_loss:
+            metrics["actor/kl_coef"] = float(self.config.kl_loss_coef)
+        return metrics
+
+    def _micro_loss(self, micro: DataProto, temperature: float) -> MicroResult:
+        cfg = self.config
+        batch = micro.batch
+        mask = batch["response_mask"]  # (b, R)
+        entropy_coeff = float(cfg.entropy_coeff)
+        log_prob, entropy = response_log_probs(
+            self.model, batch, temperature, entropy=True, entropy_grad=entropy_coeff != 0.0
+        )
+        rollout_log_probs = (
+            batch["rollout_log_probs"] if "rollout_log_probs" in batch.keys() else None
+        )
+        pg_loss, stats = self.loss_fn(
+            batch["old_log_probs"],
+            log_prob,
+            batch["advantages"],
+            mask,
+            cfg.loss_agg_mode,
+            cfg,
+            rollout_log_probs=rollout_log_probs,
+        )
+        entropy_agg = agg_loss(entropy, mask, cfg.loss_agg_mode)
+        loss = pg_loss - entropy_coeff * entropy_agg if entropy_coeff else pg_loss
+        losses = {"actor/pg_loss": pg_loss.item(), "actor/entropy": entropy_agg.item()}
+        if cfg.use_kl_loss:
+            kld = kl_penalty(log_prob, batch["ref_log_prob"], cfg.kl_loss_type)  # (b, R)
+            kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode)
+            loss = loss + float(cfg.kl_loss_coef) * kl_loss
+            losses["actor/kl_loss"] = kl_loss.item()
+        return MicroResult(loss=loss, losses=losses, stats=dict(stats))

@@ -1,0 +1,196 @@
+"""The rollout inside the hybrid worker, and weight sync from the trainer to the engine.
+
+    rollout = HybridRollout(cfg.actor_rollout_ref, tokenizer)
+    out = rollout.generate_sequences(prompts)       # AsyncRolloutEngine on this rank's share
+    rollout.update_weights(fsdp_model, step)        # after every actor update
+
+Every rank owns a backend (``agentrl.rollout.backends.create_backend``) and an
+``AsyncRolloutEngine`` with the configured tools and interactions; their coroutines run on
+one event-loop thread of this worker, so loop-bound clients (the hf batching task, httpx)
+live in a single loop.
+
+Weight sync, by backend:
+
+- ``hf`` (embedded, its own unsharded copy): every rank gathers the full state dict from
+  FSDP and the backend copies it into its model in place (``update_weights(state_dict)``).
+- ``sglang``: rank 0 writes the weights as a Hugging Face directory and every server loads
+  it (``/update_weights_from_disk``); the other ranks wait at a barrier. The colocated
+  ``/update_weights_from_tensor`` and NCCL broadcast paths are designed in docs/workers.md.
+- any other backend: gets the full state dict like ``hf``.
+
+On a GPU the engine's memory is released after generation (``rollout.free_cache_engine``)
+and resumed before the next weight sync, so training has the GPU to itself (sleep/wake).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+import threading
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from agentrl.protocol import DataProto
+from agentrl.workers.fsdp import full_state_dict
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An asyncio event loop running in a daemon thread; ``run`` blocks on a coroutine."""
+
+    def __init__(self, name: str = "agentrl-rollout") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        """Cancel the tasks still pending (a backend's batching task), then stop the loop."""
+        if self.loop.is_closed():
+            return
+        try:
+            self.run(_cancel_pending(), timeout=10)
+        except Exception as exc:  # noqa: BLE001 - shutting down regardless
+            logger.warning("cancelling the rollout loop's tasks failed: %s", exc)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+async def _cancel_pending() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+class HybridRollout:
+    """Backend + engine + weight sync of one rank; ``config`` is ``actor_rollout_ref``."""
+
+    def __init__(
+        self,
+        config: Any,
+        tokenizer: Any,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        weights_dir: str | Path | None = None,
+    ) -> None:
+        from agentrl.rollout.backends.factory import create_backend
+        from agentrl.rollout.engine import AsyncRolloutEngine
+
+        self.config = config
+        self.rollout_cfg = config.rollout
+        self.loop = LoopThread()
+        self._own_weights_dir = weights_dir is None
+        self.weights_dir = Path(weights_dir or tempfile.mkdtemp(prefix="agentrl_weights_"))
+        self.backend = create_backend(self.rollout_cfg, config.model.path, tokenizer)
+        self.engine = AsyncRolloutEngine(
+            self.rollout_cfg,
+            tokenizer,
+            self.backend,
+            tools=self._tools(),
+            interactions=self._interactions(),
+            chat_template_kwargs=chat_template_kwargs,
+        )
+        self.awake = True
+
+    def _tools(self) -> dict[str, Any]:
+        multi_turn = self.rollout_cfg.multi_turn
+        if not multi_turn.tool_config_path:
+            return {}
+        from agentrl.tools import load_tools, wrap_tools
+
+        tools = load_tools(multi_turn.tool_config_path)
+        return wrap_tools(tools, multi_turn.tool_record_mode, multi_turn.tool_record_path)
+
+    def _interactions(self) -> dict[str, Any]:
+        path = self.rollout_cfg.multi_turn.interaction_config_path
+        if not path:
+            return {}
+        from agentrl.interactions.loader import load_interactions
+
+        return load_interactions(path)
+
+    @property
+    def kind(self) -> str:
+        """``hf``, ``sglang`` or ``other`` (a user's backend)."""
+        from agentrl.rollout.backends.hf import HFBackend
+        from agentrl.rollout.backends.sglang import SGLangBackend
+
+        if isinstance(self.backend, HFBackend):
+            return "hf"
+        return "sglang" if isinstance(self.backend, SGLangBackend) else "other"
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Roll out ``prompts``; the engine is woken first and put to sleep after on GPU."""
+        self._wake()
+        try:
+            return self.loop.run(self.engine.agenerate_sequences(prompts))
+        finally:
+            if self.rollout_cfg.free_cache_engine and torch.cuda.is_available():
+                self.loop.run(self.backend.release_memory())
+                self.awake = False
+
+    def _wake(self) -> None:
+        if not self.awake:
+            self.loop.run(self.backend.resume_memory())
+            self.awake = True
+
+    def update_weights(self, model: torch.nn.Module, step: int) -> None:
+        """Give the backend the current weights of the sharded ``model`` (a collective)."""
+        self._wake()
+        version = str(step)
+        if self.kind == "sglang":
+            self._update_from_disk(model, version)
+            return
+        weights = full_state_dict(model)
+        self.loop.run(
+            self.backend.update_weights(weights, weight_version=version)
+            if self.kind == "hf"
+            else self.backend.update_weights(weights)
+        )
+        logger.info(
+            "rank %d: rollout weights synced (%s backend, step %s)", _rank(), self.kind, version
+        )
+
+    def _update_from_disk(self, model: torch.nn.Module, version: str) -> None:
+        from agentrl.workers.checkpoint import export_hf
+
+        target = self.weights_dir / f"step_{version}"
+        export_hf(target, model)  # a collective; rank 0 writes
+        if _rank() == 0:
+            self.loop.run(self.backend.update_weights(str(target), weight_version=version))
+            for old in self.weights_dir.glob("step_*"):
+                if old != target:
+                    shutil.rmtree(old, ignore_errors=True)
+        _barrier()  # no rank generates before every server has the new weights
+
+    def close(self) -> None:
+        """Stop the backend (and servers it launched), then the loop thread."""
+        closer = getattr(self.backend, "aclose", None)
+        if closer is not None:
+            try:
+                self.loop.run(closer(), timeout=60)
+            except Exception as exc:  # noqa: BLE001 - closing must not mask the real error
+                logger.warning("closing the rollout backend failed: %s", exc)
+        self.loop.close()
+        if self._own_weights_dir:
+            shutil.rmtree(self.weights_dir, ignore_errors=True)

@@ -1,0 +1,129 @@
+"""Synthetic trajectory batches and small configs for worker tests and benchmarks.
+
+    batch = make_trajectory_batch(8, prompt_length=16, response_length=32, vocab_size=1000)
+    cfg = worker_config(model_dir, ["actor_rollout_ref.actor.ppo_mini_batch_size=4"])
+
+A batch has the layout the rollout engine returns: left-padded prompts, right-padded
+responses whose ``response_mask`` is 0 on "tool" spans (multi-turn) and on padding, plus
+``advantages``. Lengths are drawn between the given bounds, so a batch can have the length
+variance of multi-turn rollouts (``min_response_fraction=0.25``: a 4x spread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.protocol import DataProto
+
+
+def make_trajectory_batch(
+    n: int,
+    prompt_length: int,
+    response_length: int,
+    vocab_size: int,
+    seed: int = 0,
+    min_prompt_fraction: float = 0.5,
+    min_response_fraction: float = 0.25,
+    tool_spans: bool = True,
+) -> DataProto:
+    """``n`` random trajectories (see the module docstring); token ids avoid id 0 (pad)."""
+    rng = np.random.default_rng(seed)
+    P, R = prompt_length, response_length
+    prompt_lens = rng.integers(max(1, int(P * min_prompt_fraction)), P + 1, size=n)
+    response_lens = rng.integers(max(1, int(R * min_response_fraction)), R + 1, size=n)
+    prompts = torch.zeros((n, P), dtype=torch.long)
+    responses = torch.zeros((n, R), dtype=torch.long)
+    prompt_mask = torch.zeros((n, P), dtype=torch.long)
+    response_attention = torch.zeros((n, R), dtype=torch.long)
+    response_mask = torch.zeros((n, R), dtype=torch.long)
+    for i in range(n):
+        p, r = int(prompt_lens[i]), int(response_lens[i])
+        prompts[i, P - p :] = torch.from_numpy(rng.integers(1, vocab_size, size=p))
+        prompt_mask[i, P - p :] = 1
+        responses[i, :r] = torch.from_numpy(rng.integers(1, vocab_size, size=r))
+        response_attention[i, :r] = 1
+        response_mask[i, :r] = 1
+        if tool_spans and r >= 6:  # a tool response in the middle: not the model's tokens
+            start = int(rng.integers(1, r // 2))
+            response_mask[i, start : start + max(1, r // 4)] = 0
+    attention_mask = torch.cat([prompt_mask, response_attention], dim=1)  # (n, P + R)
+    advantages = torch.from_numpy(rng.normal(size=(n, R)).astype(np.float32)) * response_mask
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": torch.clamp(attention_mask.cumsum(-1) - 1, min=0),
+            "response_mask": response_mask,
+            "advantages": advantages,
+        },
+        non_tensors={"uid": [str(i // 2) for i in range(n)]},
+    )
+
+
+def worker_config(model_dir: str | Path, overrides: Sequence[str] = ()) -> Any:
+    """The full validated config for a tiny model with single-process-friendly sizes."""
+    from agentrl.config import load_config
+
+    return load_config(
+        overrides=[
+            f"actor_rollout_ref.model.path={model_dir}",
+            "data.train_batch_size=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=1",
+            "actor_rollout_ref.actor.optim.lr=1e-3",
+            "trainer.n_gpus_per_node=1",
+            *overrides,
+        ]
+    )
+
+
+def reference_log_probs(model: Any, data: DataProto) -> torch.Tensor:
+    """Response log-probs (B, R) from one plain forward pass of an unsharded HF causal LM
+    over the whole padded batch: the single-process reference, 0 on response padding."""
+    from agentrl.algos import logprobs_from_logits
+
+    batch = data.batch
+    response_length = batch["responses"].shape[1]
+    with torch.no_grad():
+        logits = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+        ).logits  # (B, P + R, V)
+    logits = logits[:, -response_length - 1 : -1].float()  # (B, R, V)
+    log_probs = logprobs_from_logits(logits, batch["responses"])
+    return log_probs * batch["attention_mask"][:, -response_length:]
+
+
+def greedy_continuations(model: Any, data: DataProto, max_new_tokens: int) -> list[list[int]]:
+    """For every rollout row, the unsharded model's own greedy continuation of its prompt
+    (unpadded, one row at a time, not stopping at EOS)."""
+    prompt_length = data.batch["prompts"].shape[1]
+    out = []
+    with torch.no_grad():
+        for i in range(len(data)):
+            valid = data.batch["attention_mask"][i, :prompt_length].bool()
+            ids = data.batch["prompts"][i][valid][None]  # (1, p)
+            generated = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+            out.append(generated[0, ids.shape[1] :].tolist())
+    return out
+
+
+def response_tokens(data: DataProto) -> list[list[int]]:
+    """Each row's response ids without padding."""
+    lengths = data.batch["attention_mask"][:, -data.batch["responses"].shape[1] :].sum(-1)
+    return [data.batch["responses"][i, : int(n)].tolist() for i, n in enumerate(lengths)]

@@ -1,0 +1,94 @@
+"""CriticWorker: values from a one-label token classifier and clipped value-loss updates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForTokenClassification
+
+from agentrl.algos import compute_value_loss
+from agentrl.distributed import InProcessWorkerGroup, WorkerError, WorkerSpec
+from agentrl.workers import CriticWorker
+from agentrl.workers.testing import make_trajectory_batch, worker_config
+
+P, R = 12, 16
+
+
+def _group(model_dir, overrides=()):
+    cfg = worker_config(
+        model_dir,
+        [
+            f"data.max_prompt_length={P}",
+            f"data.max_response_length={R}",
+            "critic.optim.lr=1e-3",
+            "critic.ppo_mini_batch_size=8",
+            *overrides,
+        ],
+    )
+    group = InProcessWorkerGroup(WorkerSpec(CriticWorker, cfg.critic, seed=0))
+    group.init_model()
+    return group
+
+
+def test_values_are_the_value_model_outputs_on_the_response(tiny_model_dir, tiny_tokenizer):
+    data = make_trajectory_batch(6, P, R, vocab_size=len(tiny_tokenizer), seed=5)
+    torch.manual_seed(0)  # the worker seeds the fresh head the same way
+    reference = AutoModelForTokenClassification.from_pretrained(tiny_model_dir, num_labels=1)
+    batch = data.batch
+    with torch.no_grad():
+        expected = reference(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+        ).logits[:, P - 1 : -1, 0]
+    expected = expected * batch["response_mask"]
+    # critic.model.path is null: the value model starts from the policy's weights
+    with _group(tiny_model_dir, ["critic.forward_micro_batch_size_per_gpu=4"]) as group:
+        values = group.compute_values(data).batch["values"]
+    assert values.shape == (6, R)
+    torch.testing.assert_close(values, expected, atol=1e-5, rtol=0)
+
+
+def test_update_critic_fits_the_returns_with_clipping(tiny_model_dir, tiny_tokenizer):
+    data = make_trajectory_batch(8, P, R, vocab_size=len(tiny_tokenizer), seed=6)
+    mask = data.batch["response_mask"]
+    data.batch["returns"] = torch.full((8, R), 0.5) * mask
+    overrides = ["critic.cliprange_value=0.05", "critic.ppo_micro_batch_size_per_gpu=4"]
+    with _group(tiny_model_dir, overrides) as group:
+        values = group.compute_values(data).batch["values"]
+        data.batch["values"] = values
+        first_loss, _ = compute_value_loss(values, data.batch["returns"], values, mask, 0.05)
+        losses, clipfracs = [], []
+        for _ in range(4):
+            metrics = group.update_critic(data).meta_info["metrics"]
+            losses.append(metrics["critic/vf_loss"])
+            clipfracs.append(metrics["critic/vf_clipfrac"])
+        assert set(metrics) == {
+            "critic/vf_loss",
+            "critic/vf_clipfrac",
+            "critic/vpred_mean",
+            "critic/grad_norm",
+            "critic/lr",
+            "timing/update_critic_s",
+        }
+        assert losses[0] == pytest.approx(first_loss.item(), abs=1e-5)
+        assert clipfracs[0] == 0.0 and clipfracs[-1] > 0  # the predictions left the clip range
+        new_values = group.compute_values(data).batch["values"]
+        error_before = ((values - 0.5).abs() * mask).sum()
+        error_after = ((new_values - 0.5).abs() * mask).sum()
+        assert error_after < error_before
+        with pytest.raises(
+            WorkerError, match="update_critic needs data.batch keys \\['returns'\\]"
+        ):
+            group.update_critic(
+                data.select(
+                    batch_keys=[
+                        "input_ids",
+                        "attention_mask",
+                        "position_ids",
+                        "responses",
+                        "response_mask",
+                        "values",
+                    ]
+                )
+            )

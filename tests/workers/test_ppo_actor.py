@@ -1,0 +1,104 @@
+"""PPOActor on a plain (unsharded) tiny model: log-probs, the PPO update and its metrics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from agentrl.algos import agg_loss, kl_penalty
+from agentrl.workers.micro_batch import MicroBatching
+from agentrl.workers.ppo_actor import PPOActor
+from agentrl.workers.testing import make_trajectory_batch, worker_config
+
+P, R = 12, 20
+
+
+@pytest.fixture(scope="module")
+def batch(tiny_tokenizer):
+    return make_trajectory_batch(8, P, R, vocab_size=len(tiny_tokenizer), seed=1)
+
+
+def _actor(model_dir, overrides=(), mini=8, micro=None):
+    cfg = worker_config(
+        model_dir, ["actor_rollout_ref.actor.ppo_mini_batch_size=8", *overrides]
+    ).actor_rollout_ref.actor
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return PPOActor(model, optimizer, cfg, mini_batch_size=mini, micro_batch_size=micro)
+
+
+def test_log_probs_do_not_depend_on_the_micro_batching(tiny_model_dir, batch):
+    actor = _actor(tiny_model_dir)
+    whole, entropy = actor.compute_log_prob(batch, MicroBatching())
+    by_two, _ = actor.compute_log_prob(batch, MicroBatching(micro_batch_size=2))
+    by_tokens, none = actor.compute_log_prob(
+        batch, MicroBatching(use_dynamic_bsz=True, max_token_len=70), calc_entropy=False
+    )
+    assert whole.shape == entropy.shape == (8, R) and none is None
+    torch.testing.assert_close(by_two, whole, atol=1e-5, rtol=0)
+    torch.testing.assert_close(by_tokens, whole, atol=1e-5, rtol=0)
+    assert (entropy[batch.batch["attention_mask"][:, P:].bool()] > 0).all()
+
+
+def test_on_policy_update_metrics_and_a_lower_loss_after(tiny_model_dir, batch):
+    actor = _actor(tiny_model_dir, micro=4)
+    old, _ = actor.compute_log_prob(batch, MicroBatching())
+    data = batch.select(deepcopy=True)
+    data.batch["old_log_probs"] = old
+    metrics = actor.update_policy(data)
+    assert set(metrics) == {
+        "actor/pg_loss",
+        "actor/entropy",
+        "actor/pg_clipfrac",
+        "actor/ppo_kl",
+        "actor/pg_clipfrac_lower",
+        "actor/grad_norm",
+    }
+    assert metrics["actor/pg_clipfrac"] == 0.0  # ratio 1 on the first step
+    assert abs(metrics["actor/ppo_kl"]) < 1e-6
+    mask = data.batch["response_mask"]
+    expected_loss = agg_loss(-data.batch["advantages"], mask, "token-mean").item()  # ratio 1
+    assert metrics["actor/pg_loss"] == pytest.approx(expected_loss, abs=1e-5)
+    new, _ = actor.compute_log_prob(data, MicroBatching())
+    after = agg_loss(-data.batch["advantages"] * torch.exp(new - old), mask, "token-mean")
+    assert after.item() < expected_loss  # the step lowered the surrogate loss
+
+
+def test_kl_loss_and_entropy_bonus(tiny_model_dir, batch):
+    actor = _actor(
+        tiny_model_dir,
+        [
+            "actor_rollout_ref.actor.use_kl_loss=true",
+            "actor_rollout_ref.actor.kl_loss_coef=0.5",
+            "actor_rollout_ref.actor.kl_loss_type=k2",
+            "actor_rollout_ref.actor.entropy_coeff=0.01",
+            "actor_rollout_ref.actor.ppo_epochs=2",
+        ],
+    )
+    old, entropy = actor.compute_log_prob(batch, MicroBatching())
+    data = batch.select(deepcopy=True)
+    data.batch["old_log_probs"] = old
+    data.batch["ref_log_prob"] = old - 0.1 * data.batch["response_mask"]
+    mask = data.batch["response_mask"]
+    metrics = actor.update_policy(data)
+    # two epochs: the first sees the initial weights, the second the updated ones
+    first_kl = agg_loss(kl_penalty(old, data.batch["ref_log_prob"], "k2"), mask, "token-mean")
+    assert first_kl.item() == pytest.approx(0.005, abs=1e-6)
+    assert metrics["actor/kl_coef"] == 0.5
+    assert metrics["actor/kl_loss"] != pytest.approx(0.005, abs=1e-7)
+    assert metrics["actor/ppo_kl"] > 0  # the second epoch is off-policy
+    assert metrics["actor/entropy"] == pytest.approx(
+        agg_loss(entropy, mask, "token-mean").item(), rel=0.05
+    )
+
+
+def test_update_names_the_missing_keys(tiny_model_dir, batch):
+    actor = _actor(tiny_model_dir, ["actor_rollout_ref.actor.use_kl_loss=true"])
+    with pytest.raises(
+        KeyError, match="update_actor needs data.batch keys \\['old_log_probs', 'ref_log_prob'\\]"
+    ):
+        actor.update_policy(batch)
+    reference = PPOActor(actor.model, None, actor.config)
+    with pytest.raises(RuntimeError, match="has no optimizer"):
+        reference.update_policy(batch)

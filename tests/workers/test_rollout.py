@@ -1,0 +1,125 @@
+"""HybridRollout: the engine on the worker's event loop, and weight sync by backend kind.
+
+The sglang path runs against a real server: `agentrl serve`'s app (the hf engine behind
+SGLang's HTTP API) on a loopback port, which loads the exported directory through
+/update_weights_from_disk as SGLang does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agentrl.protocol import DataProto
+from agentrl.workers.rollout import HybridRollout, LoopThread
+from agentrl.workers.testing import greedy_continuations, response_tokens, worker_config
+
+P, R = 40, 10
+
+
+def _prompts() -> DataProto:
+    messages = [[{"role": "user", "content": text}] for text in ("2+3=?", "hello there")]
+    return DataProto.from_dict(non_tensors={"raw_prompt": messages}, meta_info={"validate": True})
+
+
+def _perturbed(model_dir) -> torch.nn.Module:
+    """The model with different weights (as after some training)."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.05 * torch.randn(param.shape, generator=generator))
+    return model
+
+
+def _config(model_dir, *overrides):
+    return worker_config(
+        model_dir, [f"data.max_prompt_length={P}", f"data.max_response_length={R}", *overrides]
+    ).actor_rollout_ref
+
+
+def test_loop_thread_runs_coroutines_and_cancels_leftovers():
+    loop = LoopThread()
+
+    async def add(a: int, b: int) -> int:
+        await asyncio.sleep(0)
+        return a + b
+
+    async def start_forever() -> asyncio.Task:
+        return asyncio.ensure_future(asyncio.sleep(3600))
+
+    assert loop.run(add(2, 3)) == 5
+    forever = loop.run(start_forever())
+    loop.close()
+    assert forever.cancelled() and loop.loop.is_closed()
+    loop.close()  # twice is fine
+
+
+def test_hf_backend_gets_the_state_dict_in_place(varied_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
+    rollout = HybridRollout(_config(varied_model_dir), tokenizer)
+    try:
+        assert rollout.kind == "hf"
+        trained = _perturbed(varied_model_dir)
+        rollout.update_weights(trained, step=7)
+        assert rollout.backend.weight_version == "7"
+        engine_weights = rollout.backend.model.state_dict()
+        assert all(torch.equal(engine_weights[k], v) for k, v in trained.state_dict().items())
+        out = rollout.generate_sequences(_prompts())
+        assert all(
+            t == g[: len(t)]
+            for t, g in zip(
+                response_tokens(out), greedy_continuations(trained, out, R), strict=True
+            )
+        )
+    finally:
+        rollout.close()
+
+
+def test_sglang_servers_load_the_exported_directory(varied_model_dir, tmp_path):
+    from agentrl.rollout.backends.hf import HFBackend
+    from agentrl.rollout.backends.serve import create_app
+    from agentrl.utils.serving import serve_in_thread
+
+    server_backend = HFBackend.from_pretrained(varied_model_dir)
+    app = create_app(server_backend, model_path=str(varied_model_dir))
+    tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
+    with serve_in_thread(app, startup_timeout=30) as url:
+        config = _config(
+            varied_model_dir,
+            "actor_rollout_ref.rollout.name=sglang",
+            f"actor_rollout_ref.rollout.server_urls=[{url}]",
+            "actor_rollout_ref.rollout.request_timeout=60",
+        )
+        rollout = HybridRollout(config, tokenizer, weights_dir=tmp_path / "weights")
+        try:
+            assert rollout.kind == "sglang"
+            original = AutoModelForCausalLM.from_pretrained(varied_model_dir)
+            before = rollout.generate_sequences(_prompts())
+            assert all(
+                t == g[: len(t)]
+                for t, g in zip(
+                    response_tokens(before), greedy_continuations(original, before, R), strict=True
+                )
+            )
+
+            trained = _perturbed(varied_model_dir)
+            rollout.update_weights(trained, step=1)
+            rollout.update_weights(trained, step=2)
+            assert [p.name for p in (tmp_path / "weights").iterdir()] == ["step_2"]
+            assert server_backend.weight_version == "2"
+            served = server_backend.model.state_dict()
+            assert all(torch.equal(served[k], v) for k, v in trained.state_dict().items())
+            after = rollout.generate_sequences(_prompts())
+            assert response_tokens(after) != response_tokens(before)
+            assert all(
+                t == g[: len(t)]
+                for t, g in zip(
+                    response_tokens(after), greedy_continuations(trained, after, R), strict=True
+                )
+            )
+        finally:
+            rollout.close()
+    assert (tmp_path / "weights").is_dir()  # a directory it was given is not removed
