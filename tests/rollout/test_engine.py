@@ -894,23 +894,6 @@ def test_backend_without_generate_is_rejected(tiny_tokenizer):
 # ---------------------------------------------------------------------- real backends
 
 
-@pytest.fixture(scope="module")
-def sharp_model_dir(tiny_model_dir, tmp_path_factory):
-    """The tiny model with its matrices scaled by 6, so greedy continuations vary from token
-    to token (the random model repeats one token otherwise)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    out = tmp_path_factory.mktemp("sharp_model")
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() == 2:
-                param.mul_(6.0)
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
-    return out
-
-
 class Recorder:
     """Passes every call to a real backend and keeps (input ids, output) pairs."""
 
@@ -948,11 +931,11 @@ CALCULATOR_CONFIG = {
 }
 
 
-def test_hf_backend_end_to_end(sharp_model_dir, tiny_tokenizer):
+def test_hf_backend_end_to_end(varied_model_dir, tiny_tokenizer):
     from agentrl.rollout.backends.hf import HFBackend
     from agentrl.tools import load_tools
 
-    hf = HFBackend.from_pretrained(sharp_model_dir, tiny_tokenizer)
+    hf = HFBackend.from_pretrained(varied_model_dir, tiny_tokenizer)
     backend = Recorder(hf)
     config = rollout_config("n=2", "response_length=24", "multi_turn.max_new_tokens_per_turn=12")
     engine = AsyncRolloutEngine(config, tiny_tokenizer, backend, load_tools(CALCULATOR_CONFIG))
@@ -985,7 +968,7 @@ def test_hf_backend_end_to_end(sharp_model_dir, tiny_tokenizer):
 
 
 def test_hf_in_process_and_sglang_over_serve_give_the_same_greedy_rollout(
-    sharp_model_dir, tiny_tokenizer
+    varied_model_dir, tiny_tokenizer
 ):
     from agentrl.rollout.backends.hf import HFBackend
     from agentrl.rollout.backends.serve import create_app
@@ -1002,12 +985,12 @@ def test_hf_in_process_and_sglang_over_serve_give_the_same_greedy_rollout(
         engine = AsyncRolloutEngine(config, tiny_tokenizer, backend, load_tools(CALCULATOR_CONFIG))
         return run(engine, batch)
 
-    local = HFBackend.from_pretrained(sharp_model_dir, tiny_tokenizer)
-    served = HFBackend.from_pretrained(sharp_model_dir, tiny_tokenizer)
+    local = HFBackend.from_pretrained(varied_model_dir, tiny_tokenizer)
+    served = HFBackend.from_pretrained(varied_model_dir, tiny_tokenizer)
     try:
         in_process = rollout(local)
         with serve_in_thread(
-            create_app(served, model_path=str(sharp_model_dir)), startup_timeout=60
+            create_app(served, model_path=str(varied_model_dir)), startup_timeout=60
         ) as url:
             client = SGLangBackend([url], request_timeout=60, tokenizer=tiny_tokenizer)
             try:

@@ -7,24 +7,7 @@ makes "the same tokens as model.generate" a test that can fail.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-
-@pytest.fixture(scope="session")
-def varied_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("varied_model")
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() == 2:
-                param.mul_(6.0)
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="session")
