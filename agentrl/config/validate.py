@@ -65,6 +65,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "critic.optim.warmup_style": ("constant", "cosine"),
     "actor_rollout_ref.actor.fsdp_config.model_dtype": ("fp32", "bf16"),
     "critic.model.fsdp_config.model_dtype": ("fp32", "bf16"),
+    "actor_rollout_ref.ref.fsdp_config.model_dtype": ("fp32", "bf16"),
     "actor_rollout_ref.rollout.name": ("hf", "sglang"),
     "actor_rollout_ref.rollout.load_balance": ("least_loaded", "round_robin"),
     "actor_rollout_ref.rollout.mode": ("async",),

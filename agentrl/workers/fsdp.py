@@ -102,10 +102,9 @@ def mixed_precision_policy(fsdp_cfg: Any, device: torch.device) -> MixedPrecisio
     CPU (compute stays in the weights' dtype)."""
     if device.type != "cuda":
         return None
-    mp = fsdp_cfg.get("mixed_precision") if hasattr(fsdp_cfg, "get") else None
-    param = to_dtype(mp.param_dtype) if mp is not None else torch.bfloat16
-    reduce = to_dtype(mp.reduce_dtype) if mp is not None else torch.float32
-    return MixedPrecisionPolicy(param_dtype=param, reduce_dtype=reduce, cast_forward_inputs=True)
+    mp = fsdp_cfg.mixed_precision
+    return MixedPrecisionPolicy(param_dtype=to_dtype(mp.param_dtype),
+                                reduce_dtype=to_dtype(mp.reduce_dtype), cast_forward_inputs=True)
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -150,7 +149,7 @@ def build_sharded_model(
     config_fields: dict[str, Any] | None = None,
 ) -> torch.nn.Module:
     """Load, shard and move a model to ``device``; see the module docstring."""
-    model = load_model(model_cfg, auto_cls, fsdp_cfg.get("model_dtype", "fp32"), config_fields)
+    model = load_model(model_cfg, auto_cls, fsdp_cfg.model_dtype, config_fields)
     shard_model(
         model, mesh, mixed_precision_policy(fsdp_cfg, device), bool(fsdp_cfg.reshard_after_forward)
     )

@@ -96,6 +96,12 @@ def test_mesh_shapes(process_group):
 
 
 def test_mixed_precision_only_on_gpu():
-    assert mixed_precision_policy({}, torch.device("cpu")) is None
-    policy = mixed_precision_policy({}, torch.device("cuda"))
-    assert policy.param_dtype is torch.bfloat16 and policy.reduce_dtype is torch.float32
+    from agentrl.config import load_config
+
+    cfg = load_config(overrides=["actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=bf16"])
+    for fsdp_cfg in (cfg.actor_rollout_ref.actor.fsdp_config, cfg.actor_rollout_ref.ref.fsdp_config):
+        assert mixed_precision_policy(fsdp_cfg, torch.device("cpu")) is None
+        policy = mixed_precision_policy(fsdp_cfg, torch.device("cuda"))
+        assert policy.param_dtype is torch.bfloat16 and policy.reduce_dtype is torch.bfloat16
+    critic = mixed_precision_policy(cfg.critic.model.fsdp_config, torch.device("cuda"))
+    assert critic.param_dtype is torch.bfloat16 and critic.reduce_dtype is torch.float32

@@ -39,9 +39,13 @@ def create_backend(
     tokenizer: Any,
     model: torch.nn.Module | None = None,
 ) -> GenerationBackend:
-    """The backend `rollout_config.name` names (see the module docstring)."""
+    """The backend `rollout_config.name` names (see the module docstring).
+
+    `rollout_config` is the validated `actor_rollout_ref.rollout` config: every key is
+    there, with the defaults of agentrl/config/ppo_trainer.yaml.
+    """
     cfg = _as_dict(rollout_config)
-    name = cfg.get("name", "hf")
+    name = cfg["name"]
     if name == "hf":
         return _hf_backend(cfg, model_path, tokenizer, model)
     if name == "sglang":
@@ -58,10 +62,10 @@ def _as_dict(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
 def _hf_backend(
     cfg: dict[str, Any], model_path: str | None, tokenizer: Any, model: torch.nn.Module | None
 ) -> HFBackend:
-    kwargs = dict(cfg.get("engine_kwargs") or {})
+    kwargs = dict(cfg["engine_kwargs"] or {})
     options = {
-        "max_num_seqs": cfg.get("max_num_seqs", 64),
-        "max_model_len": cfg.get("max_model_len"),
+        "max_num_seqs": cfg["max_num_seqs"],
+        "max_model_len": cfg["max_model_len"],
     }
     device = kwargs.pop("device", None)
     if model is not None:
@@ -69,12 +73,12 @@ def _hf_backend(
     if not model_path:
         raise ValueError("the hf backend needs actor_rollout_ref.model.path (or a model)")
     return HFBackend.from_pretrained(
-        model_path, tokenizer, device=device, dtype=cfg.get("dtype"), **options, **kwargs
+        model_path, tokenizer, device=device, dtype=cfg["dtype"], **options, **kwargs
     )
 
 
 def _sglang_backend(cfg: dict[str, Any], model_path: str | None, tokenizer: Any) -> SGLangBackend:
-    urls = list(cfg.get("server_urls") or [])
+    urls = list(cfg["server_urls"] or [])
     launcher = None
     if not urls:
         if not model_path:
@@ -86,37 +90,37 @@ def _sglang_backend(cfg: dict[str, Any], model_path: str | None, tokenizer: Any)
         urls = launcher.start()
     return SGLangBackend(
         urls,
-        control_urls=list(cfg.get("control_urls") or []) or None,
-        request_timeout=cfg.get("request_timeout", 600.0),
-        max_retries=cfg.get("max_retries", 3),
-        load_balance=cfg.get("load_balance", "least_loaded"),
-        return_logprob=cfg.get("calculate_log_probs", True),
+        control_urls=list(cfg["control_urls"] or []) or None,
+        request_timeout=cfg["request_timeout"],
+        max_retries=cfg["max_retries"],
+        load_balance=cfg["load_balance"],
+        return_logprob=cfg["calculate_log_probs"],
         tokenizer=tokenizer,
-        update_weights_bucket_megabytes=cfg.get("update_weights_bucket_megabytes", 512),
+        update_weights_bucket_megabytes=cfg["update_weights_bucket_megabytes"],
         on_close=launcher.stop if launcher else None,
     )
 
 
 def _launcher(cfg: dict[str, Any], model_path: str) -> ServerLauncher:
-    tp = cfg.get("tensor_model_parallel_size", 1)
-    num_servers = cfg.get("num_servers")
+    tp = cfg["tensor_model_parallel_size"]
+    num_servers = cfg["num_servers"]
     if num_servers is None:
         num_servers = max(1, torch.cuda.device_count() // tp) if torch.cuda.is_available() else 1
-    command = cfg.get("launch_command")
+    command = cfg["launch_command"]
     server_args: dict[str, Any] = {}
     if command is None:  # SGLang's own flags; a custom command gets only engine_kwargs
         server_args = {
             "tp": tp,
-            "mem_fraction_static": cfg.get("gpu_memory_utilization"),
-            "enable_memory_saver": cfg.get("free_cache_engine", False),
-            "dtype": cfg.get("dtype"),
+            "mem_fraction_static": cfg["gpu_memory_utilization"],
+            "enable_memory_saver": cfg["free_cache_engine"],
+            "dtype": cfg["dtype"],
         }
-    server_args.update(cfg.get("engine_kwargs") or {})
+    server_args.update(cfg["engine_kwargs"] or {})
     return ServerLauncher(
         model_path,
         num_servers,
         server_args=server_args,
         command=command,
         gpus_per_server=tp if torch.cuda.is_available() else 0,
-        ready_timeout=cfg.get("launch_timeout", 600.0),
+        ready_timeout=cfg["launch_timeout"],
     )
