@@ -25,7 +25,8 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("agentrl.config.cli", "print the resolved config (defaults <- recipe <- overrides)"),
     "make-tiny-model": ("agentrl.models.cli", "write a tiny Qwen2 model + tokenizer, offline"),
-    "smoke": ("agentrl.smoke", "build a tiny model and dataset and run a short rollout smoke run"),
+    "smoke": ("agentrl.smoke",
+              "train a tiny model a few steps on CPU through the real stack (the main job)"),
     "generate": ("agentrl.generate",
                  "roll out a dataset with tools and interactions (no training), write jsonl"),
     "serve": ("agentrl.rollout.backends.serve_cli",
