@@ -16,7 +16,10 @@ For each sample: the attended response tokens are decoded with
 ``skip_special_tokens=True``, scored by ``compute_score(data_source, solution_str,
 ground_truth, extra_info)`` (a float, or a dict with key ``score`` whose other keys go to
 ``reward_extra_info``), the sum of the tool rewards times ``tool_reward_weight`` is added,
-and the result is written on the last attended response token; every other position is 0.
+and the result is written on the last attended response token; every other position is 0,
+except that with ``step_reward_weight`` the rollout's per-turn tool step rewards
+(``batch["step_rewards"]`` (B, R), at the last token of the turn that made the call) are
+added where they stand, for turn-level credit assignment.
 In a multi-turn trajectory that ended with a tool response that last token is a tool token;
 the advantage estimators credit it to the last assistant token before it.
 
@@ -70,14 +73,21 @@ class Sample:
     tool_reward: float  # sum of the tool rewards, already weighted
 
 
-def _tool_reward_sum(scores: Any) -> float:
-    """Sum of ``{tool: float | [floats]}`` (None or empty -> 0)."""
+# Key of ``reward_scores`` holding ``{tool: [step rewards of execute]}``. They are not part of
+# the trajectory's tool reward: the rollout also places them on the token of the turn that
+# made the call (``batch["step_rewards"]``), weighted by ``step_reward_weight``.
+STEP_REWARDS_KEY = "step_rewards"
+
+
+def _tool_reward_sum(scores: Any, top_level: bool = True) -> float:
+    """Sum of ``{tool: float | [floats]}`` (None or empty -> 0), step rewards left out."""
     if scores is None:
         return 0.0
     if isinstance(scores, Mapping):
-        return sum(_tool_reward_sum(v) for v in scores.values())
+        return sum(_tool_reward_sum(v, top_level=False) for k, v in scores.items()
+                   if not (top_level and k == STEP_REWARDS_KEY))
     if isinstance(scores, (list, tuple, np.ndarray)):
-        return sum(_tool_reward_sum(v) for v in scores)
+        return sum(_tool_reward_sum(v, top_level=False) for v in scores)
     return float(scores)
 
 
@@ -91,12 +101,14 @@ class RewardManager:
         compute_score: Callable[..., Any] | None = None,
         reward_fn_key: str = "data_source",
         tool_reward_weight: float = 1.0,
+        step_reward_weight: float = 0.0,
     ) -> None:
         self.tokenizer = tokenizer
         self.num_examine = num_examine
         self.compute_score = compute_score or default_compute_score
         self.reward_fn_key = reward_fn_key
         self.tool_reward_weight = float(tool_reward_weight)
+        self.step_reward_weight = float(step_reward_weight)
 
     # ------------------------------------------------------------------ subclass hooks
 
@@ -127,6 +139,11 @@ class RewardManager:
             if sample.last_position >= 0:
                 reward_tensor[sample.index, sample.last_position] = reward
             infos.append(info)
+        if self.step_reward_weight and "step_rewards" in data.batch.keys():
+            step = self.step_reward_weight * data.batch["step_rewards"].float()  # (B, R)
+            reward_tensor += step
+            for info, total in zip(infos, step.sum(-1).tolist(), strict=True):
+                info["step_reward"] = total
         self._log_examples(data, samples, reward_tensor)
         if not return_dict:
             return reward_tensor

@@ -6,6 +6,7 @@
 
 Keys read: ``reward_model.reward_manager`` (naive | dapo | batch | a registered name),
 ``reward_model.reward_kwargs`` (passed to the manager), ``reward_model.tool_reward_weight``,
+``reward_model.step_reward_weight``,
 ``custom_reward_function.path`` (a ``.py`` file or a module; null -> the built-in scorers),
 ``custom_reward_function.name`` and ``custom_reward_function.reward_kwargs`` (bound to the
 custom function as keyword arguments, as verl does).
@@ -75,6 +76,7 @@ def load_reward_manager(
         "compute_score": get_custom_reward_fn(custom_reward_function_config),
         "reward_fn_key": reward_fn_key,
         "tool_reward_weight": reward_model_config.tool_reward_weight,
+        "step_reward_weight": reward_model_config.step_reward_weight,
         **kwargs,
     }
     try:

@@ -72,10 +72,12 @@ class DAPORewardManager(NaiveRewardManager):
         compute_score: Callable[..., Any] | None = None,
         reward_fn_key: str = "data_source",
         tool_reward_weight: float = 1.0,
+        step_reward_weight: float = 0.0,
         max_resp_len: int | None = None,
         overlong_buffer_cfg: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, tool_reward_weight)
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, tool_reward_weight,
+                         step_reward_weight)
         self.overlong = OverlongBuffer(**dict(overlong_buffer_cfg or {}))
         self.max_resp_len = max_resp_len
         if self.overlong.enable:
@@ -139,6 +141,7 @@ class BatchRewardManager(RewardManager):
         compute_score: Callable[..., Any] | None = None,
         reward_fn_key: str = "data_source",
         tool_reward_weight: float = 1.0,
+        step_reward_weight: float = 0.0,
         **reward_kwargs: Any,
     ) -> None:
         super().__init__(
@@ -147,6 +150,7 @@ class BatchRewardManager(RewardManager):
             compute_score or batched_default_compute_score,
             reward_fn_key,
             tool_reward_weight,
+            step_reward_weight,
         )
         self.reward_kwargs = reward_kwargs
 

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentrl.interactions.base import BaseInteraction
+from agentrl.reward.base import STEP_REWARDS_KEY
 from agentrl.rollout.parsers import ParsedCall
 from agentrl.rollout.request import AsyncRolloutRequest
 from agentrl.tools import BaseTool, execute_tool_call
@@ -58,7 +59,8 @@ async def run_tool_turn(
 ) -> list[dict[str, Any]]:
     """Answer the turn's calls concurrently; returns the tool messages, in call order.
 
-    Step rewards are recorded at the response position of the turn's last model token.
+    Step rewards are recorded at the response position of the turn's last model token, and
+    per tool under `reward_scores["step_rewards"]`.
     """
     position = req.response_length - 1
     turn = req.metrics.assistant_turns
@@ -80,6 +82,8 @@ async def run_tool_turn(
     for call, (text, reward) in zip(calls, answers, strict=True):
         if reward:
             req.step_rewards.append((position, reward))
+            per_tool = req.reward_scores.setdefault(STEP_REWARDS_KEY, {})
+            per_tool.setdefault(call.name or "", []).append(float(reward))
         limited = truncate_text(
             text, multi_turn.max_tool_response_length, multi_turn.tool_response_truncate_side
         )

@@ -187,3 +187,12 @@ def test_num_examine_logs_that_many_samples_per_data_source(rollout_batch, tiny_
     assert logged[0].startswith("[agentrl/arithmetic] [prompt] user\nWhat is 6 * 7?\nassistant\n")
     assert "[response] <answer>42</answer>" in logged[0] and logged[0].endswith("[reward] 1.0000")
     assert logged[1].startswith("[openai/gsm8k]")
+
+
+def test_step_rewards_in_reward_scores_are_not_summed_into_the_tool_reward(tiny_tokenizer):
+    from agentrl.reward.base import _tool_reward_sum
+
+    scores = {"calculator": [0.5, 0.25], "step_rewards": {"calculator": [1.0, 2.0]}}
+    assert _tool_reward_sum(scores) == 0.75
+    assert _tool_reward_sum({"user_turn_rewards": [1.0, 0.5], "search": 0.25}) == 1.75
+    assert _tool_reward_sum({"nested": {"step_rewards": 3.0}}) == 3.0  # only the top-level key

@@ -26,7 +26,8 @@ SAMPLE = {
 def configs(manager="naive", reward_kwargs=None, path=None, name="compute_score", fn_kwargs=None):
     """The two sub-trees with the lead's YAML keys and defaults."""
     reward_model = OmegaConf.create(
-        {"reward_manager": manager, "reward_kwargs": reward_kwargs or {}, "tool_reward_weight": 1.0}
+        {"reward_manager": manager, "reward_kwargs": reward_kwargs or {}, "tool_reward_weight": 1.0,
+         "step_reward_weight": 0.0}
     )
     custom = OmegaConf.create({"path": path, "name": name, "reward_kwargs": fn_kwargs or {}})
     return reward_model, custom

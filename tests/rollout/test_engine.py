@@ -343,7 +343,8 @@ def test_output_keys_shapes_and_reward_manager(tiny_tokenizer):
     assert list(out.non_tensor_batch["uid"]) == ["u0", "u0", "u1", "u1"]
     assert list(out.non_tensor_batch["num_turns"]) == [4, 4, 2, 2]
     assert list(out.non_tensor_batch["finish_reason"]) == ["stop"] * 4
-    assert list(out.non_tensor_batch["reward_scores"]) == [{"wrap": 0.25}] * 4
+    called = {"wrap": 0.25, "step_rewards": {"wrap": [0.5]}}  # calc_reward and execute's step
+    assert list(out.non_tensor_batch["reward_scores"]) == [called] * 2 + [{"wrap": 0.25}] * 2
     assert out.meta_info["global_steps"] == 3
     # position ids count attended tokens; padding is pad id with attention 0
     first = out.batch["attention_mask"][0]
@@ -366,6 +367,13 @@ def test_output_keys_shapes_and_reward_manager(tiny_tokenizer):
     assert totals == [1.25, 1.25, 0.25, 0.25]  # arithmetic score + weighted calc_reward
     last = int(torch.nonzero(out.batch["attention_mask"][0, P:]).max())
     assert scored["reward_tensor"][0, last].item() == 1.25
+    # with step_reward_weight the step reward (0.5 x 2) joins at the end of the calling turn
+    cfg = load_config(overrides=["reward_model.step_reward_weight=2"])
+    manager = load_reward_manager(cfg.reward_model, cfg.custom_reward_function, tiny_tokenizer)
+    scored = manager(out, return_dict=True)
+    assert scored["reward_tensor"].sum(-1).tolist() == [2.25, 2.25, 0.25, 0.25]
+    assert scored["reward_tensor"][0, call_end].item() == 1.0
+    assert scored["reward_extra_info"]["step_reward"] == [1.0, 1.0, 0.0, 0.0]
 
 
 def test_single_turn_without_tools_and_validation_params(tiny_tokenizer):
