@@ -9,6 +9,7 @@ runs, so `agentrl --help` stays fast and one command's heavy imports never slow 
     agentrl make-tiny-model OUT_DIR [--size tiny|small|medium|large] [--seed 0]
     agentrl smoke [--out-dir outputs/smoke]
     agentrl serve --model PATH --port P
+    agentrl train --config recipe.yaml [key.sub=value ...]
     agentrl generate --config X.yaml data.path=IN.parquet data.output_path=OUT.jsonl
     agentrl COMMAND --help
 """
@@ -27,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "make-tiny-model": ("agentrl.models.cli", "write a tiny Qwen2 model + tokenizer, offline"),
     "smoke": ("agentrl.smoke",
               "train a tiny model a few steps on CPU through the real stack (the main job)"),
+    "train": ("agentrl.trainer.main", "train with PPO/GRPO and relatives (verl's main_ppo)"),
     "generate": ("agentrl.generate",
                  "roll out a dataset with tools and interactions (no training), write jsonl"),
     "serve": ("agentrl.rollout.backends.serve_cli",

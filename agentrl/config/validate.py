@@ -77,6 +77,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
     "trainer.device": ("auto", "cpu", "cuda"),
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
+    "trainer.worker_group": ("auto", "ray", "in_process"),
 }
 LIST_CHOICES: dict[str, tuple[str, ...]] = {
     "trainer.logger": ("console", "wandb", "tensorboard", "mlflow", "file"),

@@ -1,0 +1,125 @@
+"""The trainer's checkpoint directory: layout, the latest-step marker, resume and rotation.
+
+verl's layout, under ``trainer.default_local_dir``::
+
+    global_step_10/actor/     ActorRolloutRefWorker.save_checkpoint (sharded model, optimizer,
+                              scheduler, RNG; see docs/workers.md)
+    global_step_10/critic/    CriticWorker.save_checkpoint (PPO with GAE only)
+    global_step_10/data.pt    the driver's state: data loader position, global step, KL coef
+    latest_checkpointed_iteration.txt   "10", written last, so it names a complete checkpoint
+
+``trainer.resume_mode``: ``auto`` resumes from the step the marker names (a fresh start when
+there is none), ``disable`` always starts fresh, ``resume_path`` resumes from
+``trainer.resume_from_path`` (a ``global_step_N`` directory) and fails when it is not one.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+LATEST_FILE = "latest_checkpointed_iteration.txt"
+DATA_FILE = "data.pt"
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint to resume from is missing or incomplete (the message names the path)."""
+
+
+def step_dir(root: str | Path, step: int) -> Path:
+    """``root/global_step_{step}``."""
+    return Path(root) / f"global_step_{step}"
+
+
+def step_of(path: str | Path) -> int:
+    """N of a ``global_step_N`` directory; CheckpointError for any other name."""
+    match = _STEP_DIR.match(Path(path).name)
+    if match is None:
+        raise CheckpointError(
+            f"{path} is not a checkpoint directory: its name must be global_step_<N>"
+        )
+    return int(match.group(1))
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """The directory ``latest_checkpointed_iteration.txt`` names, or None when there is none."""
+    marker = Path(root) / LATEST_FILE
+    if not marker.is_file():
+        return None
+    text = marker.read_text().strip()
+    if not text.isdigit():
+        raise CheckpointError(f"{marker} should hold a step number, found {text!r}")
+    path = step_dir(root, int(text))
+    if not path.is_dir():
+        raise CheckpointError(f"{marker} names step {text} but {path} does not exist")
+    return path
+
+
+def resume_path(trainer_config: Any) -> Path | None:
+    """The checkpoint to resume from under ``trainer.resume_mode`` (None: start fresh)."""
+    mode = trainer_config.resume_mode
+    if mode == "disable":
+        return None
+    if mode == "auto":
+        return latest_checkpoint(trainer_config.default_local_dir)
+    if mode != "resume_path":
+        raise ValueError(f"trainer.resume_mode is {mode!r}; choose auto, disable or resume_path")
+    path = Path(str(trainer_config.resume_from_path))
+    step_of(path)
+    if not path.is_dir():
+        raise CheckpointError(f"trainer.resume_from_path {path} does not exist")
+    return path
+
+
+def check_complete(path: Path, parts: tuple[str, ...]) -> None:
+    """Raise CheckpointError naming what ``path`` lacks of ``parts`` (dirs) and data.pt."""
+    missing = [p for p in parts if not (path / p).is_dir()]
+    if not (path / DATA_FILE).is_file():
+        missing.append(DATA_FILE)
+    if missing:
+        raise CheckpointError(f"checkpoint {path} is incomplete: missing {', '.join(missing)}")
+
+
+def save_trainer_state(path: Path, state: dict[str, Any]) -> None:
+    """Write the driver's state as ``path/data.pt``."""
+    path.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path / DATA_FILE)
+
+
+def load_trainer_state(path: Path) -> dict[str, Any]:
+    return torch.load(path / DATA_FILE, weights_only=False)
+
+
+def mark_latest(root: str | Path, step: int) -> None:
+    """Point ``latest_checkpointed_iteration.txt`` at ``step`` (atomically: write, rename)."""
+    root = Path(root)
+    tmp = root / f"{LATEST_FILE}.tmp"
+    tmp.write_text(str(step))
+    tmp.replace(root / LATEST_FILE)
+
+
+def rotate(root: str | Path, part: str, keep: int | None) -> list[Path]:
+    """Delete ``global_step_*/part`` of all but the newest ``keep`` steps (None: keep all);
+    a step directory left without actor and critic goes entirely. Returns what was deleted."""
+    if keep is None or keep < 1:
+        return []
+    root = Path(root)
+    steps = sorted((step_of(p), p) for p in root.glob("global_step_*") if _STEP_DIR.match(p.name))
+    holding = [(s, p) for s, p in steps if (p / part).is_dir()]
+    removed = []
+    for _, path in holding[: max(len(holding) - keep, 0)]:
+        shutil.rmtree(path / part)
+        removed.append(path / part)
+        if not (path / "actor").exists() and not (path / "critic").exists():
+            shutil.rmtree(path)
+    if removed:
+        logger.info("removed old checkpoints: %s", ", ".join(str(p) for p in removed))
+    return removed

@@ -1,0 +1,152 @@
+"""Training and validation metrics with verl's names, computed on the driver from a batch.
+
+    metrics = compute_data_metrics(batch, use_critic=True)   # critic/score/mean, ...
+    with timer("gen", timing): ...                            # timing["gen"] += seconds
+    metrics |= compute_timing_metrics(timing)                 # timing_s/gen, ...
+    metrics |= compute_throughput_metrics(batch, timing, n_workers)  # perf/throughput
+    val = process_validation_metrics(data_sources, uids, {"reward": scores, ...})
+
+Data metrics (verl's `compute_data_metrics`): per trajectory, the score is the sum of
+``token_level_scores``, the reward the sum of ``token_level_rewards`` (score minus the KL
+penalty); advantages, returns and values are taken over valid (response-mask) tokens.
+Trajectories whose rollout FAILED (non-tensor ``request_state == "failed"``) are left out of
+the score, reward, advantage and length statistics and counted in ``training/failed``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+
+FAILED = "failed"
+
+
+@contextmanager
+def timer(name: str, timing: dict[str, float]) -> Iterator[None]:
+    """Add the wall time of the block to ``timing[name]`` (seconds)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        timing[name] = timing.get(name, 0.0) + time.perf_counter() - started
+
+
+def failed_rows(data: Any) -> np.ndarray:
+    """(B,) bool: rows whose rollout request ended FAILED (False when the key is absent)."""
+    states = data.non_tensor_batch.get("request_state")
+    if states is None:
+        return np.zeros(len(data), dtype=bool)
+    return np.array([state == FAILED for state in states], dtype=bool)
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    if values.numel() == 0:
+        return {}
+    values = values.float()
+    return {
+        f"{prefix}/mean": values.mean().item(),
+        f"{prefix}/max": values.max().item(),
+        f"{prefix}/min": values.min().item(),
+    }
+
+
+def compute_data_metrics(data: Any, use_critic: bool) -> dict[str, float]:
+    """verl's data metrics of one training batch (see the module docstring)."""
+    batch = data.batch
+    response_length = batch["responses"].shape[-1]
+    keep = torch.from_numpy(~failed_rows(data))  # (B,)
+    mask = batch["response_mask"].bool()[keep]  # (b, R)
+    attention = batch["attention_mask"][keep]  # (b, P + R)
+    prompt_len = attention[:, :-response_length].sum(-1).float()  # (b,)
+    resp_len = attention[:, -response_length:].sum(-1).float()  # (b,)
+    max_prompt = attention.shape[-1] - response_length
+
+    metrics: dict[str, float] = {"training/failed": float((~keep).sum().item())}
+    metrics |= _stats("critic/score", batch["token_level_scores"][keep].sum(-1))
+    metrics |= _stats("critic/rewards", batch["token_level_rewards"][keep].sum(-1))
+    metrics |= _stats("critic/advantages", batch["advantages"][keep][mask])
+    metrics |= _stats("critic/returns", batch["returns"][keep][mask])
+    if use_critic:
+        values = batch["values"][keep][mask]
+        returns = batch["returns"][keep][mask]
+        metrics |= _stats("critic/values", values)
+        if values.numel() > 1:
+            residual_var = torch.var(returns - values)
+            metrics["critic/vf_explained_var"] = (
+                1.0 - residual_var / (torch.var(returns) + 1e-5)
+            ).item()
+    metrics |= _stats("response_length", resp_len)
+    metrics |= _stats("prompt_length", prompt_len)
+    if resp_len.numel():
+        metrics["response_length/clip_ratio"] = (resp_len >= response_length).float().mean().item()
+        metrics["prompt_length/clip_ratio"] = (prompt_len >= max_prompt).float().mean().item()
+    if "num_turns" in data.non_tensor_batch:
+        turns = np.asarray(data.non_tensor_batch["num_turns"], dtype=float)[keep.numpy()]
+        if turns.size:
+            metrics |= {
+                "num_turns/mean": float(turns.mean()),
+                "num_turns/max": float(turns.max()),
+                "num_turns/min": float(turns.min()),
+            }
+    return metrics
+
+
+def compute_timing_metrics(timing: dict[str, float]) -> dict[str, float]:
+    """``timing_s/{name}`` for every timed section."""
+    return {f"timing_s/{name}": seconds for name, seconds in timing.items()}
+
+
+def compute_throughput_metrics(data: Any, timing: dict[str, float], n_workers: int) -> dict:
+    """verl's perf metrics: tokens of the batch (attention mask), step time, and tokens per
+    second per worker."""
+    total_tokens = int(data.batch["attention_mask"].sum().item())
+    step_s = timing["step"]
+    return {
+        "perf/total_num_tokens": float(total_tokens),
+        "perf/time_per_step": step_s,
+        "perf/throughput": total_tokens / (step_s * n_workers) if step_s > 0 else 0.0,
+    }
+
+
+def process_validation_metrics(
+    data_sources: Sequence[str],
+    uids: Sequence[str],
+    variables: dict[str, Sequence[float]],
+    core_variables: Sequence[str] = ("reward", "acc"),
+) -> dict[str, float]:
+    """Validation metrics per data source and variable (one value per trajectory each).
+
+    Trajectories with the same uid answer the same prompt (n samples); for each prompt we
+    take the mean of its n values (and with n > 1 its std, best and worst), then average over
+    the prompts of the data source: ``{section}/{data_source}/{var}/mean@{n}``,
+    ``std@{n}``, ``best@{n}/mean``, ``worst@{n}/mean``. ``section`` is ``val-core`` for the
+    core variables' ``mean@n`` and ``best@n/mean``, else ``val-aux``. verl estimates best@n
+    by bootstrap; here it is the exact maximum over the n samples.
+    """
+    groups: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for i, (source, uid) in enumerate(zip(data_sources, uids, strict=True)):
+        for var, values in variables.items():
+            value = values[i]
+            if isinstance(value, bool | int | float | np.number) and not isinstance(value, str):
+                groups[(source, uid)][var].append(float(value))
+    per_source: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for (source, _), per_var in groups.items():
+        for var, values in per_var.items():
+            n = len(values)
+            per_source[(source, var, f"mean@{n}")].append(float(np.mean(values)))
+            if n > 1:
+                per_source[(source, var, f"std@{n}")].append(float(np.std(values)))
+                per_source[(source, var, f"best@{n}/mean")].append(float(np.max(values)))
+                per_source[(source, var, f"worst@{n}/mean")].append(float(np.min(values)))
+    metrics: dict[str, float] = {}
+    for (source, var, name), values in sorted(per_source.items()):
+        core = var in core_variables and (name.startswith("mean@") or name.startswith("best@"))
+        section = "val-core" if core else "val-aux"
+        metrics[f"{section}/{source}/{var}/{name}"] = float(np.mean(values))
+    return metrics

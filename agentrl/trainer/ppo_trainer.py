@@ -1,0 +1,512 @@
+"""PPOTrainer: the single-controller fit loop (verl's RayPPOTrainer), for PPO, GRPO and relatives.
+
+    from agentrl.config import load_config
+    from agentrl.trainer import PPOTrainer, run_train
+    history = run_train(load_config("recipe.yaml"))     # build, fit, close
+    # or: trainer = PPOTrainer(cfg); history = trainer.fit(); trainer.close()
+
+The driver holds the data loaders, the reward managers and the tracker, and calls worker
+groups (docs/workers.md): an ``ActorRolloutRefWorker`` (role ``actor_rollout_ref`` when a
+reference policy is needed, i.e. ``actor.use_kl_loss`` or ``algorithm.use_kl_in_reward``,
+else ``actor_rollout``) and, for ``algorithm.adv_estimator=gae``, a colocated
+``CriticWorker``. One training step reads like CleanRL:
+
+    rollout (generate_sequences; remax: a greedy baseline) -> reward -> old log-probs
+    -> ref log-probs -> values -> KL-in-reward + advantage (driver, agentrl.algos)
+    -> update_critic -> update_actor (after trainer.critic_warmup steps) -> metrics
+
+then validation (every ``trainer.test_freq`` steps and after the last), a checkpoint (every
+``trainer.save_freq`` steps and after the last; agentrl/trainer/checkpointing.py) and one
+``Tracking.log``. Departures from verl: uids are ``"{step}-{row}"`` (deterministic, so a
+resumed run sees the same batch); the actor starts updating after ``critic_warmup`` steps
+(step > critic_warmup); a trajectory whose rollout FAILED is its own group (see
+``isolate_failed``); ``trainer.balance_batch`` is not implemented yet (no reordering).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from transformers import AutoTokenizer
+
+from agentrl.algos import apply_kl_penalty, compute_advantage, get_kl_controller
+from agentrl.config import ConfigError
+from agentrl.data import create_rl_dataset, create_train_dataloader, create_val_dataloader
+from agentrl.distributed import InProcessWorkerGroup, RayWorkerGroup, ResourcePool, WorkerSpec
+from agentrl.protocol import DataProto, to_object_array
+from agentrl.reward import load_reward_manager
+from agentrl.trainer import checkpointing as ckpt
+from agentrl.trainer.metrics import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+    failed_rows,
+    process_validation_metrics,
+    timer,
+)
+from agentrl.trainer.tracking import Tracking
+from agentrl.workers import ActorRolloutRefWorker, CriticWorker
+
+logger = logging.getLogger(__name__)
+
+
+def isolate_failed(data: DataProto) -> int:
+    """Give every FAILED trajectory a uid of its own; returns how many there are.
+
+    A failed rollout keeps a zero loss mask, so it never trains; but its reward (usually 0)
+    would still enter its group's mean and std and shift the advantages of the samples that
+    did finish. As a group of one it drops out of those statistics (and its advantage is 0).
+    """
+    failed = failed_rows(data)
+    if failed.any():
+        uids = list(data.non_tensor_batch["uid"])
+        for i in np.flatnonzero(failed):
+            uids[i] = f"{uids[i]}/failed-{i}"
+        data.non_tensor_batch["uid"] = to_object_array(uids, "uid")
+    return int(failed.sum())
+
+
+def worker_config(config: DictConfig, total_training_steps: int) -> DictConfig:
+    """A read-only copy of ``config`` with the optimizers' ``total_training_steps`` set."""
+    copy = OmegaConf.merge(
+        OmegaConf.to_container(config, resolve=True),
+        {
+            "actor_rollout_ref": {
+                "actor": {"optim": {"total_training_steps": total_training_steps}}
+            },
+            "critic": {"optim": {"total_training_steps": total_training_steps}},
+        },
+    )
+    OmegaConf.set_readonly(copy, True)
+    return copy
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray | torch.Tensor):
+        return value.tolist()
+    return str(value)
+
+
+class PPOTrainer:
+    """See the module docstring; ``config`` is the full validated tree (``load_config``)."""
+
+    def __init__(self, config: DictConfig) -> None:
+        self.config = config
+        self.use_critic = config.algorithm.adv_estimator == "gae"
+        self.use_reference_policy = bool(
+            config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward
+        )
+        self.n_workers = int(config.trainer.nnodes * config.trainer.n_gpus_per_node)
+        self._check_config()
+        self.resume_from = ckpt.resume_path(config.trainer)  # a bad path fails before workers
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            config.data.tokenizer or config.actor_rollout_ref.model.path,
+            trust_remote_code=bool(config.data.trust_remote_code),
+        )
+        self._create_dataloaders()
+        self.worker_config = worker_config(config, self.total_training_steps)
+        reward_args = (config.reward_model, config.custom_reward_function, self.tokenizer)
+        key = config.data.reward_fn_key
+        self.reward_fn = load_reward_manager(*reward_args, reward_fn_key=key, num_examine=0)
+        self.val_reward_fn = load_reward_manager(*reward_args, reward_fn_key=key, num_examine=1)
+        self.kl_ctrl = (
+            get_kl_controller(config.algorithm.kl_ctrl)
+            if config.algorithm.use_kl_in_reward
+            else None
+        )
+        self.tracking = Tracking(
+            config.trainer.project_name,
+            config.trainer.experiment_name,
+            default_backend=list(config.trainer.logger),
+            config=config,
+        )
+        self.global_steps = 0
+        self.val_metrics: dict[str, float] = {}
+        self.group: Any = None
+        self.actor_rollout_wg: Any = None
+        self.critic_wg: Any = None
+        self._pool: ResourcePool | None = None
+        self._ray_temp_dir: str | None = None
+        self._checkpoint_loaded = False
+
+    # ------------------------------------------------------------------ setup
+
+    def _check_config(self) -> None:
+        cfg = self.config
+        problems = []
+        if not cfg.data.train_files:
+            problems.append("data.train_files must name the training parquet file(s)")
+        if not cfg.actor_rollout_ref.model.path:
+            problems.append("actor_rollout_ref.model.path must name the policy model")
+        val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs
+        greedy = not val_kwargs.do_sample or val_kwargs.temperature == 0
+        if cfg.algorithm.adv_estimator == "remax" and (val_kwargs.n != 1 or not greedy):
+            problems.append(
+                "algorithm.adv_estimator=remax takes its greedy baseline with "
+                "actor_rollout_ref.rollout.val_kwargs: set val_kwargs.n=1 and do_sample=false"
+            )
+        if cfg.trainer.worker_group == "in_process" and self.n_workers != 1:
+            problems.append(
+                f"trainer.worker_group=in_process runs one worker but trainer.nnodes x "
+                f"trainer.n_gpus_per_node = {self.n_workers}; use worker_group=ray or auto"
+            )
+        if problems:
+            raise ConfigError(problems)
+
+    def _create_dataloaders(self) -> None:
+        data_cfg = self.config.data
+        train = create_rl_dataset(data_cfg.train_files, data_cfg, self.tokenizer)
+        self.train_dataloader = create_train_dataloader(train, data_cfg)
+        self.val_dataloader = None
+        if data_cfg.val_files:
+            val = create_rl_dataset(data_cfg.val_files, data_cfg, self.tokenizer)
+            self.val_dataloader = create_val_dataloader(val, data_cfg)
+        total = len(self.train_dataloader) * int(self.config.trainer.total_epochs)
+        if self.config.trainer.total_training_steps is not None:
+            total = min(total, int(self.config.trainer.total_training_steps))
+        self.total_training_steps = total
+        logger.info("%d training steps (%d batches per epoch)", total, len(self.train_dataloader))
+
+    def worker_group_kind(self) -> str:
+        """``in_process`` or ``ray`` from ``trainer.worker_group`` (auto: see the config)."""
+        kind = self.config.trainer.worker_group
+        if kind != "auto":
+            return kind
+        local = self.n_workers == 1 and self.config.ray_init.address is None
+        return "in_process" if local else "ray"
+
+    def init_workers(self) -> None:
+        """Start the worker group (in-process or Ray) and load the models."""
+        cfg, wcfg = self.config, self.worker_config
+        role = "actor_rollout_ref" if self.use_reference_policy else "actor_rollout"
+        chat_kwargs = OmegaConf.to_container(cfg.data.apply_chat_template_kwargs, resolve=True)
+        specs = {
+            "actor_rollout": WorkerSpec(
+                ActorRolloutRefWorker,
+                wcfg.actor_rollout_ref,
+                role=role,
+                seed=int(cfg.trainer.seed),
+                chat_template_kwargs=chat_kwargs,
+            )
+        }
+        if self.use_critic:
+            specs["critic"] = WorkerSpec(CriticWorker, wcfg.critic, seed=int(cfg.trainer.seed))
+        if self.worker_group_kind() == "in_process":
+            self.group = InProcessWorkerGroup(specs, dist_timeout_s=float(cfg.trainer.dist_timeout))
+        else:
+            self.group = self._ray_group(specs)
+        self.actor_rollout_wg = self.group.role("actor_rollout")
+        self.actor_rollout_wg.init_model()
+        if self.use_critic:
+            self.critic_wg = self.group.role("critic")
+            self.critic_wg.init_model()
+
+    def _ray_group(self, specs: dict[str, WorkerSpec]) -> RayWorkerGroup:
+        import ray
+
+        cfg = self.config
+        if not ray.is_initialized():
+            if cfg.ray_init.address is not None:
+                ray.init(address=cfg.ray_init.address)
+            else:
+                self._ray_temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short paths
+                ray.init(
+                    num_cpus=cfg.ray_init.num_cpus,
+                    _temp_dir=self._ray_temp_dir,
+                    include_dashboard=False,
+                )
+        use_gpu = cfg.trainer.device != "cpu" and torch.cuda.is_available()
+        self._pool = ResourcePool(
+            [int(cfg.trainer.n_gpus_per_node)] * int(cfg.trainer.nnodes), use_gpu=use_gpu
+        )
+        return RayWorkerGroup(
+            self._pool,
+            specs,
+            dist_timeout_s=float(cfg.trainer.dist_timeout),
+            error_grace_s=float(cfg.trainer.worker_error_grace),
+            setup_timeout_s=float(cfg.trainer.ray_wait_register_center_timeout),
+        )
+
+    # ------------------------------------------------------------------ the loop
+
+    def fit(self) -> list[dict[str, float]]:
+        """Train to ``total_training_steps``; returns (and logs) one metrics dict per step."""
+        if self.group is None:
+            self.init_workers()
+        if not self._checkpoint_loaded:
+            self.load_checkpoint()
+        history: list[dict[str, float]] = []
+        if self.val_dataloader is not None and self.config.trainer.val_before_train:
+            self.val_metrics = self.validate()
+            self.tracking.log(self.val_metrics, step=self.global_steps)
+        if self.config.trainer.val_only:
+            return history
+        batches = self._batches()
+        while self.global_steps < self.total_training_steps:
+            batch_dict = next(batches)
+            self.global_steps += 1
+            metrics = self.train_step(batch_dict)
+            metrics |= self._after_step()
+            self.tracking.log(metrics, step=self.global_steps)
+            history.append(metrics)
+        return history
+
+    def _batches(self) -> Iterator[dict[str, Any]]:
+        while True:  # the loader moves to the next epoch by itself
+            yield from self.train_dataloader
+
+    def _after_step(self) -> dict[str, float]:
+        """Validation and checkpoint when due (every N steps, and after the last step)."""
+        trainer, step = self.config.trainer, self.global_steps
+        last = step >= self.total_training_steps
+        timing: dict[str, float] = {}
+        metrics: dict[str, float] = {}
+        if self.val_dataloader is not None and (
+            last or (trainer.test_freq > 0 and step % trainer.test_freq == 0)
+        ):
+            with timer("testing", timing):
+                self.val_metrics = self.validate()
+            metrics |= self.val_metrics
+        if last or (trainer.save_freq > 0 and step % trainer.save_freq == 0):
+            with timer("save_checkpoint", timing):
+                self.save_checkpoint()
+        return metrics | compute_timing_metrics(timing)
+
+    def train_step(self, batch_dict: dict[str, Any]) -> dict[str, float]:
+        """One step on one batch of prompts: rollout -> reward -> advantage -> update."""
+        cfg, step, timing = self.config, self.global_steps, {}
+        metrics: dict[str, float] = {}
+        batch = DataProto.from_single_dict(batch_dict)
+        batch.non_tensor_batch["uid"] = to_object_array(
+            [f"{step}-{i}" for i in range(len(batch))], "uid"
+        )
+        batch.meta_info.update(
+            temperature=float(cfg.actor_rollout_ref.rollout.temperature), global_steps=step
+        )
+        with timer("step", timing):
+            with timer("gen", timing):
+                data = self.actor_rollout_wg.generate_sequences(batch)
+            if cfg.algorithm.adv_estimator == "remax":
+                with timer("gen_max", timing):
+                    data.batch["reward_baselines"] = self._greedy_baseline(batch, len(data))
+            isolate_failed(data)
+            with timer("reward", timing):
+                scored = self.reward_fn(data, return_dict=True)
+                data.batch["token_level_scores"] = scored["reward_tensor"]
+            with timer("old_log_prob", timing):
+                data = data.union(self.actor_rollout_wg.compute_log_prob(data))
+                data.pop(batch_keys=["entropys"])  # update_actor reports actor/entropy
+            if self.use_reference_policy:
+                with timer("ref", timing):
+                    data = data.union(self.actor_rollout_wg.compute_ref_log_prob(data))
+            if self.use_critic:
+                with timer("values", timing):
+                    data = data.union(self.critic_wg.compute_values(data))
+            with timer("adv", timing):
+                metrics |= self._advantage(data)
+            if self.use_critic:
+                with timer("update_critic", timing):
+                    metrics |= self.critic_wg.update_critic(data).meta_info["metrics"]
+            if step > cfg.trainer.critic_warmup:
+                with timer("update_actor", timing):
+                    metrics |= self.actor_rollout_wg.update_actor(data).meta_info["metrics"]
+        if cfg.trainer.rollout_data_dir:
+            self._dump(Path(cfg.trainer.rollout_data_dir), data, scored["reward_extra_info"])
+        metrics |= {k: float(v) for k, v in data.meta_info.get("metrics", {}).items()}
+        metrics |= {k: float(v) for k, v in data.meta_info.get("timing", {}).items()}
+        metrics |= compute_data_metrics(data, use_critic=self.use_critic)
+        metrics |= compute_timing_metrics(timing)
+        metrics |= compute_throughput_metrics(data, timing, self.n_workers)
+        metrics["training/global_step"] = float(step)
+        metrics["training/epoch"] = float(self.train_dataloader.epoch)
+        return metrics
+
+    def _greedy_baseline(self, batch: DataProto, n_rows: int) -> torch.Tensor:
+        """ReMax's baseline: the reward of one greedy sample per prompt (B * n,)."""
+        greedy = batch.select(deepcopy=True)
+        greedy.meta_info["validate"] = True  # val_kwargs: n = 1, greedy (checked at start)
+        out = self.actor_rollout_wg.generate_sequences(greedy)
+        baseline = self.reward_fn(out, return_dict=True)["reward_tensor"].sum(-1)  # (B,)
+        return baseline.repeat_interleave(n_rows // len(batch))  # (B * n,)
+
+    def _advantage(self, data: DataProto) -> dict[str, float]:
+        algo = self.config.algorithm
+        metrics: dict[str, float] = {}
+        if self.kl_ctrl is not None:
+            data, metrics = apply_kl_penalty(data, self.kl_ctrl, algo.kl_penalty)
+        else:
+            data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+        compute_advantage(
+            data,
+            algo.adv_estimator,
+            gamma=float(algo.gamma),
+            lam=float(algo.lam),
+            num_repeat=int(self.config.actor_rollout_ref.rollout.n),
+            norm_adv_by_std_in_grpo=bool(algo.norm_adv_by_std_in_grpo),
+            config=algo,
+        )
+        return metrics
+
+    # ------------------------------------------------------------------ validation
+
+    def validate(self) -> dict[str, float]:
+        """Roll out the validation set with ``rollout.val_kwargs`` and score it."""
+        if self.val_dataloader is None:
+            return {}
+        key = self.config.data.reward_fn_key
+        sources: list[str] = []
+        uids: list[str] = []
+        rows: list[dict[str, Any]] = []
+        for i, batch_dict in enumerate(self.val_dataloader):
+            batch = DataProto.from_single_dict(batch_dict)
+            batch.non_tensor_batch["uid"] = to_object_array(
+                [f"val-{i}-{j}" for j in range(len(batch))], "uid"
+            )
+            batch.meta_info.update(validate=True, global_steps=self.global_steps)
+            out = self.actor_rollout_wg.generate_sequences(batch)
+            scored = self.val_reward_fn(out, return_dict=True)
+            out.batch["token_level_scores"] = scored["reward_tensor"]
+            scores = scored["reward_tensor"].sum(-1).tolist()
+            extra = scored["reward_extra_info"]
+            sources += [str(s) for s in out.non_tensor_batch.get(key, ["unknown"] * len(out))]
+            uids += list(out.non_tensor_batch["uid"])
+            rows += [
+                {"reward": s, **{k: v[j] for k, v in extra.items()}} for j, s in enumerate(scores)
+            ]
+            self._log_generations(out, scores)
+            if self.config.trainer.validation_data_dir:
+                self._dump(Path(self.config.trainer.validation_data_dir), out, extra)
+        names = list(dict.fromkeys(name for row in rows for name in row))
+        variables = {name: [row.get(name) for row in rows] for name in names}
+        return process_validation_metrics(sources, uids, variables)
+
+    def _log_generations(self, data: DataProto, scores: list[float]) -> None:
+        for i in range(min(int(self.config.trainer.log_val_generations), len(data))):
+            prompt, response = self._texts(data, i)
+            logger.info(
+                "val sample %d (step %d, score %.3f)\n[prompt] %s\n[response] %s",
+                i, self.global_steps, scores[i], prompt, response,
+            )  # fmt: skip
+
+    def _texts(self, data: DataProto, i: int) -> tuple[str, str]:
+        response_length = data.batch["responses"].shape[-1]
+        attention = data.batch["attention_mask"][i].bool()  # (P + R,)
+        prompt = data.batch["prompts"][i][attention[:-response_length]]
+        response = data.batch["responses"][i][attention[-response_length:]]
+        decode = self.tokenizer.decode
+        return decode(prompt, skip_special_tokens=True), decode(response, skip_special_tokens=True)
+
+    def _dump(self, directory: Path, data: DataProto, extra: dict[str, list]) -> None:
+        """Append one jsonl row per trajectory to ``directory/{global_step}.jsonl``: step,
+        uid, input, output (decoded), score (the total reward), request_state, and the
+        reward manager's extra keys."""
+        directory.mkdir(parents=True, exist_ok=True)
+        scores = data.batch["token_level_scores"].sum(-1).tolist()  # (B,)
+        states = data.non_tensor_batch.get("request_state", [None] * len(data))
+        with (directory / f"{self.global_steps}.jsonl").open("a", encoding="utf-8") as f:
+            for i in range(len(data)):
+                prompt, response = self._texts(data, i)
+                row = {
+                    **{k: v[i] for k, v in extra.items()},  # the score function's keys
+                    "step": self.global_steps,
+                    "uid": data.non_tensor_batch["uid"][i],
+                    "input": prompt,
+                    "output": response,
+                    "score": scores[i],
+                    "request_state": states[i],
+                }
+                f.write(json.dumps(row, default=_json_default) + "\n")
+
+    # ------------------------------------------------------------------ checkpoints
+
+    @property
+    def checkpoint_root(self) -> Path:
+        """``trainer.default_local_dir`` as an absolute path (Ray workers have other cwds)."""
+        return Path(str(self.config.trainer.default_local_dir)).resolve()
+
+    def save_checkpoint(self) -> Path:
+        """Write ``global_step_N/{actor,critic,data.pt}``, mark it latest, rotate old ones."""
+        trainer, step = self.config.trainer, self.global_steps
+        path = ckpt.step_dir(self.checkpoint_root, step)
+        path.mkdir(parents=True, exist_ok=True)
+        self.actor_rollout_wg.save_checkpoint(str(path / "actor"), global_step=step)
+        if self.use_critic:
+            self.critic_wg.save_checkpoint(str(path / "critic"), global_step=step)
+        state = {"global_step": step, "dataloader": self.train_dataloader.state_dict()}
+        if self.kl_ctrl is not None:
+            state["kl_coef"] = float(self.kl_ctrl.value)
+        ckpt.save_trainer_state(path, state)
+        ckpt.mark_latest(self.checkpoint_root, step)
+        ckpt.rotate(self.checkpoint_root, "actor", trainer.max_actor_ckpt_to_keep)
+        ckpt.rotate(self.checkpoint_root, "critic", trainer.max_critic_ckpt_to_keep)
+        logger.info("saved checkpoint %s", path)
+        return path
+
+    def load_checkpoint(self) -> int:
+        """Resume per ``trainer.resume_mode``: worker states, data loader position and global
+        step; returns the step to continue after (0 for a fresh start)."""
+        if self.group is None:
+            self.init_workers()
+        self._checkpoint_loaded = True
+        path = self.resume_from
+        if path is None:
+            logger.info("training from scratch (resume_mode=%s)", self.config.trainer.resume_mode)
+            return self.global_steps
+        ckpt.check_complete(path, ("actor", "critic") if self.use_critic else ("actor",))
+        self.actor_rollout_wg.load_checkpoint(str(path.resolve() / "actor"))
+        if self.use_critic:
+            self.critic_wg.load_checkpoint(str(path.resolve() / "critic"))
+        state = ckpt.load_trainer_state(path)
+        self.train_dataloader.load_state_dict(state["dataloader"])
+        if self.kl_ctrl is not None and "kl_coef" in state:
+            self.kl_ctrl.value = state["kl_coef"]
+        self.global_steps = int(state["global_step"])
+        logger.info("resumed from %s at global step %d", path, self.global_steps)
+        return self.global_steps
+
+    # ------------------------------------------------------------------ teardown
+
+    def close(self) -> None:
+        """Finish tracking, stop the rollout and the workers (and Ray if we started it)."""
+        self.tracking.finish()
+        if self.group is not None:
+            try:
+                self.actor_rollout_wg.close()
+            finally:
+                self.group.shutdown()
+                self.group = None
+        if self._pool is not None:
+            self._pool.remove()
+            self._pool = None
+        if self._ray_temp_dir is not None:
+            import ray
+
+            ray.shutdown()
+            shutil.rmtree(self._ray_temp_dir, ignore_errors=True)
+            self._ray_temp_dir = None
+
+    def __enter__(self) -> PPOTrainer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def run_train(config: DictConfig) -> list[dict[str, float]]:
+    """Build a PPOTrainer, fit it, close it; returns the per-step metrics."""
+    trainer = PPOTrainer(config)
+    try:
+        return trainer.fit()
+    finally:
+        trainer.close()

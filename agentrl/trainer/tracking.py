@@ -1,0 +1,200 @@
+"""Experiment tracking: one `log(data, step)` fanned out to the configured backends.
+
+    tracking = Tracking("agentrl", "run1", default_backend=["console", "file"], config=cfg)
+    tracking.log({"critic/score/mean": 0.5}, step=1)
+    tracking.finish()
+
+Backends (`trainer.logger`, verl's names):
+
+- ``console``: one INFO line per step through ``logging`` (logger ``agentrl.trainer``).
+- ``file``: one JSON object per step, ``{"step": N, **metrics}``, appended to
+  ``LOG_DIR/metrics.jsonl`` (appending, so a resumed run continues the same file).
+- ``tensorboard``: ``torch.utils.tensorboard.SummaryWriter`` in ``LOG_DIR/tensorboard``.
+- ``wandb`` / ``mlflow``: a run named by project and experiment, with the config.
+
+``LOG_DIR`` is ``log_dir`` when given, else ``trainer.default_local_dir`` of ``config`` (the
+experiment directory, where the checkpoints also go). A backend whose package is not
+installed is an error naming the package, raised before training starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Protocol
+
+from omegaconf import DictConfig, OmegaConf
+
+logger = logging.getLogger("agentrl.trainer")
+
+BACKENDS = ("console", "file", "tensorboard", "wandb", "mlflow")
+# backend -> (module to import, pip package that provides it)
+_PACKAGES = {
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "wandb": ("wandb", "wandb"),
+    "mlflow": ("mlflow", "mlflow"),
+}
+
+
+class Backend(Protocol):
+    def log(self, data: dict[str, float], step: int) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+def _require(backend: str) -> Any:
+    module, package = _PACKAGES[backend]
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"trainer.logger lists {backend!r} but the package {package!r} is not installed: "
+            f"pip install {package} (or remove {backend!r} from trainer.logger)"
+        ) from exc
+
+
+def _plain(config: Any) -> dict[str, Any]:
+    if config is None:
+        return {}
+    if isinstance(config, DictConfig):
+        return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
+    return dict(config)
+
+
+def _format(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+class ConsoleBackend:
+    """Metrics as one log line per step, sorted by name."""
+
+    def log(self, data: dict[str, float], step: int) -> None:
+        body = " - ".join(f"{k}:{_format(v)}" for k, v in sorted(data.items()))
+        logger.info("step:%d - %s", step, body)
+
+    def finish(self) -> None:
+        pass
+
+
+class FileBackend:
+    """Metrics as jsonl lines ``{"step": N, ...}``; non-finite floats are written as null."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = path.open("a", encoding="utf-8")
+
+    def log(self, data: dict[str, float], step: int) -> None:
+        row = {"step": step}
+        for key, value in data.items():
+            finite = not isinstance(value, float) or math.isfinite(value)
+            row[key] = value if finite else None
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def finish(self) -> None:
+        self._file.close()
+
+
+class TensorboardBackend:
+    def __init__(self, log_dir: Path) -> None:
+        _require("tensorboard")
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(log_dir))
+
+    def log(self, data: dict[str, float], step: int) -> None:
+        for key, value in data.items():
+            if isinstance(value, int | float):
+                self.writer.add_scalar(key, value, step)
+
+    def finish(self) -> None:
+        self.writer.close()
+
+
+class WandbBackend:
+    def __init__(self, project: str, experiment: str, config: dict[str, Any]) -> None:
+        self.wandb = _require("wandb")
+        self.run = self.wandb.init(project=project, name=experiment, config=config)
+
+    def log(self, data: dict[str, float], step: int) -> None:
+        self.run.log(data, step=step)
+
+    def finish(self) -> None:
+        self.run.finish()
+
+
+class MlflowBackend:
+    def __init__(self, project: str, experiment: str, config: dict[str, Any]) -> None:
+        self.mlflow = _require("mlflow")
+        self.mlflow.set_experiment(project)
+        self.mlflow.start_run(run_name=experiment)
+        flat = {k: str(v) for k, v in _flatten(config).items()}
+        self.mlflow.log_params(dict(list(flat.items())[:500]))  # mlflow caps params per call
+
+    def log(self, data: dict[str, float], step: int) -> None:
+        # mlflow metric names may not hold '@'
+        self.mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in data.items()}, step=step)
+
+    def finish(self) -> None:
+        self.mlflow.end_run()
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+class Tracking:
+    """Log metrics to every backend of ``default_backend`` (a name or a list of names)."""
+
+    def __init__(
+        self,
+        project_name: str,
+        experiment_name: str,
+        default_backend: str | list[str] | tuple[str, ...] = "console",
+        config: Any = None,
+        log_dir: str | Path | None = None,
+    ) -> None:
+        names = [default_backend] if isinstance(default_backend, str) else list(default_backend)
+        unknown = [n for n in names if n not in BACKENDS]
+        if unknown:
+            raise ValueError(f"unknown tracking backend(s) {unknown}; valid: {', '.join(BACKENDS)}")
+        plain = _plain(config)
+        if log_dir is None:
+            log_dir = plain.get("trainer", {}).get("default_local_dir") or "."
+        self.log_dir = Path(log_dir)
+        self.backends: dict[str, Backend] = {}
+        for name in dict.fromkeys(names):  # keep order, drop duplicates
+            self.backends[name] = self._create(name, project_name, experiment_name, plain)
+
+    def _create(self, name: str, project: str, experiment: str, config: dict) -> Backend:
+        if name == "console":
+            return ConsoleBackend()
+        if name == "file":
+            return FileBackend(self.log_dir / "metrics.jsonl")
+        if name == "tensorboard":
+            return TensorboardBackend(self.log_dir / "tensorboard")
+        if name == "wandb":
+            return WandbBackend(project, experiment, config)
+        return MlflowBackend(project, experiment, config)
+
+    def log(self, data: dict[str, Any], step: int) -> None:
+        """Send ``data`` (metric name -> number) for training step ``step`` to every backend."""
+        for backend in self.backends.values():
+            backend.log(data, step)
+
+    def finish(self) -> None:
+        """Flush and close every backend (idempotent)."""
+        for backend in self.backends.values():
+            backend.finish()
+        self.backends = {}

@@ -1,0 +1,49 @@
+"""Tracking: console and file backends, and clear errors for unknown or missing backends."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import pytest
+
+from agentrl.config import load_config
+from agentrl.trainer.tracking import Tracking
+
+
+def test_file_backend_appends_jsonl_under_the_experiment_dir(tmp_path):
+    cfg = load_config(overrides=[f"trainer.default_local_dir={tmp_path / 'exp'}"])
+    tracking = Tracking("proj", "run", default_backend=["file"], config=cfg)
+    tracking.log({"critic/score/mean": 0.5, "bad": float("nan")}, step=1)
+    tracking.finish()
+    again = Tracking("proj", "run", default_backend="file", config=cfg)  # a resumed run
+    again.log({"critic/score/mean": 0.75}, step=2)
+    again.finish()
+    rows = [json.loads(x) for x in (tmp_path / "exp" / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [
+        {"step": 1, "critic/score/mean": 0.5, "bad": None},
+        {"step": 2, "critic/score/mean": 0.75},
+    ]
+
+
+def test_console_backend_logs_one_line_per_step(caplog, tmp_path):
+    tracking = Tracking("p", "e", default_backend=["console", "console"], log_dir=tmp_path)
+    assert list(tracking.backends) == ["console"]
+    with caplog.at_level(logging.INFO, logger="agentrl.trainer"):
+        tracking.log({"b": 2, "a": 0.123456}, step=3)
+    assert caplog.messages == ["step:3 - a:0.1235 - b:2"]
+    tracking.finish()
+    tracking.finish()  # idempotent
+
+
+def test_unknown_backend_is_an_error_listing_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown tracking backend.*'neptune'.*console, file"):
+        Tracking("p", "e", default_backend=["console", "neptune"])
+
+
+@pytest.mark.parametrize("backend", ["wandb", "mlflow", "tensorboard"])
+def test_a_backend_without_its_package_names_the_package(backend, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, backend, None)  # makes `import backend` fail
+    with pytest.raises(ImportError, match=f"'{backend}' is not installed: pip install {backend}"):
+        Tracking("p", "e", default_backend=[backend], log_dir=tmp_path)
