@@ -1,4 +1,4 @@
-"""The smoke pipeline (the README's main job) runs the real stack and its update helps."""
+"""The smoke run (the README's main job) trains through the whole stack."""
 
 from __future__ import annotations
 
@@ -12,22 +12,25 @@ from agentrl.smoke import smoke_compute_score
 from agentrl.tools import load_tools
 
 
-def test_smoke_run_through_workers_engine_and_tools(tmp_path):
+def test_smoke_run_trains_through_the_whole_stack(tmp_path):
     assert main(["smoke", "--out-dir", str(tmp_path), "--steps", "2", "--seed", "1"]) == 0
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:
-        assert all(math.isfinite(v) for v in m.values())
-        # One gradient step raises mean(A * log p) on the batch it was taken on.
-        assert m["actor/surrogate_gain"] > 0
+        assert all(math.isfinite(v) for v in m.values() if isinstance(v, float))
         assert m["actor/grad_norm"] > 0
         assert m["actor/pg_clipfrac"] == 0.0  # on-policy: ratio 1, nothing clipped
         assert m["timing/weight_sync_s"] >= 0  # the rollout got the new weights
-        assert 1 <= m["response_length/model_tokens"] <= m["response_length/mean"] <= 48
-        assert 0.0 <= m["reward/mean"] <= 1.1
+        assert m["rollout/requests"] == 16  # 4 prompts x n=4, through the multi-turn engine
+        assert 1 <= m["response_length/mean"] <= 48
+        assert 0.0 <= m["critic/score/mean"] <= 1.1
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert (tmp_path / "global_step_2" / "actor").is_dir()
     assert set(load_tools(tmp_path / "calculator_tool.yaml")) == {"calculator"}
-    assert (tmp_path / "model" / "config.json").is_file()
-    assert (tmp_path / "data" / "train.parquet").is_file()
+    # a second run starts fresh (resume_mode=disable) and overwrites the metrics
+    assert main(["smoke", "--out-dir", str(tmp_path), "--steps", "1", "--seed", "1"]) == 0
+    again = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in again] == [1]
 
 
 def test_smoke_score_adds_a_small_plain_text_bonus():

@@ -7,8 +7,9 @@
 Backends (`trainer.logger`, verl's names):
 
 - ``console``: one INFO line per step through ``logging`` (logger ``agentrl.trainer``).
-- ``file``: one JSON object per step, ``{"step": N, **metrics}``, appended to
-  ``LOG_DIR/metrics.jsonl`` (appending, so a resumed run continues the same file).
+- ``file``: one JSON object per step, ``{"step": N, **metrics}``, in
+  ``LOG_DIR/metrics.jsonl``; a resumed run continues the file, rows of the steps a run
+  logs again (a fresh run, a resume from an older checkpoint) are replaced.
 - ``tensorboard``: ``torch.utils.tensorboard.SummaryWriter`` in ``LOG_DIR/tensorboard``.
 - ``wandb`` / ``mlflow``: a run named by project and experiment, with the config.
 
@@ -80,14 +81,33 @@ class ConsoleBackend:
 
 
 class FileBackend:
-    """Metrics as jsonl lines ``{"step": N, ...}``; non-finite floats are written as null."""
+    """Metrics as jsonl lines ``{"step": N, ...}``; non-finite floats are written as null.
+
+    The first step logged decides what of an existing file stays: the rows of earlier
+    steps. A resumed run so continues its file, and a fresh run (or a resume from an older
+    checkpoint) replaces the rows it is about to write again.
+    """
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file = path.open("a", encoding="utf-8")
+        self._file: Any = None
+
+    def _open(self, first_step: int) -> None:
+        kept = []
+        if self.path.is_file():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    if json.loads(line)["step"] < first_step:
+                        kept.append(line + "\n")
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line cut short by a crash
+        self._file = self.path.open("w", encoding="utf-8")
+        self._file.writelines(kept)
 
     def log(self, data: dict[str, float], step: int) -> None:
+        if self._file is None:
+            self._open(step)
         row = {"step": step}
         for key, value in data.items():
             finite = not isinstance(value, float) or math.isfinite(value)
@@ -96,7 +116,8 @@ class FileBackend:
         self._file.flush()
 
     def finish(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
 
 class TensorboardBackend:

@@ -27,6 +27,21 @@ def test_file_backend_appends_jsonl_under_the_experiment_dir(tmp_path):
     ]
 
 
+def test_file_backend_replaces_the_steps_a_run_logs_again(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": i, "x": i}) + "\n" for i in (1, 2, 3))
+                    + '{"step": 4, "x"')  # the crash cut the last line short
+    resumed = Tracking("p", "e", default_backend="file", log_dir=tmp_path)
+    resumed.log({"x": 30}, step=3)  # resumed from the step-2 checkpoint
+    resumed.finish()
+    assert [json.loads(x) for x in path.read_text().splitlines()] == [
+        {"step": 1, "x": 1}, {"step": 2, "x": 2}, {"step": 3, "x": 30}]
+    fresh = Tracking("p", "e", default_backend="file", log_dir=tmp_path)
+    fresh.log({"x": 10}, step=1)  # a fresh run in the same directory
+    fresh.finish()
+    assert [json.loads(x) for x in path.read_text().splitlines()] == [{"step": 1, "x": 10}]
+
+
 def test_console_backend_logs_one_line_per_step(caplog, tmp_path):
     tracking = Tracking("p", "e", default_backend=["console", "console"], log_dir=tmp_path)
     assert list(tracking.backends) == ["console"]
