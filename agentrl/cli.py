@@ -10,6 +10,8 @@ runs, so `agentrl --help` stays fast and one command's heavy imports never slow 
     agentrl smoke [--out-dir outputs/smoke]
     agentrl serve --model PATH --port P
     agentrl train --config recipe.yaml [key.sub=value ...]
+    agentrl sft --model PATH --data DATA --out-dir DIR
+    agentrl quickstart --out-dir outputs/quickstart
     agentrl generate --config X.yaml data.path=IN.parquet data.output_path=OUT.jsonl
     agentrl COMMAND --help
 """
@@ -29,6 +31,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "smoke": ("agentrl.smoke",
               "train a tiny model a few steps on CPU through the real stack (the main job)"),
     "train": ("agentrl.trainer.main", "train with PPO/GRPO and relatives (verl's main_ppo)"),
+    "sft": ("agentrl.sft_cli", "supervised fine-tuning on multi-turn tool conversations"),
+    "quickstart": ("agentrl.quickstart",
+                   "SFT + GRPO a small model to use a calculator on CPU, with a before/after report"),
     "generate": ("agentrl.generate",
                  "roll out a dataset with tools and interactions (no training), write jsonl"),
     "serve": ("agentrl.rollout.backends.serve_cli",
