@@ -1,11 +1,13 @@
 """`agentrl quickstart`: teach a tiny model to use a calculator, on CPU, in minutes.
 
-    agentrl quickstart --out-dir outputs/quickstart [--steps 5] [--size small]
+    agentrl quickstart --out-dir outputs/quickstart [--steps 20] [--size tiny]
 
 Stages (each timed; see docs/quickstart.md for the numbers measured on a 2-core CPU):
 
 1. model: a tiny Qwen2 model with random weights (`agentrl.models.tiny`);
-2. data: arithmetic word problems (`agentrl.data.arithmetic`, train/test parquet) and
+2. data: arithmetic word problems (`agentrl.data.arithmetic`, train/test parquet; by
+   default the `basic` level, a two-digit and a one-digit number, and the short system
+   prompt, so that a model trained from scratch learns to copy the numbers in minutes) and
    correct calculator trajectories for SFT (`agentrl.data.arithmetic_sft`);
 3. sft: a warm-up on those trajectories (`agentrl.trainer.sft.run_sft`), so the model
    emits well-formed calculator calls and `<answer>` tags;
@@ -52,14 +54,20 @@ CURVE_KEYS = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out-dir", default="outputs/quickstart", help="where everything goes")
-    parser.add_argument("--steps", type=int, default=5, help="GRPO steps (0: SFT only)")
-    parser.add_argument("--size", default="small", help="tiny model size (see make-tiny-model)")
+    parser.add_argument("--steps", type=int, default=20, help="GRPO steps (0: SFT only)")
+    parser.add_argument("--size", default="tiny", help="tiny model size (see make-tiny-model)")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and data")
-    parser.add_argument("--sft-examples", type=int, default=384, help="SFT trajectories")
+    parser.add_argument("--sft-examples", type=int, default=2048, help="SFT trajectories")
     parser.add_argument("--sft-epochs", type=int, default=3, help="SFT passes over them")
-    parser.add_argument("--sft-lr", type=float, default=1e-3, help="SFT learning rate")
+    parser.add_argument("--sft-lr", type=float, default=3e-3, help="SFT learning rate")
     parser.add_argument("--n-train", type=int, default=512, help="RL training problems")
     parser.add_argument("--n-test", type=int, default=64, help="held-out test problems")
+    parser.add_argument(
+        "--difficulty",
+        default="basic",
+        help="arithmetic level: basic (two-digit + - *), easy, medium, hard",
+    )
+    parser.add_argument("--batch-size", type=int, default=8, help="SFT batch size")
     parser.add_argument("overrides", nargs="*", help="RL config overrides key.sub=value")
 
 
@@ -74,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         sft_lr=args.sft_lr,
         n_train=args.n_train,
         n_test=args.n_test,
+        difficulty=args.difficulty,
+        sft_batch_size=args.batch_size,
         overrides=args.overrides,
     )
     sft, final = report["eval_sft"], report.get("eval_rl", report["eval_sft"])
@@ -94,18 +104,40 @@ def run(args: argparse.Namespace) -> int:
 
 
 def prepare_data(
-    out_dir: Path, n_train: int, n_test: int, sft_examples: int, seed: int, tool_config: Path
+    out_dir: Path,
+    n_train: int,
+    n_test: int,
+    sft_examples: int,
+    seed: int,
+    tool_config: Path,
+    difficulty: str = "basic",
 ) -> dict[str, Path]:
-    """Write train/test parquet and the SFT jsonl (with the tool schemas the rollout shows)."""
-    from agentrl.data.arithmetic import write_arithmetic_dataset
+    """Write train/test parquet and the SFT jsonl (with the tool schemas the rollout shows).
+
+    Every prompt has the short system prompt (`SHORT_SYSTEM_PROMPT`): a long one would
+    make most of each SFT and RL sequence constant text.
+    """
+    from agentrl.data.arithmetic import SHORT_SYSTEM_PROMPT, write_arithmetic_dataset
     from agentrl.data.arithmetic_sft import write_arithmetic_sft_dataset
     from agentrl.tools import load_tool_schemas
 
     (schema,) = load_tool_schemas(tool_config)
-    train, test = write_arithmetic_dataset(out_dir, n_train, n_test, seed=seed)
+    train, test = write_arithmetic_dataset(
+        out_dir,
+        n_train,
+        n_test,
+        seed=seed,
+        difficulty=difficulty,
+        system_prompt=SHORT_SYSTEM_PROMPT,
+    )
     # SFT uses other problems than RL (another seed), from the train side of the split.
     sft = write_arithmetic_sft_dataset(
-        out_dir / "sft_train.jsonl", sft_examples, seed=seed + 1000, tool_schema=schema
+        out_dir / "sft_train.jsonl",
+        sft_examples,
+        seed=seed + 1000,
+        difficulty=difficulty,
+        tool_schema=schema,
+        system_prompt=SHORT_SYSTEM_PROMPT,
     )
     return {"train": train, "test": test, "sft": sft}
 
@@ -217,14 +249,16 @@ def reward_curve(history: Sequence[dict[str, float]]) -> list[dict[str, float]]:
 
 def run_quickstart(
     out_dir: Path,
-    steps: int = 5,
-    size: str = "small",
+    steps: int = 20,
+    size: str = "tiny",
     seed: int = 0,
-    sft_examples: int = 384,
+    sft_examples: int = 2048,
     sft_epochs: int = 3,
-    sft_lr: float = 1e-3,
+    sft_lr: float = 3e-3,
     n_train: int = 512,
     n_test: int = 64,
+    difficulty: str = "basic",
+    sft_batch_size: int = 8,
     overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run every stage (see the module docstring); write and return the report."""
@@ -242,6 +276,8 @@ def run_quickstart(
             "sft_lr": sft_lr,
             "n_train": n_train,
             "n_test": n_test,
+            "difficulty": difficulty,
+            "sft_batch_size": sft_batch_size,
             "overrides": list(overrides),
         },
         "timing_s": timing,
@@ -253,7 +289,9 @@ def run_quickstart(
 
             init_dir = make_tiny_model(out_dir / "model_init", size=size, seed=seed)
         with _stage("data", timing):
-            data = prepare_data(out_dir / "data", n_train, n_test, sft_examples, seed, RECIPE_TOOLS)
+            data = prepare_data(
+                out_dir / "data", n_train, n_test, sft_examples, seed, RECIPE_TOOLS, difficulty
+            )
         with _stage("sft", timing):
             from agentrl.trainer.sft import run_sft
 
@@ -263,7 +301,7 @@ def run_quickstart(
                 out_dir / "model_sft",
                 epochs=sft_epochs,
                 lr=sft_lr,
-                batch_size=8,
+                batch_size=sft_batch_size,
                 max_length=1024,
                 seed=seed,
             )

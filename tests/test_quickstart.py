@@ -83,9 +83,10 @@ def test_arguments():
     assert (args.out_dir, args.steps, args.size, args.overrides) == (
         "o",
         2,
-        "small",
+        "tiny",
         ["data.max_response_length=64"],
     )
+    assert (args.difficulty, args.batch_size) == ("basic", 8)
 
 
 @pytest.mark.slow

@@ -9,6 +9,13 @@ expression ``347 * 28``. Three difficulty levels:
 - ``medium``: two or three operations (``a * b - c``, ``(a + b + c) / 3``, ...);
 - ``hard``: nested expressions with four or more operations.
 
+One more level, ``basic``, is outside ``DIFFICULTIES`` (the levels above): a two-digit
+number and a one-digit number with one ``+``, ``-`` or ``*``, integer results. It exists for the CPU quickstart, where a
+tiny model trained from scratch must learn to copy the numbers into the expression within
+minutes: fixed-width numbers sit at fixed distances from the expression, which a small
+model learns far sooner than copying numbers of varying length. ``SHORT_SYSTEM_PROMPT`` is
+a short system prompt for the same reason (``system_prompt=`` of the row functions).
+
 The ground truth is the exact value of the expression (computed with fractions, never
 floats) formatted by :func:`format_number`: an integer without ``.0``, otherwise rounded
 half-up to 4 decimals with trailing zeros removed (``1/3 -> "0.3333"``, ``25/2 -> "12.5"``).
@@ -58,6 +65,9 @@ SYSTEM_PROMPT = (
     "Give the final answer as <answer>NUMBER</answer> with the number only (no units); "
     "write an integer without decimals and round any other result to 4 decimal places."
 )
+
+# The quickstart's system prompt: every prompt token costs a CPU-trained tiny model time.
+SHORT_SYSTEM_PROMPT = "Use the calculator. Reply <answer>NUMBER</answer>."
 
 Template = Callable[[random.Random], tuple[str, str]]
 
@@ -131,6 +141,24 @@ def _average(rng: random.Random) -> tuple[str, str]:
     return q, f"({a} + {b} + {c}) / 3"
 
 
+# --- basic (quickstart only): a two-digit and a one-digit number, one + - * -----------
+
+
+def _boxes(rng: random.Random) -> tuple[str, str]:
+    a, b = rng.randint(10, 99), rng.randint(2, 9)
+    return f"There are {a} boxes with {b} pens each. How many pens are there?", f"{a} * {b}"
+
+
+def _bus(rng: random.Random) -> tuple[str, str]:
+    a, b = rng.randint(10, 99), rng.randint(1, 9)
+    return f"A bus has {a} people and {b} more get on. How many are on it?", f"{a} + {b}"
+
+
+def _bakery(rng: random.Random) -> tuple[str, str]:
+    a, b = rng.randint(10, 99), rng.randint(1, 9)
+    return f"A baker makes {a} rolls and sells {b}. How many rolls are left?", f"{a} - {b}"
+
+
 # --- hard: nested expressions ------------------------------------------------------------
 
 
@@ -172,6 +200,7 @@ TEMPLATES: dict[str, tuple[Template, ...]] = {
     "easy": (_shelves, _tickets, _tanks),
     "medium": (_factory, _profit, _average),
     "hard": (_payroll, _tank_flow, _garden),
+    "basic": (_boxes, _bus, _bakery),  # not in DIFFICULTIES: the quickstart's level
 }
 
 
@@ -231,13 +260,15 @@ def _is_held_out(expression: str) -> bool:
     return int.from_bytes(digest[:4], "big") % 100 < HELD_OUT_PERCENT
 
 
-def make_row(index: int, split: str, question: str, expression: str) -> dict:
+def make_row(
+    index: int, split: str, question: str, expression: str, system_prompt: str = SYSTEM_PROMPT
+) -> dict:
     """One verl row for a question and its expression (empty kwargs dicts left out)."""
     ground_truth = format_number(evaluate_expression(expression))
     return {
         "data_source": DATA_SOURCE,
         "prompt": [
-            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "system", "content": system_prompt},
             {"role": "user", "content": question},
         ],
         "ability": ABILITY,
@@ -252,7 +283,13 @@ def make_row(index: int, split: str, question: str, expression: str) -> dict:
     }
 
 
-def make_arithmetic_rows(n: int, split: str, seed: int, difficulty: str = "easy") -> list[dict]:
+def make_arithmetic_rows(
+    n: int,
+    split: str,
+    seed: int,
+    difficulty: str = "easy",
+    system_prompt: str = SYSTEM_PROMPT,
+) -> list[dict]:
     """``n`` distinct arithmetic word problems as verl rows, deterministic from the seed.
 
     ``split`` is written into ``extra_info.split``; ``"train"`` draws from the train side
@@ -260,7 +297,7 @@ def make_arithmetic_rows(n: int, split: str, seed: int, difficulty: str = "easy"
     never share an expression.
     """
     if difficulty not in TEMPLATES:
-        raise ValueError(f"unknown difficulty {difficulty!r}; choose one of {DIFFICULTIES}")
+        raise ValueError(f"unknown difficulty {difficulty!r}; choose one of {tuple(TEMPLATES)}")
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     rng = random.Random(f"agentrl/arithmetic:{seed}:{split}:{difficulty}")
@@ -276,7 +313,7 @@ def make_arithmetic_rows(n: int, split: str, seed: int, difficulty: str = "easy"
         if expression in seen or _is_held_out(expression) != want_held_out:
             continue
         seen.add(expression)
-        rows.append(make_row(len(rows), split, question, expression))
+        rows.append(make_row(len(rows), split, question, expression, system_prompt))
     if len(rows) < n:
         raise ValueError(
             f"could only generate {len(rows)} distinct {difficulty!r} problems for split "
@@ -286,12 +323,17 @@ def make_arithmetic_rows(n: int, split: str, seed: int, difficulty: str = "easy"
 
 
 def write_arithmetic_dataset(
-    out_dir: str | Path, n_train: int, n_test: int, seed: int, difficulty: str = "easy"
+    out_dir: str | Path,
+    n_train: int,
+    n_test: int,
+    seed: int,
+    difficulty: str = "easy",
+    system_prompt: str = SYSTEM_PROMPT,
 ) -> tuple[Path, Path]:
     """Write ``train.parquet`` and ``test.parquet`` into ``out_dir``; return both paths."""
     out_dir = Path(out_dir).expanduser()
-    train = make_arithmetic_rows(n_train, "train", seed, difficulty)
-    test = make_arithmetic_rows(n_test, "test", seed, difficulty)
+    train = make_arithmetic_rows(n_train, "train", seed, difficulty, system_prompt)
+    test = make_arithmetic_rows(n_test, "test", seed, difficulty, system_prompt)
     train_path = write_parquet(train, out_dir / "train.parquet")
     test_path = write_parquet(test, out_dir / "test.parquet")
     logger.info(

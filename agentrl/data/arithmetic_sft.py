@@ -22,7 +22,12 @@ from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
-from agentrl.data.arithmetic import TOOL_NAME, format_number, make_arithmetic_rows
+from agentrl.data.arithmetic import (
+    SYSTEM_PROMPT,
+    TOOL_NAME,
+    format_number,
+    make_arithmetic_rows,
+)
 from tools.calculator import DEFAULT_SCHEMA, evaluate
 from tools.calculator import format_number as calculator_text
 
@@ -54,13 +59,19 @@ def trajectory_messages(prompt: list[dict], expression: str) -> list[dict]:
 
 
 def make_arithmetic_sft_rows(
-    n: int, split: str, seed: int, difficulty: str = "easy", tool_schema: dict | None = None
+    n: int,
+    split: str,
+    seed: int,
+    difficulty: str = "easy",
+    tool_schema: dict | None = None,
+    system_prompt: str = SYSTEM_PROMPT,
 ) -> list[dict]:
     """`n` SFT conversations for the arithmetic rows `make_arithmetic_rows(n, split, seed,
-    difficulty)`; each keeps the row's `ground_truth`, `expression` and `index`."""
+    difficulty, system_prompt)`; each keeps the row's `ground_truth`, `expression` and
+    `index`."""
     schema = tool_schema or DEFAULT_SCHEMA
     out = []
-    for row in make_arithmetic_rows(n, split, seed, difficulty):
+    for row in make_arithmetic_rows(n, split, seed, difficulty, system_prompt):
         extra = row["extra_info"]
         out.append(
             {
@@ -81,11 +92,12 @@ def write_arithmetic_sft_dataset(
     split: str = "train",
     difficulty: str = "easy",
     tool_schema: dict | None = None,
+    system_prompt: str = SYSTEM_PROMPT,
 ) -> Path:
     """Write `make_arithmetic_sft_rows(...)` as jsonl to `path`; return the path."""
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = make_arithmetic_sft_rows(n, split, seed, difficulty, tool_schema)
+    rows = make_arithmetic_sft_rows(n, split, seed, difficulty, tool_schema, system_prompt)
     with path.open("w", encoding="utf-8") as sink:
         for row in rows:
             sink.write(json.dumps(row, ensure_ascii=False) + "\n")

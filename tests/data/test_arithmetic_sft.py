@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 
-from agentrl.data.arithmetic import SYSTEM_PROMPT, make_arithmetic_rows
+from agentrl.data.arithmetic import SHORT_SYSTEM_PROMPT, SYSTEM_PROMPT, make_arithmetic_rows
 from agentrl.data.arithmetic_sft import (
     answer_from_output,
     calculator_output,
@@ -39,6 +40,23 @@ def test_every_trajectory_answers_the_ground_truth(difficulty):
         assert compute_score(final["content"], row["ground_truth"]) == 1.0
         assert final["content"] == f"<answer>{row['ground_truth']}</answer>"
         assert row["tools"] == [DEFAULT_SCHEMA]
+
+
+def test_quickstart_level_and_short_system_prompt():
+    rows = make_arithmetic_sft_rows(
+        300, "train", seed=2, difficulty="basic", system_prompt=SHORT_SYSTEM_PROMPT
+    )
+    test = make_arithmetic_rows(60, "test", seed=2, difficulty="basic")
+    assert {r["expression"] for r in rows}.isdisjoint(r["extra_info"]["expression"] for r in test)
+    assert {r["expression"][3] for r in rows} == {"+", "-", "*"}
+    for row in rows:
+        system, user, _, _, final = row["messages"]
+        assert system == {"role": "system", "content": SHORT_SYSTEM_PROMPT}
+        assert re.fullmatch(r"[1-9]\d [-+*] [1-9]", row["expression"])
+        a, b = re.findall(r"\d+", user["content"])  # the operands, in expression order
+        assert row["expression"] == f"{a} {row['expression'][3]} {b}"
+        assert final["content"] == f"<answer>{int(eval(row['expression']))}</answer>"
+        assert compute_score(final["content"], row["ground_truth"]) == 1.0
 
 
 def test_rows_follow_the_arithmetic_rows():
