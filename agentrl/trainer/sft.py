@@ -52,18 +52,23 @@ def masked_lm_loss(
     return (nll * mask).sum() / n_tokens.clamp(min=1.0), n_tokens
 
 
+def batch_loss(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward one SFT batch; the token-mean loss on its loss-mask tokens and their count."""
+    logits = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+    ).logits  # (B, T, V)
+    return masked_lm_loss(logits, batch["input_ids"], batch["loss_mask"])
+
+
 def evaluate_loss(model: torch.nn.Module, loader: DataLoader) -> float:
     """The token-mean loss of `model` over every batch of `loader` (no gradients)."""
     model.eval()
     total, tokens = 0.0, 0.0
     with torch.no_grad():
         for batch in loader:
-            logits = model(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"],
-            ).logits  # (B, T, V)
-            loss, n = masked_lm_loss(logits, batch["input_ids"], batch["loss_mask"])
+            loss, n = batch_loss(model, batch)
             total += loss.item() * n.item()
             tokens += n.item()
     return total / max(tokens, 1.0)
@@ -166,12 +171,7 @@ def _train_epoch(
     model.train()
     total, tokens = 0.0, 0.0
     for batch in loader:
-        logits = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            position_ids=batch["position_ids"],
-        ).logits  # (B, T, V)
-        loss, n = masked_lm_loss(logits, batch["input_ids"], batch["loss_mask"])
+        loss, n = batch_loss(model, batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
