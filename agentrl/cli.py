@@ -13,6 +13,7 @@ runs, so `agentrl --help` stays fast and one command's heavy imports never slow 
     agentrl sft --model PATH --data DATA --out-dir DIR
     agentrl quickstart --out-dir outputs/quickstart
     agentrl generate --config X.yaml data.path=IN.parquet data.output_path=OUT.jsonl
+    agentrl report RUN_DIR
     agentrl COMMAND --help
 """
 
@@ -36,6 +37,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                    "SFT + GRPO a small model to use a calculator on CPU, with a before/after report"),
     "generate": ("agentrl.generate",
                  "roll out a dataset with tools and interactions (no training), write jsonl"),
+    "report": ("agentrl.report.cli",
+               "write RUN_DIR/report.html: training plots and a trajectory viewer"),
     "serve": ("agentrl.rollout.backends.serve_cli",
               "serve a model with the hf engine behind SGLang's HTTP API"),
     "retriever": ("envs.retriever.cli", "serve a BM25 (or dense) retrieval index, Search-R1 API"),

@@ -9,12 +9,19 @@ expression ``347 * 28``. Three difficulty levels:
 - ``medium``: two or three operations (``a * b - c``, ``(a + b + c) / 3``, ...);
 - ``hard``: nested expressions with four or more operations.
 
-One more level, ``basic``, is outside ``DIFFICULTIES`` (the levels above): a two-digit
-number and a one-digit number with one ``+``, ``-`` or ``*``, integer results. It exists for the CPU quickstart, where a
-tiny model trained from scratch must learn to copy the numbers into the expression within
-minutes: fixed-width numbers sit at fixed distances from the expression, which a small
-model learns far sooner than copying numbers of varying length. ``SHORT_SYSTEM_PROMPT`` is
-a short system prompt for the same reason (``system_prompt=`` of the row functions).
+Two more levels are outside ``DIFFICULTIES`` (the levels above):
+
+- ``quickstart``: the CPU quickstart's task, a bare expression of 2 or 3 operands of 1 to
+  4 digits joined by ``+ - *`` (``"What is 347 * 29 + 12?"``) in six phrasings
+  (``QUICKSTART_PHRASINGS``). A tiny model cannot compute these in its head but can learn
+  to copy the expression into a calculator call; the phrasing of each row is kept in
+  ``extra_info["phrasing"]`` so that the SFT teacher can treat phrasings differently
+  (agentrl/data/arithmetic_sft.py);
+- ``basic``: a two-digit and a one-digit number with one ``+``, ``-`` or ``*`` in a word
+  problem (the first quickstart's level).
+
+``SHORT_SYSTEM_PROMPT`` is a short system prompt for CPU runs, where every prompt token
+costs a tiny model time (``system_prompt=`` of the row functions).
 
 The ground truth is the exact value of the expression (computed with fractions, never
 floats) formatted by :func:`format_number`: an integer without ``.0``, otherwise rounded
@@ -26,10 +33,11 @@ parquet struct column, so they are left out: the tool entry is
 ``interaction_kwargs``; a missing kwargs key means ``{}``. The rows returned here are
 exactly what a parquet reader gives back.
 
-Everything is a pure function of ``(n, split, seed, difficulty)``. Train and held-out
-splits never share an expression: every expression is assigned to one side by a hash,
-so ``make_arithmetic_rows(n, "train", s1)`` and ``make_arithmetic_rows(m, "test", s2)``
-are disjoint for any seeds.
+Everything is a pure function of ``(n, split, seed, difficulty)``. Splits never share an
+expression: a hash assigns every expression to one of three pools (``expression_pool``):
+``test`` (10% of the expression space, every split other than ``sft`` and ``train``
+draws from it), ``sft`` and ``train`` (45% each), so SFT data, RL training data and
+held-out data are disjoint for any seeds.
 
 Run ``python examples/data_preprocess/arithmetic.py --local_dir ~/data/arithmetic`` to
 write train/test parquet files.
@@ -55,7 +63,8 @@ DATA_SOURCE = "agentrl/arithmetic"
 ABILITY = "math"
 TOOL_NAME = "calculator"
 DIFFICULTIES = ("easy", "medium", "hard")
-HELD_OUT_PERCENT = 10  # share of the expression space reserved for non-train splits
+HELD_OUT_PERCENT = 10  # share of the expression space reserved for held-out splits
+POOLS = ("sft", "train", "test")  # the disjoint expression pools (see expression_pool)
 
 SYSTEM_PROMPT = (
     "You are a careful assistant that solves arithmetic word problems. "
@@ -159,6 +168,43 @@ def _bakery(rng: random.Random) -> tuple[str, str]:
     return f"A baker makes {a} rolls and sells {b}. How many rolls are left?", f"{a} - {b}"
 
 
+# --- quickstart: a bare expression, 2-3 operands of 1-4 digits, in six phrasings ------
+
+
+def _operand(rng: random.Random) -> int:
+    """A number of 1 to 4 digits, each length equally likely."""
+    digits = rng.randint(1, 4)
+    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
+
+
+def _quickstart_expression(rng: random.Random) -> str:
+    n_operands = rng.randint(2, 3)
+    parts = [str(_operand(rng))]
+    for _ in range(n_operands - 1):
+        parts += [rng.choice("+-*"), str(_operand(rng))]
+    return " ".join(parts)
+
+
+# Question phrasings of the quickstart level, by name (kept in extra_info["phrasing"]).
+QUICKSTART_PHRASINGS: dict[str, str] = {
+    "what_is": "What is {}?",
+    "compute": "Compute {}.",
+    "calculate": "Calculate {}.",
+    "equals": "{} = ?",
+    "evaluate": "Evaluate {}.",
+    "find": "Find {}.",
+}
+
+
+def _phrased(name: str) -> Template:
+    def template(rng: random.Random) -> tuple[str, str]:
+        expression = _quickstart_expression(rng)
+        return QUICKSTART_PHRASINGS[name].format(expression), expression
+
+    template.__name__ = name
+    return template
+
+
 # --- hard: nested expressions ------------------------------------------------------------
 
 
@@ -200,7 +246,9 @@ TEMPLATES: dict[str, tuple[Template, ...]] = {
     "easy": (_shelves, _tickets, _tanks),
     "medium": (_factory, _profit, _average),
     "hard": (_payroll, _tank_flow, _garden),
-    "basic": (_boxes, _bus, _bakery),  # not in DIFFICULTIES: the quickstart's level
+    # not in DIFFICULTIES: the CPU quickstart's levels
+    "quickstart": tuple(_phrased(name) for name in QUICKSTART_PHRASINGS),
+    "basic": (_boxes, _bus, _bakery),
 }
 
 
@@ -254,16 +302,30 @@ def format_number(value: Fraction) -> str:
 # --- rows ------------------------------------------------------------------------------
 
 
-def _is_held_out(expression: str) -> bool:
-    """Whether an expression belongs to the held-out (non-train) side of the split."""
+def expression_pool(expression: str) -> str:
+    """The pool (``"sft"``, ``"train"`` or ``"test"``) an expression belongs to, by a hash:
+    ``test`` holds HELD_OUT_PERCENT of the expression space, the rest is split in half."""
     digest = hashlib.sha256(expression.encode("utf-8")).digest()
-    return int.from_bytes(digest[:4], "big") % 100 < HELD_OUT_PERCENT
+    if int.from_bytes(digest[:4], "big") % 100 < HELD_OUT_PERCENT:
+        return "test"
+    return "sft" if digest[4] % 2 == 0 else "train"
+
+
+def split_pool(split: str) -> str:
+    """The pool a split draws from: ``sft`` and ``train`` their own, any other ``test``."""
+    return split if split in ("sft", "train") else "test"
 
 
 def make_row(
-    index: int, split: str, question: str, expression: str, system_prompt: str = SYSTEM_PROMPT
+    index: int,
+    split: str,
+    question: str,
+    expression: str,
+    system_prompt: str = SYSTEM_PROMPT,
+    phrasing: str | None = None,
 ) -> dict:
-    """One verl row for a question and its expression (empty kwargs dicts left out)."""
+    """One verl row for a question and its expression (empty kwargs dicts left out);
+    ``phrasing`` (the template's name) goes to ``extra_info`` when given."""
     ground_truth = format_number(evaluate_expression(expression))
     return {
         "data_source": DATA_SOURCE,
@@ -278,6 +340,7 @@ def make_row(
             "split": split,
             "question": question,
             "expression": expression,
+            **({"phrasing": phrasing} if phrasing else {}),
             "tools_kwargs": {TOOL_NAME: {"create_kwargs": {"ground_truth": ground_truth}}},
         },
     }
@@ -292,9 +355,10 @@ def make_arithmetic_rows(
 ) -> list[dict]:
     """``n`` distinct arithmetic word problems as verl rows, deterministic from the seed.
 
-    ``split`` is written into ``extra_info.split``; ``"train"`` draws from the train side
-    of the expression space, any other split from the held-out side, so train and test
-    never share an expression.
+    ``split`` is written into ``extra_info.split`` and picks the expression pool
+    (``split_pool``): ``"sft"`` and ``"train"`` their own, any other split the held-out
+    pool, so no two of SFT, train and test share an expression. Rows of the
+    ``quickstart`` level carry their phrasing in ``extra_info["phrasing"]``.
     """
     if difficulty not in TEMPLATES:
         raise ValueError(f"unknown difficulty {difficulty!r}; choose one of {tuple(TEMPLATES)}")
@@ -302,18 +366,21 @@ def make_arithmetic_rows(
         raise ValueError(f"n must be >= 0, got {n}")
     rng = random.Random(f"agentrl/arithmetic:{seed}:{split}:{difficulty}")
     templates = TEMPLATES[difficulty]
-    want_held_out = split != "train"
+    pool = split_pool(split)
+    keep_phrasing = difficulty == "quickstart"
     seen: set[str] = set()
     rows: list[dict] = []
     max_attempts = 1000 + 200 * n
     for _ in range(max_attempts):
         if len(rows) == n:
             break
-        question, expression = rng.choice(templates)(rng)
-        if expression in seen or _is_held_out(expression) != want_held_out:
+        template = rng.choice(templates)
+        question, expression = template(rng)
+        if expression in seen or expression_pool(expression) != pool:
             continue
         seen.add(expression)
-        rows.append(make_row(len(rows), split, question, expression, system_prompt))
+        phrasing = template.__name__ if keep_phrasing else None
+        rows.append(make_row(len(rows), split, question, expression, system_prompt, phrasing))
     if len(rows) < n:
         raise ValueError(
             f"could only generate {len(rows)} distinct {difficulty!r} problems for split "

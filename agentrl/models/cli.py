@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import argparse
 
+from agentrl.models.chat_template import CHAT_TEMPLATES
 from agentrl.models.tiny import TINY_SIZES, make_tiny_model
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out_dir", help="directory to write the Hugging Face model to")
     parser.add_argument("--size", default="tiny", choices=sorted(TINY_SIZES),
-                        help="model size: tiny ~0.8M, small ~5M, medium ~21M, large ~31M params")
+                        help="model size: nano ~0.34M, tiny ~0.8M, small ~5M, medium ~21M, large ~31M params")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--vocab-size", type=int, default=4096,
                         help="upper bound of the BPE vocabulary (default 4096)")
+    parser.add_argument("--chat-template", default="qwen25", choices=sorted(CHAT_TEMPLATES),
+                        help="tool rendering: qwen25 (JSON schemas) or compact_tools (one line)")
 
 
 def run(args: argparse.Namespace) -> int:
-    make_tiny_model(args.out_dir, size=args.size, seed=args.seed, vocab_size=args.vocab_size)
+    make_tiny_model(args.out_dir, size=args.size, seed=args.seed, vocab_size=args.vocab_size,
+                    chat_template=args.chat_template)
     return 0

@@ -29,7 +29,7 @@ import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from agentrl.models.chat_template import QWEN25_CHAT_TEMPLATE
+from agentrl.models.chat_template import CHAT_TEMPLATES, QWEN25_CHAT_TEMPLATE
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +58,10 @@ class TinySize:
     num_key_value_heads: int
 
 
-# name -> shape. Parameters with a 4096-token embedding (tied): tiny 0.8M, small 5M, medium 21M,
-# large 31M.
+# name -> shape. Parameters with a 4096-token embedding (tied): nano 0.34M, tiny 0.8M, small 5M,
+# medium 21M, large 31M.
 TINY_SIZES: dict[str, TinySize] = {
+    "nano": TinySize(64, 128, 2, 4, 2),  # the CPU quickstart's model
     "tiny": TinySize(128, 384, 3, 4, 2),
     "small": TinySize(256, 768, 5, 4, 2),
     "medium": TinySize(512, 1408, 6, 8, 4),
@@ -182,15 +183,21 @@ def build_tiny_config(size: str, vocab_size: int, pad_token_id: int, eos_token_i
 
 
 def make_tiny_model(out_dir: str | Path, size: str = "tiny", seed: int = 0,
-                    vocab_size: int = 4096) -> Path:
+                    vocab_size: int = 4096, chat_template: str = "qwen25") -> Path:
     """Write a tiny Qwen2 model + tokenizer directory to `out_dir` and return its path.
 
-    Deterministic: the same (size, seed, vocab_size) gives byte-identical weights and the
-    same tokenizer on every machine.
+    `chat_template`: `qwen25` (Qwen2.5's tool rendering) or `compact_tools` (the tools as
+    one short line; agentrl/models/chat_template.py). Deterministic: the same arguments
+    give byte-identical weights and the same tokenizer on every machine.
     """
+    if chat_template not in CHAT_TEMPLATES:
+        raise ValueError(
+            f"unknown chat_template {chat_template!r}; choose one of {sorted(CHAT_TEMPLATES)}"
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tiny_tokenizer(vocab_size=vocab_size)
+    tokenizer.chat_template = CHAT_TEMPLATES[chat_template]
     # Round the embedding up to a multiple of 64, as real checkpoints do (ids past the
     # tokenizer are never produced by it, but the model may sample them).
     padded_vocab = -(-len(tokenizer) // 64) * 64

@@ -144,6 +144,8 @@ def batch_metrics(requests: Sequence[AsyncRolloutRequest]) -> dict[str, float]:
         finish[r.finish_reason.value if r.finish_reason else "none"] += 1
         tokenization[r.metrics.tokenization] += 1
     metrics["rollout/tool_calls"] = float(sum(tool_calls.values()))
+    # share of trajectories with at least one tool call (executed or not)
+    metrics["rollout/tool_call_rate"] = sum(bool(r.metrics.tool_calls) for r in requests) / n
     metrics["rollout/tool_errors"] = float(sum(tool_errors.values()))
     metrics.update({f"rollout/tool_calls/{k}": float(v) for k, v in sorted(tool_calls.items())})
     metrics.update({f"rollout/tool_errors/{k}": float(v) for k, v in sorted(tool_errors.items())})

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
 from agentrl.algos import apply_kl_penalty, compute_advantage, get_kl_controller
@@ -73,6 +74,19 @@ def isolate_failed(data: DataProto) -> int:
             uids[i] = f"{uids[i]}/failed-{i}"
         data.non_tensor_batch["uid"] = to_object_array(uids, "uid")
     return int(failed.sum())
+
+
+# metric -> its short name in the progress bar
+_PROGRESS_KEYS = {
+    "critic/score/mean": "reward",
+    "rollout/tool_call_rate": "tool_rate",
+    "response_length/mean": "resp_len",
+}
+
+
+def progress_postfix(metrics: dict[str, float]) -> dict[str, str]:
+    """The few numbers of a step the progress bar shows (those present)."""
+    return {short: f"{metrics[k]:.3g}" for k, short in _PROGRESS_KEYS.items() if k in metrics}
 
 
 def worker_config(config: DictConfig, total_training_steps: int) -> DictConfig:
@@ -246,6 +260,7 @@ class PPOTrainer:
             self.init_workers()
         if not self._checkpoint_loaded:
             self.load_checkpoint()
+        self._save_config()
         history: list[dict[str, float]] = []
         if self.val_dataloader is not None and self.config.trainer.val_before_train:
             self.val_metrics = self.validate()
@@ -253,14 +268,29 @@ class PPOTrainer:
         if self.config.trainer.val_only:
             return history
         batches = self._batches()
-        while self.global_steps < self.total_training_steps:
-            batch_dict = next(batches)
-            self.global_steps += 1
-            metrics = self.train_step(batch_dict)
-            metrics |= self._after_step()
-            self.tracking.log(metrics, step=self.global_steps)
-            history.append(metrics)
+        with tqdm(
+            total=self.total_training_steps, initial=self.global_steps, desc="rl", unit="step"
+        ) as bar:
+            while self.global_steps < self.total_training_steps:
+                batch_dict = next(batches)
+                self.global_steps += 1
+                metrics = self.train_step(batch_dict)
+                metrics |= self._after_step()
+                self.tracking.log(metrics, step=self.global_steps)
+                history.append(metrics)
+                bar.set_postfix(progress_postfix(metrics), refresh=False)
+                bar.update(1)
         return history
+
+    def _save_config(self) -> None:
+        """Write the resolved config to ``default_local_dir/config.yaml``, the dump
+        directories made absolute, so ``agentrl report`` finds them from anywhere."""
+        config = OmegaConf.to_container(self.config, resolve=True)
+        for key in ("rollout_data_dir", "validation_data_dir"):
+            if config["trainer"][key]:
+                config["trainer"][key] = str(Path(config["trainer"][key]).resolve())
+        self.checkpoint_root.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(OmegaConf.create(config), self.checkpoint_root / "config.yaml")
 
     def _batches(self) -> Iterator[dict[str, Any]]:
         while True:  # the loader moves to the next epoch by itself
@@ -306,7 +336,6 @@ class PPOTrainer:
                 data.batch["token_level_scores"] = scored["reward_tensor"]
             with timer("old_log_prob", timing):
                 data = data.union(self.actor_rollout_wg.compute_log_prob(data))
-                data.pop(batch_keys=["entropys"])  # update_actor reports actor/entropy
             if self.use_reference_policy:
                 with timer("ref", timing):
                     data = data.union(self.actor_rollout_wg.compute_ref_log_prob(data))
@@ -408,25 +437,52 @@ class PPOTrainer:
         return decode(prompt, skip_special_tokens=True), decode(response, skip_special_tokens=True)
 
     def _dump(self, directory: Path, data: DataProto, extra: dict[str, list]) -> None:
-        """Append one jsonl row per trajectory to ``directory/{global_step}.jsonl``: step,
-        uid, input, output (decoded), score (the total reward), request_state, and the
-        reward manager's extra keys."""
+        """Append one jsonl row per trajectory to ``directory/{global_step}.jsonl`` (what
+        ``agentrl report`` shows): step, uid, input, output (decoded), score (the total
+        reward), request_state, the reward manager's extra keys, and the trajectory:
+        ``prompt_ids`` and ``response_ids`` (no padding), ``loss_mask`` (aligned with
+        response_ids: 1 on model tokens, 0 on tool and user turns), ``response_tokens``
+        (each response id decoded on its own, so the report needs no tokenizer),
+        ``messages``, ``num_turns``, ``tool_calls`` ({tool: calls}) and ``finish_reason``."""
         directory.mkdir(parents=True, exist_ok=True)
         scores = data.batch["token_level_scores"].sum(-1).tolist()  # (B,)
-        states = data.non_tensor_batch.get("request_state", [None] * len(data))
+        columns = data.non_tensor_batch
+        absent = [None] * len(data)
         with (directory / f"{self.global_steps}.jsonl").open("a", encoding="utf-8") as f:
             for i in range(len(data)):
-                prompt, response = self._texts(data, i)
+                prompt, response, loss_mask = self._trajectory_ids(data, i)
+                metrics = columns.get("rollout_metrics", absent)[i] or {}
                 row = {
                     **{k: v[i] for k, v in extra.items()},  # the score function's keys
                     "step": self.global_steps,
-                    "uid": data.non_tensor_batch["uid"][i],
-                    "input": prompt,
-                    "output": response,
+                    "uid": columns["uid"][i],
+                    "input": self.tokenizer.decode(prompt, skip_special_tokens=True),
+                    "output": self.tokenizer.decode(response, skip_special_tokens=True),
                     "score": scores[i],
-                    "request_state": states[i],
+                    "request_state": columns.get("request_state", absent)[i],
+                    "prompt_ids": prompt,
+                    "response_ids": response,
+                    "loss_mask": loss_mask,
+                    "response_tokens": self.tokenizer.batch_decode(
+                        [[t] for t in response], clean_up_tokenization_spaces=False
+                    ),
+                    "messages": columns.get("messages", absent)[i],
+                    "num_turns": columns.get("num_turns", absent)[i],
+                    "tool_calls": metrics.get("tool_calls"),
+                    "finish_reason": columns.get("finish_reason", absent)[i],
                 }
                 f.write(json.dumps(row, default=_json_default) + "\n")
+
+    @staticmethod
+    def _trajectory_ids(data: DataProto, i: int) -> tuple[list[int], list[int], list[int]]:
+        """Row ``i``'s prompt ids, response ids and response loss mask, padding removed."""
+        response_length = data.batch["responses"].shape[-1]
+        attention = data.batch["attention_mask"][i].bool()  # (P + R,)
+        n_response = int(attention[-response_length:].sum())
+        prompt = data.batch["prompts"][i][attention[:-response_length]]
+        response = data.batch["responses"][i][:n_response]  # right-padded
+        loss_mask = data.batch["response_mask"][i][:n_response]
+        return prompt.tolist(), response.tolist(), [int(m) for m in loss_mask.tolist()]
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.data.sft import SFTDataset, read_sft_rows, sft_collate_fn
@@ -53,13 +54,35 @@ def masked_lm_loss(
 
 
 def batch_loss(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward one SFT batch; the token-mean loss on its loss-mask tokens and their count."""
-    logits = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=batch["position_ids"],
-    ).logits  # (B, T, V)
-    return masked_lm_loss(logits, batch["input_ids"], batch["loss_mask"])
+    """Forward one SFT batch; the token-mean loss on its loss-mask tokens and their count
+    (the same value as `masked_lm_loss` on the full logits).
+
+    Two shortcuts, each exact for what the loss reads:
+
+    - the batch is right-padded (`sft_collate_fn`), so causal attention never lets a real
+      token see the padding after it and positions count from 0 in every row: the
+      attention mask and position ids are left out;
+    - the output layer and the log-softmax run only at the positions whose next token is
+      trained (the assistant's, ~1/3 of a conversation), not over the whole sequence: on
+      the CPU quickstart this and the transposed full-vocabulary loss it replaces were
+      ~45% of a step. Models that post-process their logits (softcapping, logit scaling)
+      take the full path.
+    """
+    input_ids, loss_mask = batch["input_ids"], batch["loss_mask"]
+    head = model.get_output_embeddings()
+    config = model.config
+    if head is None or getattr(config, "final_logit_softcapping", None) or getattr(
+        config, "logit_scale", None
+    ):
+        logits = model(input_ids=input_ids).logits  # (B, T, V)
+        return masked_lm_loss(logits, input_ids, loss_mask)
+    hidden = model.base_model(input_ids=input_ids).last_hidden_state  # (B, T, H)
+    trained = loss_mask[:, 1:].bool()  # (B, T-1): position t predicts token t + 1
+    logits = head(hidden[:, :-1][trained]).float()  # (N, V)
+    n_tokens = trained.sum()
+    if n_tokens == 0:
+        return logits.sum() * 0.0, n_tokens.float()
+    return F.cross_entropy(logits, input_ids[:, 1:][trained]), n_tokens.float()
 
 
 def evaluate_loss(model: torch.nn.Module, loader: DataLoader) -> float:
@@ -97,15 +120,29 @@ def run_sft(
     weight_decay: float = 0.0,
     max_grad_norm: float = 1.0,
     truncation: str = "error",
+    steps: int | None = None,
+    max_time_s: float | None = None,
+    warmup_ratio: float = 0.1,
+    eval_loss: bool = True,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Fine-tune `model_path` on `data` (a jsonl/parquet path or rows) and save it.
 
+    Trains `epochs` passes over the data, or exactly `steps` optimizer steps when given
+    (the data repeats, reshuffled each pass); `max_time_s` stops earlier once that many
+    seconds of training have passed (a compute-matched control). The learning rate warms
+    up linearly over the first `warmup_ratio` of the steps, then stays constant.
+
     Returns metrics: `loss_before` and `loss_after` (token-mean loss over the whole data
-    with the initial and the final weights), `epoch_losses` (mean training loss of each
-    epoch), `steps`, `examples`, `assistant_tokens`, `time_s`, `output_dir`.
+    with the initial and the final weights; None with `eval_loss=False`), `epoch_losses`
+    (mean training loss of each pass, the last one possibly partial), `loss_curve`
+    (`[step, mean loss since the previous point]`, ~50 points), `steps` (done), `examples`,
+    `assistant_tokens`, `time_s`, `output_dir`.
     """
     if epochs < 1 or batch_size < 1:
         raise ValueError(f"epochs and batch_size must be >= 1, got {epochs} and {batch_size}")
+    if steps is not None and steps < 1:
+        raise ValueError(f"steps must be >= 1 when given, got {steps}")
     started = time.perf_counter()
     _seed_everything(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -123,18 +160,18 @@ def run_sft(
         dataset, batch_size=batch_size, shuffle=True, collate_fn=collate, generator=generator
     )
     eval_loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate)
-    loss_before = evaluate_loss(model, eval_loader)
+    loss_before = evaluate_loss(model, eval_loader) if eval_loss else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    total_steps = epochs * len(train_loader)
-    warmup = max(1, math.ceil(0.1 * total_steps))
+    total_steps = steps if steps is not None else epochs * len(train_loader)
+    warmup = max(1, math.ceil(warmup_ratio * total_steps))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / warmup)
     )
-    epoch_losses = []
-    for epoch in range(epochs):
-        epoch_losses.append(_train_epoch(model, train_loader, optimizer, scheduler, max_grad_norm))
-        logger.info("sft epoch %d/%d: loss %.4f", epoch + 1, epochs, epoch_losses[-1])
-    loss_after = evaluate_loss(model, eval_loader)
+    deadline = None if max_time_s is None else time.perf_counter() + max_time_s
+    run = _train_steps(
+        model, train_loader, optimizer, scheduler, max_grad_norm, total_steps, deadline, progress
+    )
+    loss_after = evaluate_loss(model, eval_loader) if eval_loss else None
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir)
@@ -142,41 +179,69 @@ def run_sft(
     metrics = {
         "loss_before": loss_before,
         "loss_after": loss_after,
-        "epoch_losses": epoch_losses,
-        "steps": total_steps,
+        **run,
         "examples": len(dataset),
         "assistant_tokens": sum(sum(e.loss_mask) for e in dataset.examples),
         "time_s": time.perf_counter() - started,
         "output_dir": str(output_dir),
     }
     logger.info(
-        "sft done in %.1fs: loss %.4f -> %.4f over %d steps, saved to %s",
+        "sft done in %.1fs: %d steps, training loss %.4f -> %.4f, saved to %s",
         metrics["time_s"],
-        loss_before,
-        loss_after,
-        total_steps,
+        run["steps"],
+        run["loss_curve"][0][1] if run["loss_curve"] else float("nan"),
+        run["loss_curve"][-1][1] if run["loss_curve"] else float("nan"),
         output_dir,
     )
     return metrics
 
 
-def _train_epoch(
+def _train_steps(
     model: torch.nn.Module,
     loader: DataLoader,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     max_grad_norm: float,
-) -> float:
-    """One pass over `loader`; returns the token-weighted mean training loss."""
+    total_steps: int,
+    deadline: float | None,
+    progress: bool,
+) -> dict[str, Any]:
+    """Up to `total_steps` optimizer steps over repeated passes of `loader`, stopping at
+    `deadline` (perf_counter seconds); returns `steps`, `epoch_losses`, `loss_curve`."""
     model.train()
-    total, tokens = 0.0, 0.0
-    for batch in loader:
-        loss, n = batch_loss(model, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        total += loss.item() * n.item()
-        tokens += n.item()
-    return total / max(tokens, 1.0)
+    every = max(1, total_steps // 50)
+    epoch_losses: list[float] = []
+    curve: list[list[float]] = []
+    window, window_tokens = 0.0, 0.0
+    step = 0
+    bar = tqdm(
+        total=total_steps if deadline is None else None,  # a time budget: steps unknown
+        desc="sft",
+        unit="step",
+        disable=not progress,
+        leave=False,
+    )
+    while step < total_steps and (deadline is None or time.perf_counter() < deadline):
+        total, tokens = 0.0, 0.0
+        for batch in loader:
+            loss, n = batch_loss(model, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            value, count = loss.item() * n.item(), n.item()
+            total, tokens = total + value, tokens + count
+            window, window_tokens = window + value, window_tokens + count
+            if step % every == 0 or step == total_steps:
+                curve.append([float(step), window / max(window_tokens, 1.0)])
+                bar.set_postfix(loss=f"{curve[-1][1]:.3f}")
+                window, window_tokens = 0.0, 0.0
+            bar.update(1)
+            if step >= total_steps or (deadline is not None and time.perf_counter() >= deadline):
+                break
+        epoch_losses.append(total / max(tokens, 1.0))
+        logger.debug("sft pass %d: loss %.4f (step %d)", len(epoch_losses), epoch_losses[-1], step)
+    bar.close()
+    return {"steps": step, "epoch_losses": epoch_losses, "loss_curve": curve}

@@ -6,7 +6,8 @@
 
 Backends (`trainer.logger`, verl's names):
 
-- ``console``: one INFO line per step through ``logging`` (logger ``agentrl.trainer``).
+- ``console``: one compact INFO line per step through ``logging`` (logger
+  ``agentrl.trainer``): the key metrics (``CONSOLE_KEYS``) and validation's ``val-core/``.
 - ``file``: one JSON object per step, ``{"step": N, **metrics}``, in
   ``LOG_DIR/metrics.jsonl``; a resumed run continues the file, rows of the steps a run
   logs again (a fresh run, a resume from an older checkpoint) are replaced.
@@ -69,11 +70,30 @@ def _format(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+# What the console shows of a training step, in this order (all of it goes to `file`).
+CONSOLE_KEYS = (
+    "critic/score/mean",
+    "rollout/tool_call_rate",
+    "response_length/mean",
+    "num_turns/mean",
+    "actor/pg_loss",
+    "actor/entropy",
+    "actor/pg_clipfrac",
+    "actor/ppo_kl",
+    "critic/vf_loss",
+    "timing_s/step",
+)
+CONSOLE_PREFIXES = ("val-core/",)  # validation's main numbers, every key
+
+
 class ConsoleBackend:
-    """Metrics as one log line per step, sorted by name."""
+    """One compact log line per step: the CONSOLE_KEYS present and every validation main
+    number (`val-core/...`); a step with none of them prints all its metrics, by name."""
 
     def log(self, data: dict[str, float], step: int) -> None:
-        body = " - ".join(f"{k}:{_format(v)}" for k, v in sorted(data.items()))
+        keys = [k for k in CONSOLE_KEYS if k in data]
+        keys += sorted(k for k in data if k.startswith(CONSOLE_PREFIXES))
+        body = " - ".join(f"{k}:{_format(data[k])}" for k in keys or sorted(data))
         logger.info("step:%d - %s", step, body)
 
     def finish(self) -> None:

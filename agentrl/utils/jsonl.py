@@ -1,4 +1,4 @@
-"""Reading jsonl and writing parquet rows, with errors that name the file and line.
+"""Reading and writing jsonl, and writing parquet rows, with errors that name the file and line.
 
 Used by the data preprocessing scripts and the retriever's corpus reader.
 """
@@ -43,4 +43,14 @@ def write_parquet(rows: list[dict], path: str | Path) -> Path:
         raise ValueError(f"no rows to write to {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def write_jsonl(rows: list[dict], path: str | Path) -> Path:
+    """Write `rows` as one JSON object per line, creating the file's directory."""
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as sink:
+        for row in rows:
+            sink.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path

@@ -3,7 +3,7 @@
     group = RayWorkerGroup(pool, WorkerSpec(ActorRolloutRefWorker, cfg.actor_rollout_ref,
                                             role="actor_rollout_ref", seed=cfg.trainer.seed))
     group.init_model()
-    batch = batch.union(group.compute_log_prob(batch))        # old_log_probs, entropys
+    batch = batch.union(group.compute_log_prob(batch))        # old_log_probs
     batch = batch.union(group.compute_ref_log_prob(batch))    # ref_log_prob
     metrics = group.update_actor(batch).meta_info["metrics"]  # and syncs the rollout weights
     group.save_checkpoint("ckpt/global_step_10/actor", global_step=10)
@@ -172,13 +172,20 @@ class ActorRolloutRefWorker(Worker):
 
     @register(Dispatch.DP_COMPUTE, pad=True)
     def compute_log_prob(self, data: DataProto) -> DataProto:
-        """``old_log_probs`` and ``entropys`` (B, R) of the responses under the actor (the
-        output has no meta_info, so it unions into any batch)."""
+        """``old_log_probs`` (B, R) of the responses under the actor, and ``entropys`` (B, R)
+        only when ``data.meta_info["calculate_entropy"]`` is true (verl's flag: a
+        full-vocabulary entropy the trainer does not need costs a large share of the pass;
+        ``update_actor`` reports ``actor/entropy`` anyway). The output has no meta_info, so
+        it unions into any batch."""
         actor = self._require(self.actor, "the actor")
+        calc_entropy = bool(data.meta_info.get("calculate_entropy", False))
         log_probs, entropys = actor.compute_log_prob(
-            data, self._log_prob_batching("rollout"), self._temperature(data)
+            data, self._log_prob_batching("rollout"), self._temperature(data), calc_entropy
         )
-        return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropys})
+        tensors = {"old_log_probs": log_probs}
+        if calc_entropy:
+            tensors["entropys"] = entropys
+        return DataProto.from_dict(tensors=tensors)
 
     @register(Dispatch.DP_COMPUTE, pad=True)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:

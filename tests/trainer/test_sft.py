@@ -85,3 +85,29 @@ def test_bad_arguments_are_named(tmp_path, tiny_model_dir):
         run_sft(tiny_model_dir, [], tmp_path, epochs=0)
     with pytest.raises(ValueError, match="no SFT examples"):
         run_sft(tiny_model_dir, [], tmp_path, epochs=1)
+
+
+def test_batch_loss_equals_the_full_masked_loss(tiny_model_dir):
+    """The fast path (no attention mask, output layer only at trained positions) gives
+    the loss of the full forward with the attention mask, on a right-padded batch."""
+    from transformers import AutoTokenizer
+
+    from agentrl.data.sft import SFTDataset, sft_collate_fn
+    from agentrl.trainer.sft import batch_loss
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    examples = SFTDataset(short_rows(6, seed=3), tokenizer, max_length=1024).examples
+    batch = sft_collate_fn(examples, tokenizer.pad_token_id)
+    assert (batch["attention_mask"] == 0).any()  # rows of different lengths: padding
+    full = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+    ).logits
+    expected, expected_n = masked_lm_loss(full, batch["input_ids"], batch["loss_mask"])
+    loss, n = batch_loss(model, batch)
+    assert n.item() == expected_n.item() > 0
+    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+    loss.backward()  # and it trains
+    assert model.get_output_embeddings().weight.grad.abs().sum() > 0

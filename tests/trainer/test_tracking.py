@@ -47,7 +47,14 @@ def test_console_backend_logs_one_line_per_step(caplog, tmp_path):
     assert list(tracking.backends) == ["console"]
     with caplog.at_level(logging.INFO, logger="agentrl.trainer"):
         tracking.log({"b": 2, "a": 0.123456}, step=3)
-    assert caplog.messages == ["step:3 - a:0.1235 - b:2"]
+        tracking.log(
+            {"b": 2, "critic/score/mean": 0.5, "val-core/x/acc/mean@1": 0.25, "timing_s/gen": 1.0},
+            step=4,
+        )
+    assert caplog.messages == [
+        "step:3 - a:0.1235 - b:2",  # none of the key metrics: everything
+        "step:4 - critic/score/mean:0.5 - val-core/x/acc/mean@1:0.25",  # only the key metrics
+    ]
     tracking.finish()
     tracking.finish()  # idempotent
 

@@ -65,8 +65,14 @@ def test_log_probs_match_a_single_process_reference_and_ref_stays_initial(
     ]
     with _group(tiny_model_dir, overrides=overrides) as group:
         out = group.compute_log_prob(data)
-        assert sorted(out.batch.keys()) == ["entropys", "old_log_probs"]
+        assert sorted(out.batch.keys()) == ["old_log_probs"]  # no entropy unless asked
         torch.testing.assert_close(out.batch["old_log_probs"], reference, atol=1e-5, rtol=0)
+        data.meta_info["calculate_entropy"] = True
+        with_entropy = group.compute_log_prob(data)
+        del data.meta_info["calculate_entropy"]
+        assert sorted(with_entropy.batch.keys()) == ["entropys", "old_log_probs"]
+        assert (with_entropy.batch["entropys"] > 0).any()
+        torch.testing.assert_close(with_entropy.batch["old_log_probs"], reference, atol=1e-5, rtol=0)
         data = data.union(out)
         ref = group.compute_ref_log_prob(data)
         torch.testing.assert_close(ref.batch["ref_log_prob"], reference, atol=1e-5, rtol=0)

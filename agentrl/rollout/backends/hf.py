@@ -492,11 +492,13 @@ class _RowSampler:
             )[:, None]
             self.top_p = torch.tensor([p.top_p for p in self.params], device=device)[:, None]
             self.min_p = torch.tensor([p.min_p for p in self.params], device=device)[:, None]
+        self.filtered = any(_filters(p) for p in self.params)
 
     def select(self, keep: list[int]) -> _RowSampler:
         fresh = _RowSampler.__new__(_RowSampler)
         fresh.params, fresh.device = [self.params[j] for j in keep], self.device
         fresh.all_greedy = all(p.greedy for p in fresh.params)
+        fresh.filtered = any(_filters(p) for p in fresh.params)
         if not self.all_greedy:
             index = torch.tensor(keep, device=self.device)
             for name in ("greedy", "temperature", "top_k", "top_p", "min_p"):
@@ -513,6 +515,10 @@ class _RowSampler:
         else:
             scaled = logits / self.temperature  # (B, V); greedy rows have temperature 1
             log_probs = torch.log_softmax(scaled, dim=-1)  # (B, V)
+            if not self.filtered:  # plain sampling: no vocabulary sort at every step
+                sampled = torch.multinomial(log_probs.exp(), 1, generator=generator)[:, 0]
+                tokens = torch.where(self.greedy, tokens, sampled)
+                return tokens, log_probs.gather(-1, tokens[:, None])[:, 0]
             sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
             probs = torch.softmax(sorted_logits, dim=-1)  # (B, V), descending
             ranks = torch.arange(probs.shape[-1], device=probs.device)[None, :]  # (1, V)
@@ -525,6 +531,11 @@ class _RowSampler:
             sampled = order.gather(-1, picked)[:, 0]  # (B,)
             tokens = torch.where(self.greedy, tokens, sampled)
         return tokens, log_probs.gather(-1, tokens[:, None])[:, 0]
+
+
+def _filters(params: SamplingParams) -> bool:
+    """Whether sampling with `params` drops tokens (top-k, top-p or min-p on)."""
+    return not params.greedy and (params.top_k > 0 or params.top_p < 1.0 or params.min_p > 0.0)
 
 
 def load_weights_in_place(

@@ -1,0 +1,174 @@
+"""Held-out evaluation of the quickstart's models: greedy and sampled rollouts of the test
+problems with the real calculator, their metrics with standard errors, and the summary table.
+
+    metrics = evaluate_model(model_dir, test_parquet, out_dir / "eval_sft", seed=0)
+    metrics["accuracy"], metrics["accuracy_stderr"], metrics["sampled_accuracy"], ...
+
+Accuracy is the share of test problems answered exactly (the reward); its standard error is
+the binomial one, sqrt(p (1 - p) / n). Rollouts go through `agentrl generate` (the rollout
+engine, the `hf` backend and the calculator of the recipe), one jsonl file per pass.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentrl.config import load_config
+
+# The rows of the final table: report key -> label.
+TABLE_ROWS = {"eval_sft": "after SFT", "eval_rl": "after GRPO", "control": "SFT-only control"}
+
+
+def stderr(p: float, n: int) -> float:
+    """Binomial standard error of a share `p` measured on `n` items."""
+    return math.sqrt(max(p * (1.0 - p), 0.0) / n) if n > 0 else float("nan")
+
+
+def trajectory_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Metrics of `agentrl generate` rows: `accuracy` (share scoring 1) and its
+    `accuracy_stderr`, `tool_call_rate` (share with at least one executed calculator call),
+    `well_formed_call_rate` (the same with no parse or tool error), `answer_rate` (share
+    whose last turn has an `<answer>` tag), `turns/mean`, `trajectories`."""
+    if not rows:
+        raise ValueError("no trajectories to evaluate")
+    n = len(rows)
+    called = [r["metrics"]["tool_calls"].get("calculator", 0) > 0 for r in rows]
+    clean = [
+        c and not r["metrics"]["tool_errors"] and r["metrics"]["parse_errors"] == 0
+        for c, r in zip(called, rows, strict=True)
+    ]
+    answered = ["<answer>" in _final_text(r) for r in rows]
+    accuracy = sum(float(r.get("score") or 0.0) for r in rows) / n
+    return {
+        "trajectories": float(n),
+        "accuracy": accuracy,
+        "accuracy_stderr": stderr(accuracy, n),
+        "tool_call_rate": sum(called) / n,
+        "well_formed_call_rate": sum(clean) / n,
+        "answer_rate": sum(answered) / n,
+        "turns/mean": sum(float(r["num_turns"]) for r in rows) / n,
+    }
+
+
+def phrasing_metrics(
+    rows: Sequence[dict[str, Any]], phrasings: Sequence[str], direct: Collection[str]
+) -> dict[str, dict[str, float]]:
+    """`accuracy` and `tool_call_rate` on the questions phrased as one of `direct` (where
+    the SFT teacher mostly answered without the tool) and on the others; `phrasings[i]` is
+    the phrasing of dataset row i (a generate row's `index`)."""
+    groups: dict[str, list[dict[str, Any]]] = {"direct_phrasings": [], "tool_phrasings": []}
+    for row in rows:
+        kind = "direct_phrasings" if phrasings[row["index"]] in direct else "tool_phrasings"
+        groups[kind].append(row)
+    return {
+        kind: {k: trajectory_metrics(group)[k] for k in ("accuracy", "tool_call_rate")}
+        for kind, group in groups.items()
+        if group
+    }
+
+
+def _final_text(row: dict[str, Any]) -> str:
+    assistant = [m for m in row["messages"] if m.get("role") == "assistant"]
+    return str(assistant[-1].get("content") or "") if assistant else ""
+
+
+def generate_rows(
+    config_path: Path,
+    model_dir: Path,
+    test_path: Path,
+    out_path: Path,
+    overrides: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """Roll out every test prompt once with the recipe's tools; the `generate` rows."""
+    from agentrl.generate import generate
+
+    cfg = load_config(
+        config_path,
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            f"data.path={test_path}",
+            f"data.output_path={out_path}",
+            "actor_rollout_ref.rollout.n=1",
+            "actor_rollout_ref.rollout.max_num_seqs=256",  # one wave for the whole test set
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null",  # no training here
+            *overrides,
+        ],
+    )
+    generate(cfg)
+    return [json.loads(line) for line in out_path.read_text().splitlines()]
+
+
+def evaluate_model(
+    config_path: Path,
+    model_dir: Path,
+    test_path: Path,
+    out_prefix: Path,
+    seed: int,
+    phrasings: Sequence[str] = (),
+    direct: Collection[str] = (),
+    overrides: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Greedy and sampled (T=1) rollouts of the test set: the greedy pass's
+    `trajectory_metrics`, its `by_phrasing` split (when `phrasings` are given), and
+    `sampled_accuracy`, `sampled_accuracy_stderr`, `sampled_tool_call_rate`; `time_s`.
+    Trajectories go to `{out_prefix}.jsonl` and `{out_prefix}_sampled.jsonl`."""
+    started = time.perf_counter()
+    greedy = generate_rows(
+        config_path,
+        model_dir,
+        test_path,
+        out_prefix.with_suffix(".jsonl"),
+        ["actor_rollout_ref.rollout.do_sample=false", *overrides],
+    )
+    sampled = generate_rows(
+        config_path,
+        model_dir,
+        test_path,
+        out_prefix.with_name(out_prefix.name + "_sampled.jsonl"),
+        [
+            "actor_rollout_ref.rollout.do_sample=true",
+            "actor_rollout_ref.rollout.temperature=1.0",
+            f"actor_rollout_ref.rollout.engine_kwargs.seed={seed}",
+            *overrides,
+        ],
+    )
+    metrics: dict[str, Any] = trajectory_metrics(greedy)
+    if phrasings:
+        metrics["by_phrasing"] = phrasing_metrics(greedy, phrasings, direct)
+    sampled_metrics = trajectory_metrics(sampled)
+    metrics |= {
+        "sampled_accuracy": sampled_metrics["accuracy"],
+        "sampled_accuracy_stderr": sampled_metrics["accuracy_stderr"],
+        "sampled_tool_call_rate": sampled_metrics["tool_call_rate"],
+        "time_s": time.perf_counter() - started,
+    }
+    return metrics
+
+
+def summary_table(report: Mapping[str, Any]) -> str:
+    """The console table: accuracy (greedy and sampled, ± standard error) and tool-call
+    rate per model, then the seconds of every stage."""
+    lines = [
+        f"{'':<18}{'greedy accuracy':>18}{'sampled (T=1)':>18}{'tool-call rate':>16}",
+    ]
+    for key, label in TABLE_ROWS.items():
+        if key not in report:
+            continue
+        m = report[key]
+        lines.append(
+            f"{label:<18}{_pm(m['accuracy'], m['accuracy_stderr']):>18}"
+            f"{_pm(m['sampled_accuracy'], m['sampled_accuracy_stderr']):>18}"
+            f"{m['tool_call_rate']:>16.2f}"
+        )
+    timing = report.get("timing_s", {})
+    lines.append("seconds: " + " | ".join(f"{k} {v:.0f}" for k, v in timing.items()))
+    return "\n".join(lines)
+
+
+def _pm(value: float, error: float) -> str:
+    return f"{value:.3f} ± {error:.3f}"

@@ -1,0 +1,267 @@
+"""The quickstart's stages, in order: a nano model learns, on CPU, when to call a calculator.
+
+    report = run_quickstart(Path("outputs/quickstart"), QuickstartSettings(seed=0))
+
+1. model: a Qwen2-shaped nano model (0.2M parameters) with random weights, whose chat
+   template lists the tools in one short line (`compact_tools`);
+2. data: three disjoint pools of arithmetic expressions (`agentrl.data.arithmetic`, level
+   `quickstart`: 2-3 operands of 1-4 digits, six phrasings): SFT conversations, RL training
+   prompts and held-out test prompts; no expression is in two pools (checked here);
+3. sft: a warm-up on an imperfect teacher (`agentrl.data.arithmetic_sft`): on four of the
+   six phrasings, most traces answer at once with the true number instead of calling the
+   calculator. The model cannot compute these numbers, so after SFT it under-uses the tool
+   and is often wrong: RL has something to discover, namely when to call it;
+4. eval_sft: greedy and sampled rollouts of the test set with the real calculator;
+5. rl: GRPO with multi-turn calculator rollouts (`agentrl.trainer.run_train`, recipe
+   recipes/quickstart/config.yaml), reward = exact answer only; rollouts dumped for the
+   report's trajectory viewer;
+6. eval_rl: the same evaluation of the last checkpoint's HF export;
+7. control, eval_control: SFT continued on the same teacher for the RL stage's wall time,
+   then evaluated: what the same compute gives without RL;
+8. report: `report.json`, then `agentrl report` writes `report.html` from the run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from agentrl.config import load_config
+from agentrl.quickstart.evaluation import evaluate_model, summary_table
+
+logger = logging.getLogger("agentrl.quickstart")
+
+# The recipe ships as package data (recipes/quickstart/), so an installed wheel finds it.
+RECIPE_DIR = Path(str(resources.files("recipes.quickstart")))
+RECIPE_CONFIG = RECIPE_DIR / "config.yaml"
+RECIPE_TOOLS = RECIPE_DIR / "calculator_tool.yaml"
+# Phrasings on which the imperfect SFT teacher mostly answers without the calculator.
+DIRECT_PHRASINGS = ("compute", "equals", "evaluate", "find")
+# RL step metrics kept in the report's reward curve (when the trainer reports them).
+CURVE_KEYS = (
+    "critic/score/mean",
+    "rollout/tool_call_rate",
+    "actor/pg_loss",
+    "actor/entropy",
+    "response_length/mean",
+    "timing_s/step",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class QuickstartSettings:
+    """Every knob of the quickstart; the defaults are the measured ones (docs/quickstart.md)."""
+
+    seed: int = 0
+    size: str = "nano"  # agentrl.models.tiny.TINY_SIZES
+    steps: int = 25  # GRPO steps (0: stop after SFT)
+    sft_steps: int = 1100  # SFT optimizer steps
+    sft_examples: int = 8192  # distinct SFT conversations
+    sft_lr: float = 3e-3
+    sft_batch_size: int = 32
+    direct_rate: float = 0.8  # share of direct answers on DIRECT_PHRASINGS in SFT
+    n_train: int = 512  # RL training prompts
+    n_test: int = 256  # held-out test prompts
+    control: bool = True  # run the SFT-only control
+    overrides: tuple[str, ...] = ()  # RL config overrides key.sub=value
+
+
+def prepare_data(out_dir: Path, s: QuickstartSettings) -> dict[str, Path]:
+    """Write the SFT jsonl and the train/test parquet files; check the pools are disjoint."""
+    from agentrl.data.arithmetic import SHORT_SYSTEM_PROMPT, make_arithmetic_rows
+    from agentrl.data.arithmetic_sft import make_arithmetic_sft_rows
+    from agentrl.tools import load_tool_schemas
+    from agentrl.utils.jsonl import write_jsonl, write_parquet
+
+    (schema,) = load_tool_schemas(RECIPE_TOOLS)
+    level, prompt = "quickstart", SHORT_SYSTEM_PROMPT
+    sft = make_arithmetic_sft_rows(
+        s.sft_examples, "sft", s.seed, level, schema, prompt, DIRECT_PHRASINGS, s.direct_rate
+    )
+    train = make_arithmetic_rows(s.n_train, "train", s.seed, level, prompt)
+    test = make_arithmetic_rows(s.n_test, "test", s.seed, level, prompt)
+    pools = {
+        "sft": {r["expression"] for r in sft},
+        "train": {r["extra_info"]["expression"] for r in train},
+        "test": {r["extra_info"]["expression"] for r in test},
+    }
+    check_disjoint(pools)
+    return {
+        "sft": write_jsonl(sft, out_dir / "sft.jsonl"),
+        "train": write_parquet(train, out_dir / "train.parquet"),
+        "test": write_parquet(test, out_dir / "test.parquet"),
+    }
+
+
+def check_disjoint(pools: dict[str, set[str]]) -> None:
+    """Raise if two pools share an expression (training and test data must not meet)."""
+    names = sorted(pools)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            shared = pools[a] & pools[b]
+            if shared:
+                raise ValueError(
+                    f"the {a} and {b} pools share {len(shared)} expressions, e.g. "
+                    f"{sorted(shared)[:3]}"
+                )
+
+
+def rl_config(model_dir: Path, data: dict[str, Path], run_dir: Path, s: QuickstartSettings
+              ) -> DictConfig:  # fmt: skip
+    """The recipe config with the quickstart's paths, seed and step count."""
+    return load_config(
+        RECIPE_CONFIG,
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={RECIPE_TOOLS}",
+            f"actor_rollout_ref.rollout.engine_kwargs.seed={s.seed}",
+            f"data.train_files={data['train']}",
+            f"data.seed={s.seed}",
+            f"trainer.seed={s.seed}",
+            f"trainer.total_training_steps={s.steps}",
+            f"trainer.default_local_dir={run_dir}",
+            f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
+            "trainer.logger=[file]",  # the progress bar shows the key numbers
+            *s.overrides,
+        ],
+    )
+
+
+def rl_model_dir(cfg: DictConfig) -> Path:
+    """The HF export of the last checkpoint (`global_step_N/actor/huggingface`)."""
+    root = Path(str(cfg.trainer.default_local_dir))
+    step = int((root / "latest_checkpointed_iteration.txt").read_text().strip())
+    path = root / f"global_step_{step}" / "actor" / "huggingface"
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"no HF export in {path}: the recipe's actor.checkpoint.save_contents needs hf_model"
+        )
+    return path
+
+
+def reward_curve(history: Sequence[dict[str, float]]) -> list[dict[str, float]]:
+    """Per-step RL metrics for the report (the keys of CURVE_KEYS the trainer logged)."""
+    return [
+        {"step": i + 1, **{k: float(m[k]) for k in CURVE_KEYS if k in m}}
+        for i, m in enumerate(history)
+    ]
+
+
+def run_quickstart(out_dir: Path, settings: QuickstartSettings | None = None) -> dict[str, Any]:
+    """Run every stage (see the module docstring); write and return the report."""
+    s = settings or QuickstartSettings()
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_handler = _file_log(out_dir / "quickstart.log")
+    timing: dict[str, float] = {}
+    report: dict[str, Any] = {"settings": dataclasses.asdict(s), "timing_s": timing}
+    started = time.perf_counter()
+    try:
+        _run_stages(out_dir, s, report, timing)
+    finally:
+        timing["total"] = time.perf_counter() - started
+        (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        logging.getLogger().removeHandler(log_handler)
+        log_handler.close()
+    _write_html(out_dir, timing)
+    logger.info("\n%s\nreport: %s", summary_table(report), out_dir / "report.html")
+    return report
+
+
+def _run_stages(
+    out_dir: Path, s: QuickstartSettings, report: dict[str, Any], timing: dict[str, float]
+) -> None:
+    from agentrl.data.arithmetic import make_arithmetic_rows
+    from agentrl.models.tiny import make_tiny_model
+    from agentrl.trainer.sft import run_sft
+
+    with _stage("model", timing):
+        init_dir = make_tiny_model(
+            out_dir / "model_init", size=s.size, seed=s.seed, chat_template="compact_tools"
+        )
+    with _stage("data", timing):
+        data = prepare_data(out_dir / "data", s)
+        test_rows = make_arithmetic_rows(s.n_test, "test", s.seed, "quickstart")
+    phrasings = [r["extra_info"]["phrasing"] for r in test_rows]
+
+    def evaluate(model_dir: Path, name: str) -> dict[str, Any]:
+        metrics = evaluate_model(
+            RECIPE_CONFIG, model_dir, data["test"], out_dir / name, s.seed, phrasings,
+            DIRECT_PHRASINGS, [f"actor_rollout_ref.rollout.multi_turn.tool_config_path={RECIPE_TOOLS}"],
+        )  # fmt: skip
+        logger.info("%s: %s", name, _summary(metrics))
+        return metrics
+
+    sft_kwargs = {"lr": s.sft_lr, "batch_size": s.sft_batch_size, "seed": s.seed}
+    with _stage("sft", timing):
+        report["sft"] = run_sft(
+            init_dir, data["sft"], out_dir / "model_sft", steps=s.sft_steps, eval_loss=False,
+            **sft_kwargs,
+        )  # fmt: skip
+    with _stage("eval_sft", timing):
+        report["eval_sft"] = evaluate(out_dir / "model_sft", "eval_sft")
+    if s.steps <= 0:
+        return
+    cfg = rl_config(out_dir / "model_sft", data, out_dir / "rl", s)
+    with _stage("rl", timing):
+        from agentrl.trainer import run_train
+
+        report["rl"] = reward_curve(run_train(cfg))
+    with _stage("eval_rl", timing):
+        report["eval_rl"] = evaluate(rl_model_dir(cfg), "eval_rl")
+    if not s.control:
+        return
+    with _stage("control", timing):
+        # The same teacher for as long as RL ran: no warm-up, the SFT lr from the first step.
+        report["control_sft"] = run_sft(
+            out_dir / "model_sft", data["sft"], out_dir / "model_control", steps=10**9,
+            max_time_s=timing["rl"], warmup_ratio=0.0, eval_loss=False, **sft_kwargs,
+        )  # fmt: skip
+    with _stage("eval_control", timing):
+        report["control"] = evaluate(out_dir / "model_control", "eval_control")
+
+
+def _write_html(out_dir: Path, timing: dict[str, float]) -> None:
+    """`agentrl report` on the quickstart's directory (its time joins report.json)."""
+    from agentrl.report import write_report
+
+    with _stage("report", timing):
+        write_report(out_dir)
+    report = json.loads((out_dir / "report.json").read_text())
+    report["timing_s"]["report"] = timing["report"]
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+
+
+class _stage:
+    """Times a stage into `timing[name]` and logs its start and end."""
+
+    def __init__(self, name: str, timing: dict[str, float]):
+        self.name, self.timing = name, timing
+
+    def __enter__(self) -> None:
+        logger.info("stage %s ...", self.name)
+        self.started = time.perf_counter()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.timing[self.name] = time.perf_counter() - self.started
+        logger.info("stage %s: %.1fs", self.name, self.timing[self.name])
+
+
+def _summary(metrics: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.3g}" for k, v in metrics.items() if isinstance(v, float))
+
+
+def _file_log(path: Path) -> logging.Handler:
+    """Copy every log record of the run to `path` (the root logger's level applies)."""
+    handler = logging.FileHandler(path, mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    return handler

@@ -1,0 +1,171 @@
+"""The report page: one self-contained HTML file (no server, no network, no library).
+
+    html_text = render_page(run, plots, sources, notes)
+
+Sections: the run (directory, steps, checkpoints) and its notes (what is missing), the
+evaluation table of report.json (before RL / after RL / control, ± standard errors), the
+plots (base64 PNG ``<img>``, one ``<figure class="plot">`` each) and the trajectory viewer,
+whose records are embedded as JSON in ``<script type="application/json">`` and drawn by
+the script of agentrl/report/assets.py. Every text from the run is escaped here
+(``html.escape``) or, in the viewer, set with ``textContent``; the JSON is written with
+``<``, ``>`` and ``&`` as ``\\u`` escapes, so model output holding ``</script>`` stays data.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import json
+import math
+from typing import Any
+
+from agentrl.report.assets import CSS, JS
+from agentrl.report.plots import EVAL_LABELS, Plot
+from agentrl.report.run_dir import RunInputs
+
+# report.json's evaluation columns shown first (any other numeric key follows).
+EVAL_COLUMNS = ("accuracy", "sampled_accuracy", "tool_call_rate")
+SOURCE_LABELS = {
+    "rollouts": "training rollouts (trainer.rollout_data_dir)",
+    "validation": "validation (trainer.validation_data_dir)",
+}
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (JSON.parse rejects them)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def embed_json(value: Any) -> str:
+    """JSON that is safe inside a ``<script>`` element (no ``<``, ``>`` or ``&``)."""
+    text = json.dumps(_finite(value), ensure_ascii=False, allow_nan=False, default=str)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def _fmt(value: Any) -> str:
+    """Shares and means with 3 decimals; counts and seconds (10 or more) shorter."""
+    if not isinstance(value, float):
+        return str(value)
+    if abs(value) >= 10:
+        return str(int(value)) if value.is_integer() else f"{value:.1f}"
+    return f"{value:.3f}"
+
+
+def evaluation_table(evaluation: dict[str, Any]) -> str:
+    """report.json's evaluations as a table; empty when it holds none."""
+    rows = {k: evaluation[k] for k in EVAL_LABELS if isinstance(evaluation.get(k), dict)}
+    if not rows:
+        return ""
+    numeric = [
+        key
+        for result in rows.values()
+        for key, value in result.items()
+        if isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and not key.endswith("_stderr")
+    ]
+    columns = [c for c in EVAL_COLUMNS if c in numeric]
+    columns += [c for c in dict.fromkeys(numeric) if c not in columns]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for key, result in rows.items():
+        cells = []
+        for column in columns:
+            value = result.get(column)
+            text = "-" if value is None else _fmt(value)
+            stderr = result.get(f"{column}_stderr")
+            if isinstance(stderr, int | float) and value is not None:
+                text += f" ± {_fmt(float(stderr))}"
+            cells.append(f"<td>{html.escape(text)}</td>")
+        label = html.escape(f"{EVAL_LABELS[key]} ({key})")
+        body.append(f'<tr data-eval="{html.escape(key)}"><td>{label}</td>{"".join(cells)}</tr>')
+    return (
+        '<section id="evaluation"><h2>Evaluation (held-out, report.json)</h2>'
+        f'<table class="eval"><thead><tr><th>model</th>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+        "<p>± is one standard error of the mean over the test problems.</p></section>"
+    )
+
+
+def _plots_section(plots: list[Plot], has_metrics: bool) -> str:
+    figures = "".join(
+        f'<figure class="plot" id="plot-{html.escape(p.name)}">'
+        f'<img alt="{html.escape(p.title)}" src="data:image/png;base64,{p.png}">'
+        f"<figcaption><b>{html.escape(p.title)}</b>: {html.escape(p.caption)}</figcaption>"
+        "</figure>"
+        for p in plots
+    )
+    if not plots:
+        reason = "" if has_metrics else ": the run has no metrics yet"
+        figures = f'<p class="empty">nothing to plot{reason}</p>'
+    return f'<section id="plots"><h2>Training</h2><div class="plots">{figures}</div></section>'
+
+
+def _viewer_section(sources: dict[str, list[dict[str, Any]]], empty_note: str) -> str:
+    if not sources:
+        return (
+            '<section id="viewer"><h2>Trajectories</h2>'
+            f'<p class="empty">{html.escape(empty_note)}</p></section>'
+        )
+    return (
+        '<section id="viewer"><h2>Trajectories</h2>'
+        '<div class="filters">'
+        '<label>source <select id="f-source"></select></label>'
+        '<label>step <select id="f-step"></select></label>'
+        '<label>outcome <select id="f-outcome"><option value="all">all</option>'
+        '<option value="correct">correct</option><option value="wrong">wrong</option>'
+        "</select></label>"
+        '<label>reward from <input id="f-min" type="number" step="any"></label>'
+        '<label>to <input id="f-max" type="number" step="any"></label>'
+        '<span id="f-count"></span></div>'
+        '<div class="viewer"><ol id="traj-list"></ol><div id="traj-detail"></div></div>'
+        "</section>"
+    )
+
+
+def _summary(run: RunInputs) -> str:
+    steps = [row["step"] for row in run.metrics]
+    parts = [f"{len(steps)} logged steps" + (f" ({steps[0]}..{steps[-1]})" if steps else "")]
+    if run.checkpoints:
+        parts.append("checkpoints: " + ", ".join(f"global_step_{s}" for s in run.checkpoints))
+    if run.train_dir != run.root:
+        parts.append(f"training run: {run.train_dir}")
+    return html.escape("; ".join(parts))
+
+
+def render_page(
+    run: RunInputs,
+    plots: list[Plot],
+    sources: dict[str, list[dict[str, Any]]],
+    notes: list[str],
+    empty_viewer_note: str = "",
+) -> str:
+    """The whole report.html (see the module docstring)."""
+    data = {
+        "order": list(sources),
+        "sources": {
+            name: {"label": SOURCE_LABELS.get(name, f"{name}.jsonl"), "records": records}
+            for name, records in sources.items()
+        },
+    }
+    notes_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    generated = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>agentrl report: {html.escape(run.root.name)}</title>"
+        f"<style>{CSS}</style></head><body>"
+        f'<header><h1>agentrl report</h1><p class="run">{html.escape(str(run.root))}</p>'
+        f"<p>{_summary(run)}; generated {generated}</p></header>"
+        + (f'<ul class="notes" id="notes">{notes_html}</ul>' if notes else "")
+        + evaluation_table(run.evaluation)
+        + _plots_section(plots, bool(run.metrics))
+        + _viewer_section(sources, empty_viewer_note)
+        + f'<script type="application/json" id="report-data">{embed_json(data)}</script>'
+        + f"<script>{JS}</script></body></html>\n"
+    )

@@ -1,0 +1,168 @@
+"""Rollout dump rows -> the trajectory viewer's records (plain JSON, embedded in the page).
+
+    records, note = load_source("rollouts", files, max_per_step=16)
+
+Two row formats are read:
+
+- the trainer's dumps (``trainer.rollout_data_dir`` / ``validation_data_dir``, written by
+  ``PPOTrainer._dump``): ``step, uid, input, output, score, request_state, prompt_ids,
+  response_ids, loss_mask, response_tokens, messages, num_turns, tool_calls,
+  finish_reason`` and the score function's extra keys (dumps of older versions hold only
+  the first six and the extra keys: the viewer then shows the decoded text);
+- `agentrl generate` rows (``eval_*.jsonl``): ``index, sample, messages, input_ids,
+  loss_mask, prompt_length, state, num_turns, metrics, score, ...``; their response tokens
+  are decoded here with the run's tokenizer when one can be loaded, else shown as ids.
+
+One record per trajectory: ``source, step, id, score, correct, state, turns, tool_calls,
+finish, messages, input, output, tokens, mask, extra``. ``tokens``/``mask`` are the
+response's tokens and loss mask (1: trained, the model's own tokens; 0: tool responses and
+user turns); padding is never dumped. ``correct`` is ``acc >= 1`` when the score function
+returns ``acc``, else ``score >= 1`` (None without either).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentrl.report.run_dir import read_jsonl
+
+logger = logging.getLogger(__name__)
+
+Decoder = Callable[[list[int]], list[str]]
+
+# Row keys the record has a field for; every other scalar key goes to ``extra``.
+_KNOWN = {
+    "step", "uid", "input", "output", "score", "request_state", "prompt_ids", "response_ids",
+    "loss_mask", "response_tokens", "messages", "num_turns", "tool_calls", "finish_reason",
+    "index", "sample", "input_ids", "rollout_log_probs", "prompt_length", "state",
+    "metrics", "reward_scores", "truncation",
+}  # fmt: skip
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _tool_call_count(row: dict[str, Any]) -> int:
+    """Tool calls the trajectory executed (dump: ``tool_calls``; generate: ``metrics``),
+    else the calls its assistant messages hold."""
+    calls = row.get("tool_calls")
+    if calls is None and isinstance(row.get("metrics"), dict):
+        calls = row["metrics"].get("tool_calls")
+    if isinstance(calls, dict):
+        return int(sum(v for v in calls.values() if isinstance(v, int | float)))
+    if isinstance(calls, int | float):
+        return int(calls)
+    messages = row.get("messages") or []
+    return sum(len(m.get("tool_calls") or []) for m in messages if isinstance(m, dict))
+
+
+def _response(row: dict[str, Any]) -> tuple[list[int], list[int], list[str] | None]:
+    """(response ids, loss mask, token strings or None) of either row format."""
+    if "response_ids" in row:
+        ids, mask = list(row["response_ids"]), list(row.get("loss_mask") or [])
+        return ids, mask, row.get("response_tokens")
+    if "input_ids" in row and "prompt_length" in row:
+        start = int(row["prompt_length"])
+        return list(row["input_ids"][start:]), list((row.get("loss_mask") or [])[start:]), None
+    return [], [], None
+
+
+def to_record(row: dict[str, Any], source: str, decode: Decoder | None) -> dict[str, Any]:
+    """The viewer record of one dump row (see the module docstring)."""
+    ids, mask, tokens = _response(row)
+    if ids and (tokens is None or len(tokens) != len(ids)):
+        tokens = decode(ids) if decode is not None else [f"[{i}]" for i in ids]
+    if len(mask) != len(ids):
+        mask = []  # an unaligned mask would colour the wrong tokens
+    extra = {
+        k: v
+        for k, v in row.items()
+        if k not in _KNOWN
+        and (isinstance(v, int | float | bool) or (isinstance(v, str) and len(v) < 200))
+    }
+    score = _number(row.get("score"))
+    judged = _number(extra.get("acc")) if "acc" in extra else score
+    ident = str(row["uid"]) if "uid" in row else f"{row.get('index', '?')}/{row.get('sample', 0)}"
+    return {
+        "source": source,
+        "step": row.get("step") if isinstance(row.get("step"), int) else None,
+        "id": ident,
+        "score": score,
+        "correct": None if judged is None else judged >= 1.0,
+        "state": row.get("request_state", row.get("state")),
+        "turns": row.get("num_turns"),
+        "tool_calls": _tool_call_count(row),
+        "finish": row.get("finish_reason"),
+        "messages": row.get("messages") if isinstance(row.get("messages"), list) else None,
+        "input": row.get("input"),
+        "output": row.get("output"),
+        "tokens": tokens if ids else None,
+        "mask": [int(bool(m)) for m in mask] if ids else None,
+        "extra": extra,
+    }
+
+
+def load_source(
+    name: str, files: list[Path], max_per_step: int, decode: Decoder | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The records of one viewer source, at most ``max_per_step`` per step (the first ones),
+    and a note saying how many were left out (None when none were)."""
+    kept: list[dict[str, Any]] = []
+    per_step: dict[Any, int] = defaultdict(int)
+    total = 0
+    for path in files:
+        for row in read_jsonl(path):
+            total += 1
+            step = row.get("step")
+            if per_step[step] >= max_per_step:
+                continue
+            per_step[step] += 1
+            kept.append(to_record(row, name, decode))
+    note = None
+    if len(kept) < total:
+        note = (
+            f"{name}: showing {len(kept)} of {total} trajectories "
+            f"(the first {max_per_step} per step; agentrl report --max-per-step N shows more)"
+        )
+    return kept, note
+
+
+def needs_decoder(files: list[Path]) -> bool:
+    """Whether rows of these files carry token ids without token strings (checks the first
+    row of the first file only, they are all written the same way)."""
+    for path in files[:1]:
+        for row in read_jsonl(path)[:1]:
+            return "input_ids" in row or ("response_ids" in row and "response_tokens" not in row)
+    return False
+
+
+def load_decoder(config: dict[str, Any]) -> Decoder | None:
+    """Decode ids one by one with the run's tokenizer (``data.tokenizer``, else
+    ``actor_rollout_ref.model.path`` of the saved config); None when it cannot be loaded."""
+    path = (config.get("data") or {}).get("tokenizer") or (
+        (config.get("actor_rollout_ref") or {}).get("model") or {}
+    ).get("path")
+    if not path or not Path(str(path)).is_dir():
+        logger.info("no local tokenizer in the run's config: token ids are shown as numbers")
+        return None
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as err:
+        logger.warning(
+            "could not load the tokenizer %s (%s): token ids shown as numbers", path, err
+        )
+        return None
+
+    def decode(ids: list[int]) -> list[str]:
+        return tokenizer.batch_decode([[i] for i in ids], clean_up_tokenization_spaces=False)
+
+    return decode

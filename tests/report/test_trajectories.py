@@ -1,0 +1,61 @@
+"""Dump rows -> viewer records: both row formats, the tool-call count, `correct`, the
+token/mask alignment and the per-step cap."""
+
+from __future__ import annotations
+
+from agentrl.report.trajectories import load_source, needs_decoder, to_record
+
+
+def test_a_trainer_dump_row_becomes_a_record(synthetic):
+    row = synthetic.dump_row(2, 1, acc=1.0)
+    row["format_bonus"] = 0.05
+    record = to_record(row, "rollouts", decode=None)
+    assert record["source"] == "rollouts" and record["step"] == 2 and record["id"] == "2-1"
+    assert record["score"] == 1.05 and record["correct"] is True  # acc decides, not score
+    assert record["tool_calls"] == 1 and record["turns"] == 4 and record["state"] == "completed"
+    assert record["tokens"] == synthetic.TOKENS and record["mask"] == synthetic.MASK
+    assert record["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"expression": "12*3"}
+    assert record["extra"] == {"acc": 1.0, "format_bonus": 0.05}
+    assert to_record(synthetic.dump_row(2, 0, acc=0.0), "rollouts", None)["correct"] is False
+
+
+def test_old_dump_rows_without_tokens_keep_their_text():
+    row = {"step": 1, "uid": "1-0", "input": "q", "output": "a", "score": 0.5,
+           "request_state": "completed"}  # fmt: skip
+    record = to_record(row, "rollouts", None)
+    assert record["tokens"] is None and record["mask"] is None and record["messages"] is None
+    assert (record["input"], record["output"]) == ("q", "a")
+    assert record["correct"] is False  # score 0.5 < 1
+    assert record["tool_calls"] == 0
+
+
+def test_generate_rows_are_cut_at_the_prompt_and_decoded(quickstart_dir, synthetic):
+    files = [quickstart_dir / "eval_sft.jsonl"]
+    assert needs_decoder(files)
+    records, note = load_source("eval_sft", files, 16, decode=lambda ids: [f"<{i}>" for i in ids])
+    assert note is None
+    assert [r["id"] for r in records] == ["0/0", "1/0", "2/0"]
+    assert [r["correct"] for r in records] == [False, True, True]
+    first = records[0]
+    assert first["step"] is None and first["tool_calls"] == 1
+    assert first["mask"] == synthetic.MASK
+    assert first["tokens"][:2] == ["<100>", "<101>"]
+    # no tokenizer: the ids themselves
+    plain, _ = load_source("eval_sft", files, 16, decode=None)
+    assert plain[0]["tokens"][0] == "[100]"
+
+
+def test_a_mask_that_does_not_align_is_dropped(synthetic):
+    row = synthetic.dump_row(1, 0, 1.0)
+    row["loss_mask"] = row["loss_mask"][:-1]
+    record = to_record(row, "rollouts", None)
+    assert record["mask"] == [] and len(record["tokens"]) == len(synthetic.TOKENS)
+
+
+def test_the_cap_keeps_the_first_rows_of_each_step_and_says_so(train_run):
+    files = sorted((train_run.parent / "elsewhere" / "dumps").glob("*.jsonl"))
+    assert not needs_decoder(files)
+    records, note = load_source("rollouts", files, max_per_step=3)
+    assert [r["id"] for r in records if r["step"] == 1] == ["1-0", "1-1", "1-2"]
+    assert len(records) == 9
+    assert note.startswith("rollouts: showing 9 of 12 trajectories (the first 3 per step")
