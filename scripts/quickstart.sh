@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Set up .venv (scripts/setup_env.sh) and run the main job on this machine's CPU: build a
-# tiny model and an arithmetic dataset offline, then run the smoke pipeline (rollout ->
-# reward -> advantage -> one policy update). Extra arguments go to `agentrl smoke`.
+# Set up .venv (scripts/setup_env.sh) and run the main job on this machine's CPU:
+# `agentrl quickstart` (a nano model, SFT on an imperfect teacher, GRPO with the calculator,
+# held-out evaluation beside an SFT-only control, report.html). About 4 minutes on 2 cores.
+# Extra arguments go to `agentrl quickstart` (e.g. --seed 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
-exec "${AGENTRL_VENV:-.venv}/bin/agentrl" smoke --out-dir outputs/smoke "$@"
+exec "${AGENTRL_VENV:-.venv}/bin/agentrl" quickstart --out-dir outputs/quickstart "$@"

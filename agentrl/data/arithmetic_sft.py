@@ -44,7 +44,6 @@ from agentrl.utils.jsonl import write_jsonl
 from tools.calculator import DEFAULT_SCHEMA, Limits, evaluate
 from tools.calculator import format_number as calculator_text
 
-
 _NO_TIME_LIMIT = Limits(max_time=math.inf)
 
 
@@ -95,7 +94,7 @@ def make_arithmetic_sft_rows(
 ) -> list[dict]:
     """`n` SFT conversations for the arithmetic rows `make_arithmetic_rows(n, split, seed,
     difficulty, system_prompt)`; each keeps the row's `ground_truth`, `expression`, `index`
-    and says whether it `uses_tool`. A share `direct_rate` of the rows phrased as one of
+    (and `phrasing`, when the level has one) and says whether it `uses_tool`. A share `direct_rate` of the rows phrased as one of
     `direct_phrasings` answers directly (the imperfect teacher, see the module docstring).
     """
     if not 0.0 <= direct_rate <= 1.0:
@@ -119,6 +118,7 @@ def make_arithmetic_sft_rows(
                 "ground_truth": truth,
                 "expression": extra["expression"],
                 "index": extra["index"],
+                **({"phrasing": extra["phrasing"]} if "phrasing" in extra else {}),
                 "uses_tool": not direct,
             }
         )

@@ -59,7 +59,7 @@ class TinySize:
 
 
 # name -> shape. Parameters with a 4096-token embedding (tied): nano 0.34M, tiny 0.8M, small 5M,
-# medium 21M, large 31M.
+# medium 21M, large 31M (the tiny tokenizer has ~2K tokens: nano is 0.2M as built).
 TINY_SIZES: dict[str, TinySize] = {
     "nano": TinySize(64, 128, 2, 4, 2),  # the CPU quickstart's model
     "tiny": TinySize(128, 384, 3, 4, 2),

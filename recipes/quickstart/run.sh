@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The CPU quickstart: tiny model -> SFT warm-up on calculator trajectories -> greedy
-# evaluation -> GRPO with the calculator -> evaluation again; report in OUT_DIR/report.json.
-#   bash recipes/quickstart/run.sh [--steps 10] [--size tiny] [key.sub=value ...]
+# The CPU quickstart: nano model -> SFT on an imperfect calculator teacher -> held-out
+# evaluation -> GRPO with the calculator -> evaluation -> SFT-only control -> report.html.
+#   bash recipes/quickstart/run.sh [--seed 1] [--steps 10] [key.sub=value ...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 exec "${AGENTRL_VENV:-.venv}/bin/agentrl" quickstart --out-dir "${OUT_DIR:-outputs/quickstart}" "$@"

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
 
 from agentrl.cli import main as cli_main
-from agentrl.models.chat_template import DEFAULT_SYSTEM_PROMPT
+from agentrl.models.chat_template import DEFAULT_SYSTEM_PROMPT, QWEN25_CHAT_TEMPLATE
 from agentrl.models.tiny import TINY_SIZES, build_tiny_config, make_tiny_model, train_tiny_tokenizer
 
 CALC_SCHEMA = {
@@ -135,7 +135,7 @@ def test_user_system_prompt_replaces_default(tiny_tokenizer):
     assert text == "<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
 
 
-@pytest.mark.parametrize("size,low,high", [("tiny", 0.5e6, 1.5e6), ("small", 3e6, 7e6),
+@pytest.mark.parametrize("size,low,high", [("nano", 0.25e6, 0.45e6), ("tiny", 0.5e6, 1.5e6), ("small", 3e6, 7e6),
                                            ("medium", 15e6, 25e6), ("large", 25e6, 35e6)])
 def test_sizes_span_one_to_thirty_million_parameters(size, low, high):
     config = build_tiny_config(size, vocab_size=4096, pad_token_id=0, eos_token_id=2)
@@ -147,10 +147,40 @@ def test_sizes_span_one_to_thirty_million_parameters(size, low, high):
 def test_unknown_size_names_the_choices():
     with pytest.raises(ValueError, match="unknown tiny model size 'huge'.*large.*tiny"):
         build_tiny_config("huge", vocab_size=64, pad_token_id=0, eos_token_id=1)
-    assert set(TINY_SIZES) == {"tiny", "small", "medium", "large"}
+    assert set(TINY_SIZES) == {"nano", "tiny", "small", "medium", "large"}
 
 
 def test_cli_writes_a_loadable_directory(tmp_path):
     assert cli_main(["make-tiny-model", str(tmp_path / "m"), "--size", "tiny", "--seed", "3"]) == 0
     assert AutoTokenizer.from_pretrained(tmp_path / "m").eos_token == "<|im_end|>"
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "m").config.num_hidden_layers == 3
+
+
+def test_compact_tools_template_lists_tools_in_one_line_and_keeps_the_rest(tmp_path):
+    """`compact_tools` differs from `qwen25` only in the system turn's tool block, and the
+    rollout's token-delta renderer accepts it (prefix-stable)."""
+    from agentrl.models.chat_template import COMPACT_TOOLS_CHAT_TEMPLATE
+    from agentrl.rollout.chat import ChatRenderer
+    from tools.calculator import DEFAULT_SCHEMA
+
+    path = make_tiny_model(tmp_path / "m", size="nano", chat_template="compact_tools")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    assert tokenizer.chat_template == COMPACT_TOOLS_CHAT_TEMPLATE
+    messages = [
+        {"role": "system", "content": "Use the calculator."},
+        {"role": "user", "content": "What is 2 + 3?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+            "name": "calculator", "arguments": {"expression": "2 + 3"}}}]},
+        {"role": "tool", "content": "5"},
+    ]  # fmt: skip
+    text = tokenizer.apply_chat_template(messages, tools=[DEFAULT_SCHEMA], tokenize=False)
+    assert text.startswith(
+        "<|im_start|>system\nUse the calculator.\nTools: calculator(expression)<|im_end|>\n"
+    )
+    qwen = AutoTokenizer.from_pretrained(path)
+    qwen.chat_template = QWEN25_CHAT_TEMPLATE
+    full = qwen.apply_chat_template(messages, tools=[DEFAULT_SCHEMA], tokenize=False)
+    assert text.split("<|im_end|>\n", 1)[1] == full.split("<|im_end|>\n", 1)[1]
+    ChatRenderer(tokenizer)  # raises TemplateError if deltas cannot be rendered
+    with pytest.raises(ValueError, match="unknown chat_template 'x'.*compact_tools"):
+        make_tiny_model(tmp_path / "n", chat_template="x")

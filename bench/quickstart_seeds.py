@@ -1,0 +1,95 @@
+"""The quickstart's learning table: `agentrl quickstart` with seeds 0, 1 and 2, one after
+another (each alone on the machine), and the issue's targets checked on every seed.
+
+    python bench/quickstart_seeds.py                       # seeds 0 1 2, outputs/quickstart_seeds/
+    python bench/quickstart_seeds.py --seeds 0 --out-dir /tmp/qs   # one seed
+
+Each run is the README's main job with its defaults, in `OUT_DIR/seed_N/`. The script
+prints a markdown table (paste it into docs/quickstart.md): greedy held-out accuracy after
+SFT, after GRPO and of the SFT-only control, each ± its standard error, the sampled (T=1)
+accuracies, the tool-call rates, and the seconds end to end; then every target with PASS or
+FAIL per seed: SFT <= 0.45, GRPO >= 0.85, tool-call rate after GRPO >= 0.95, control at
+least 0.30 below GRPO, total < 300 s. Runs that exist already are read, not run again
+(`--rerun` runs them anyway).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+TARGETS = (
+    ("greedy accuracy after SFT <= 0.45", lambda r: r["eval_sft"]["accuracy"] <= 0.45),
+    ("greedy accuracy after GRPO >= 0.85", lambda r: r["eval_rl"]["accuracy"] >= 0.85),
+    ("tool-call rate after GRPO >= 0.95", lambda r: r["eval_rl"]["tool_call_rate"] >= 0.95),
+    (
+        "control at least 0.30 below GRPO",
+        lambda r: r["eval_rl"]["accuracy"] - r["control"]["accuracy"] >= 0.30,
+    ),
+    ("end to end < 300 s", lambda r: r["timing_s"]["total"] < 300),
+)
+
+
+def run_seed(out_dir: Path, seed: int, rerun: bool) -> dict[str, Any]:
+    report_path = out_dir / f"seed_{seed}" / "report.json"
+    if rerun or not report_path.is_file():
+        agentrl = Path(sys.executable).with_name("agentrl")
+        cmd = [str(agentrl), "quickstart", "--out-dir", str(report_path.parent), "--seed", str(seed)]
+        subprocess.run(cmd, check=True)
+    return json.loads(report_path.read_text())
+
+
+def _pm(metrics: dict[str, Any], key: str = "accuracy", err: str = "accuracy_stderr") -> str:
+    return f"{metrics[key]:.3f} ± {metrics[err]:.3f}"
+
+
+def table(reports: dict[int, dict[str, Any]]) -> str:
+    lines = [
+        "| seed | greedy acc. after SFT | after GRPO | SFT-only control | sampled acc. SFT -> GRPO "
+        "| tool-call rate SFT -> GRPO (control) | seconds (SFT, GRPO, total) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for seed, r in reports.items():
+        sft, rl, control, t = r["eval_sft"], r["eval_rl"], r["control"], r["timing_s"]
+        sampled = (
+            f"{_pm(sft, 'sampled_accuracy', 'sampled_accuracy_stderr')} -> "
+            f"{_pm(rl, 'sampled_accuracy', 'sampled_accuracy_stderr')}"
+        )
+        rates = (
+            f"{sft['tool_call_rate']:.2f} -> {rl['tool_call_rate']:.2f} "
+            f"({control['tool_call_rate']:.2f})"
+        )
+        lines.append(
+            f"| {seed} | {_pm(sft)} | {_pm(rl)} | {_pm(control)} | {sampled} | {rates} "
+            f"| {t['sft']:.0f}, {t['rl']:.0f}, {t['total']:.0f} |"
+        )
+    n = int(next(iter(reports.values()))["eval_sft"]["trajectories"])
+    lines.append(f"\n{n} held-out problems per evaluation; ± is the binomial standard error.")
+    return "\n".join(lines)
+
+
+def check(reports: dict[int, dict[str, Any]]) -> list[str]:
+    return [
+        f"{'PASS' if all(test(r) for r in reports.values()) else 'FAIL'} {name}: "
+        + ", ".join(f"seed {s} {'ok' if test(r) else 'missed'}" for s, r in reports.items())
+        for name, test in TARGETS
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out-dir", type=Path, default=Path("outputs/quickstart_seeds"))
+    parser.add_argument("--rerun", action="store_true", help="run seeds that have a report")
+    args = parser.parse_args()
+    reports = {seed: run_seed(args.out_dir, seed, args.rerun) for seed in args.seeds}
+    sys.stdout.write(table(reports) + "\n\n" + "\n".join(check(reports)) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

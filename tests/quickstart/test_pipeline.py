@@ -1,0 +1,129 @@
+"""The quickstart pipeline: the recipe, disjoint data pools, the imperfect teacher, the
+command line, and (slow) a CI-size run of the whole command that must learn."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+import pandas as pd
+import pytest
+
+from agentrl.config import load_config
+from agentrl.data.arithmetic import expression_pool
+from agentrl.quickstart import (
+    RECIPE_CONFIG,
+    RECIPE_TOOLS,
+    QuickstartSettings,
+    add_arguments,
+    rl_model_dir,
+    run_quickstart,
+)
+from agentrl.quickstart.__init__ import settings_from_args
+from agentrl.quickstart.pipeline import (
+    DIRECT_PHRASINGS,
+    check_disjoint,
+    prepare_data,
+    reward_curve,
+)
+from agentrl.tools import load_tool_schemas, load_tools
+
+
+def test_recipe_is_valid_and_is_the_measured_one():
+    cfg = load_config(RECIPE_CONFIG, ["actor_rollout_ref.model.path=m", "data.train_files=t"])
+    actor, rollout = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert cfg.algorithm.adv_estimator == "grpo"
+    assert rollout.multi_turn.enable and rollout.multi_turn.max_assistant_turns == 3
+    assert (cfg.data.train_batch_size, rollout.n) == (16, 8)
+    assert cfg.data.train_batch_size // actor.ppo_mini_batch_size == 2  # 2 optimizer steps
+    assert actor.optim.lr == 3e-4 and not actor.use_kl_loss
+    assert rollout.max_num_seqs >= cfg.data.train_batch_size * rollout.n  # one wave
+    assert cfg.reward_model.tool_reward_weight == 0.0  # the exact answer only
+    assert "hf_model" in actor.checkpoint.save_contents
+    assert list(load_tools(RECIPE_TOOLS)) == ["calculator"]
+    (schema,) = load_tool_schemas(RECIPE_TOOLS)
+    assert schema["function"]["parameters"]["required"] == ["expression"]
+
+
+def test_pools_are_disjoint_and_the_teacher_is_imperfect(tmp_path):
+    settings = QuickstartSettings(sft_examples=600, n_train=300, n_test=200)
+    paths = prepare_data(tmp_path, settings)
+    sft = [json.loads(line) for line in paths["sft"].read_text().splitlines()]
+    train = pd.read_parquet(paths["train"])
+    test = pd.read_parquet(paths["test"])
+    pools = {
+        "sft": {r["expression"] for r in sft},
+        "train": {e["expression"] for e in train["extra_info"]},
+        "test": {e["expression"] for e in test["extra_info"]},
+    }
+    assert [len(pools[k]) for k in ("sft", "train", "test")] == [600, 300, 200]
+    assert not pools["sft"] & pools["train"]
+    assert not pools["sft"] & pools["test"]
+    assert not pools["train"] & pools["test"]
+    assert all(expression_pool(e) == name for name, exprs in pools.items() for e in exprs)
+    # The teacher answers directly on most questions of the direct phrasings, never on others.
+    direct = [r for r in sft if r["phrasing"] in DIRECT_PHRASINGS]
+    share = sum(not r["uses_tool"] for r in direct) / len(direct)
+    assert 0.7 < share < 0.9
+    assert all(r["messages"][-1]["content"] == f"<answer>{r['ground_truth']}</answer>" for r in sft)
+    others = [r for r in sft if r["phrasing"] not in DIRECT_PHRASINGS]
+    assert others and all(r["uses_tool"] for r in others)
+
+
+def test_check_disjoint_names_the_pools():
+    check_disjoint({"a": {"1 + 2"}, "b": {"3 + 4"}})
+    with pytest.raises(ValueError, match="the a and b pools share 1 expressions"):
+        check_disjoint({"a": {"1 + 2"}, "b": {"1 + 2", "3 + 4"}})
+
+
+def test_reward_curve_and_missing_export(tmp_path):
+    history = [{"critic/score/mean": 0.25, "actor/pg_loss": -0.1, "other": 3.0}, {}]
+    assert reward_curve(history) == [
+        {"step": 1, "critic/score/mean": 0.25, "actor/pg_loss": -0.1},
+        {"step": 2},
+    ]
+    cfg = load_config(RECIPE_CONFIG, [f"trainer.default_local_dir={tmp_path}"])
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")
+    with pytest.raises(FileNotFoundError, match="global_step_3/actor/huggingface"):
+        rl_model_dir(cfg)
+
+
+def test_arguments_default_to_the_measured_settings():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--out-dir", "o", "--seed", "2", "data.max_response_length=64"])
+    settings = settings_from_args(args)
+    assert args.out_dir == "o"
+    assert settings == QuickstartSettings(seed=2, overrides=("data.max_response_length=64",))
+    assert settings_from_args(parser.parse_args(["--no-control"])).control is False
+
+
+@pytest.mark.slow
+def test_ci_size_quickstart_learns_when_to_call_the_tool(tmp_path, caplog):
+    """The same command on CI budgets (fewer SFT and GRPO steps, 128 test problems, no
+    control): GRPO must raise held-out accuracy and the tool-call rate by a clear margin."""
+    caplog.set_level(logging.INFO)
+    out = tmp_path / "qs"
+    report = run_quickstart(
+        out, QuickstartSettings(sft_steps=CI_SFT_STEPS, steps=CI_RL_STEPS, n_test=128, control=False)
+    )
+    assert report == json.loads((out / "report.json").read_text())
+    sft, rl = report["eval_sft"], report["eval_rl"]
+    assert sft["trajectories"] == rl["trajectories"] == 128
+    assert rl["accuracy"] - sft["accuracy"] >= 0.3, (sft["accuracy"], rl["accuracy"])
+    assert rl["tool_call_rate"] - sft["tool_call_rate"] >= 0.3
+    # what RL discovers: calling the tool on the phrasings the teacher answered directly
+    assert sft["by_phrasing"]["direct_phrasings"]["tool_call_rate"] < 0.3
+    assert rl["by_phrasing"]["direct_phrasings"]["tool_call_rate"] > 0.8
+    assert set(report["timing_s"]) == {
+        "model", "data", "sft", "eval_sft", "rl", "eval_rl", "report", "total"
+    }  # fmt: skip
+    assert len(report["rl"]) == CI_RL_STEPS
+    page = (out / "report.html").read_text()
+    assert "after GRPO" in page and "calculator" in page
+    assert (out / "rl" / "metrics.jsonl").is_file() and (out / "rl" / "rollouts").is_dir()
+    assert "stage eval_rl" in (out / "quickstart.log").read_text()
+
+
+CI_SFT_STEPS, CI_RL_STEPS = 900, 20

@@ -1,0 +1,66 @@
+"""The package works installed from a wheel, not only from a checkout: the built wheel,
+installed into a fresh venv, runs `agentrl quickstart` (which reads its recipe, tool file
+and report assets as package data) from a directory outside the checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(cmd: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    result = subprocess.run(
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert result.returncode == 0, f"{cmd} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+@pytest.mark.slow
+def test_wheel_installs_into_a_fresh_venv_and_runs_a_command(tmp_path):
+    dist = tmp_path / "dist"
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
+        cwd=tmp_path,
+        timeout=300,
+    )
+    (wheel,) = dist.glob("agentrl-*.whl")
+    fresh = tmp_path / "venv"
+    venv.create(fresh, with_pip=True)
+    python = fresh / "bin" / "python"
+    # The dependencies come from this environment's site-packages (a path entry, so its
+    # editable-install hook for the checkout is not loaded); agentrl only from the wheel.
+    site = Path(
+        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+             cwd=tmp_path, timeout=60).stdout.strip()
+    )  # fmt: skip
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    _run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], tmp_path, 300)
+    where = _run(
+        [str(python), "-c", "import agentrl, recipes.quickstart as r; print(agentrl.__file__, r.__file__)"],
+        cwd=tmp_path,
+        timeout=60,
+    ).stdout.split()
+    assert all(path.startswith(str(fresh)) for path in where), where
+    out = tmp_path / "qs"
+    _run(
+        [
+            str(fresh / "bin" / "agentrl"), "quickstart", "--out-dir", str(out), "--steps", "0",
+            "--sft-steps", "2", "--sft-examples", "8", "--n-train", "8", "--n-test", "4",
+        ],
+        cwd=tmp_path,
+        timeout=300,
+    )  # fmt: skip
+    report = json.loads((out / "report.json").read_text())
+    assert report["eval_sft"]["trajectories"] == 4
+    assert "<img" in (out / "report.html").read_text()
