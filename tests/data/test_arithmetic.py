@@ -33,7 +33,7 @@ def to_python(value):
 
 def test_fixed_seed_rows_are_exact():
     rows = make_arithmetic_rows(2, "train", seed=7, difficulty="easy")
-    q = "A concert ticket costs 72.79 dollars. How many dollars do 200 tickets cost?"
+    q = "A warehouse has 292 shelves and each shelf holds 43 boxes. How many boxes are there in total?"
     assert rows[0] == {
         "data_source": "agentrl/arithmetic",
         "prompt": [
@@ -41,18 +41,18 @@ def test_fixed_seed_rows_are_exact():
             {"role": "user", "content": q},
         ],
         "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": "14558"},
+        "reward_model": {"style": "rule", "ground_truth": "12556"},
         "extra_info": {
             "index": 0,
             "split": "train",
             "question": q,
-            "expression": "72.79 * 200",
-            "tools_kwargs": {"calculator": {"create_kwargs": {"ground_truth": "14558"}}},
+            "expression": "292 * 43",
+            "tools_kwargs": {"calculator": {"create_kwargs": {"ground_truth": "12556"}}},
         },
     }
     assert rows[1]["extra_info"]["index"] == 1
-    assert rows[1]["extra_info"]["expression"] == "676 * 74"
-    assert rows[1]["reward_model"]["ground_truth"] == "50024"
+    assert rows[1]["extra_info"]["expression"] == "258 * 75"
+    assert rows[1]["reward_model"]["ground_truth"] == "19350"
 
     medium = make_arithmetic_rows(2, "train", seed=7, difficulty="medium")[1]
     assert medium["extra_info"]["question"] == (
@@ -180,3 +180,29 @@ def test_parquet_round_trip_with_datasets_and_pandas(tmp_path):
         tools_kwargs = loaded[3]["extra_info"]["tools_kwargs"]
         assert tools_kwargs == expected[split][3]["extra_info"]["tools_kwargs"]
         assert isinstance(tools_kwargs["calculator"]["create_kwargs"], dict)
+
+
+def test_quickstart_level_three_disjoint_pools_and_phrasings():
+    from agentrl.data.arithmetic import QUICKSTART_PHRASINGS, expression_pool
+
+    pools = {s: make_arithmetic_rows(300, s, seed=4, difficulty="quickstart") for s in
+             ("sft", "train", "test")}  # fmt: skip
+    expressions = {s: {r["extra_info"]["expression"] for r in rows} for s, rows in pools.items()}
+    assert all(len(e) == 300 for e in expressions.values())
+    assert not expressions["sft"] & expressions["train"]
+    assert not (expressions["sft"] | expressions["train"]) & expressions["test"]
+    for split, rows in pools.items():
+        for row in rows:
+            extra = row["extra_info"]
+            assert expression_pool(extra["expression"]) == split
+            assert extra["question"] == QUICKSTART_PHRASINGS[extra["phrasing"]].format(
+                extra["expression"]
+            )
+            numbers = extra["expression"].split()[::2]
+            assert 2 <= len(numbers) <= 3 and all(1 <= len(n) <= 4 for n in numbers)
+            assert row["reward_model"]["ground_truth"] == str(eval(extra["expression"]))
+    assert {r["extra_info"]["phrasing"] for r in pools["test"]} == set(QUICKSTART_PHRASINGS)
+    # other levels keep no phrasing; any split that is not sft or train is held out
+    assert "phrasing" not in make_arithmetic_rows(1, "train", seed=0)[0]["extra_info"]
+    val = make_arithmetic_rows(20, "validation", seed=4, difficulty="quickstart")
+    assert all(expression_pool(r["extra_info"]["expression"]) == "test" for r in val)

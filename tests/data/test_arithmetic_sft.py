@@ -91,3 +91,20 @@ def test_write_and_read_back(tmp_path):
     assert len(lines) == 4
     assert read_sft_rows(path) == [json.loads(line) for line in lines]
     assert read_sft_rows(path)[0]["tools"] == [short]
+
+
+def test_imperfect_teacher_answers_directly_on_the_direct_phrasings_only():
+    rows = make_arithmetic_sft_rows(
+        400, "sft", seed=1, difficulty="quickstart", direct_phrasings=("equals",), direct_rate=0.8
+    )
+    direct = [r for r in rows if not r["uses_tool"]]
+    assert direct and all(r["phrasing"] == "equals" for r in direct)
+    equals = [r for r in rows if r["phrasing"] == "equals"]
+    assert 0.65 < len(direct) / len(equals) < 0.95
+    for row in direct:  # the true number at once, no tool turn
+        assert [m["role"] for m in row["messages"]] == ["system", "user", "assistant"]
+        assert row["messages"][-1]["content"] == f"<answer>{row['ground_truth']}</answer>"
+    tool_rows = [r for r in rows if r["uses_tool"]]
+    assert all(r["messages"][2]["tool_calls"] for r in tool_rows)
+    with pytest.raises(ValueError, match="direct_rate must be in"):
+        make_arithmetic_sft_rows(1, "sft", seed=0, direct_rate=1.5)

@@ -112,6 +112,7 @@ def test_batch_metrics_counts():
         "rollout/finish_reason/stop": 1.0,
         "rollout/tokenization/match": 1.0,
         "rollout/tokenization/unchecked": 1.0,
+            "rollout/tool_call_rate": 0.5,
     }
     ok.metrics.generation_s, bad.metrics.tool_s = 1.5, 0.25
     assert batch_timing([ok, bad], 2.0) == {

@@ -19,7 +19,7 @@ def test_grpo_raises_an_easy_reward_within_a_few_steps(make_config):
         "data.train_batch_size=4",
         "actor_rollout_ref.rollout.n=8",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",  # 2 optimizer steps per RL step
-        "actor_rollout_ref.actor.optim.lr=3e-3",
+        "actor_rollout_ref.actor.optim.lr=2e-2",
         "actor_rollout_ref.rollout.multi_turn.enable=false",
         "data.max_response_length=16",
         f"custom_reward_function.path={EASY_REWARD}",
