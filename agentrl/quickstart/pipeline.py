@@ -162,18 +162,33 @@ def run_quickstart(out_dir: Path, settings: QuickstartSettings | None = None) ->
     out_dir.mkdir(parents=True, exist_ok=True)
     log_handler = _file_log(out_dir / "quickstart.log")
     timing: dict[str, float] = {}
-    report: dict[str, Any] = {"settings": dataclasses.asdict(s), "timing_s": timing}
+    settings_dict = dataclasses.asdict(s) | {"overrides": list(s.overrides)}  # as JSON reads
+    report: dict[str, Any] = {"settings": settings_dict, "timing_s": timing}
     started = time.perf_counter()
     try:
         _run_stages(out_dir, s, report, timing)
-    finally:
+    finally:  # a run stopped mid-way (an error, Ctrl-C) still reports what it has
         timing["total"] = time.perf_counter() - started
-        (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        _write_reports(out_dir, report, timing)
         logging.getLogger().removeHandler(log_handler)
         log_handler.close()
-    _write_html(out_dir, timing)
     logger.info("\n%s\nreport: %s", summary_table(report), out_dir / "report.html")
     return report
+
+
+def _write_reports(out_dir: Path, report: dict[str, Any], timing: dict[str, float]) -> None:
+    """`report.json`, then `report.html` (`agentrl report`), then `report.json` again with
+    the report's own seconds. A failing page is a warning: it must not hide why a run
+    stopped."""
+    from agentrl.report import write_report
+
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    try:
+        with _stage("report", timing):
+            write_report(out_dir)
+    except Exception as err:
+        logger.warning("could not write %s: %s", out_dir / "report.html", err)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
 
 
 def _run_stages(
@@ -227,17 +242,6 @@ def _run_stages(
         )  # fmt: skip
     with _stage("eval_control", timing):
         report["control"] = evaluate(out_dir / "model_control", "eval_control")
-
-
-def _write_html(out_dir: Path, timing: dict[str, float]) -> None:
-    """`agentrl report` on the quickstart's directory (its time joins report.json)."""
-    from agentrl.report import write_report
-
-    with _stage("report", timing):
-        write_report(out_dir)
-    report = json.loads((out_dir / "report.json").read_text())
-    report["timing_s"]["report"] = timing["report"]
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
 
 
 class _stage:

@@ -99,6 +99,23 @@ def test_arguments_default_to_the_measured_settings():
     assert settings_from_args(parser.parse_args(["--no-control"])).control is False
 
 
+def test_a_run_stopped_mid_way_still_reports_what_it_has(tmp_path, monkeypatch):
+    import agentrl.quickstart.pipeline as pipeline
+
+    def broken_evaluation(*args, **kwargs):
+        raise RuntimeError("evaluation crashed")
+
+    monkeypatch.setattr(pipeline, "evaluate_model", broken_evaluation)
+    out = tmp_path / "qs"
+    settings = QuickstartSettings(sft_steps=2, sft_examples=8, n_train=8, n_test=4)
+    with pytest.raises(RuntimeError, match="evaluation crashed"):
+        run_quickstart(out, settings)
+    report = json.loads((out / "report.json").read_text())
+    assert report["sft"]["steps"] == 2 and "eval_sft" not in report
+    assert {"model", "data", "sft", "total", "report"} <= set(report["timing_s"])
+    assert 'id="plot-stages"' in (out / "report.html").read_text()  # seconds per stage
+
+
 @pytest.mark.slow
 def test_ci_size_quickstart_learns_when_to_call_the_tool(tmp_path, caplog):
     """The same command on CI budgets (fewer SFT and GRPO steps, 128 test problems, no
