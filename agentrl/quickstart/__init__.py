@@ -86,10 +86,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 class quiet_console:
-    """While active, the console shows only the quickstart's own lines and warnings; the
-    run's log file (quickstart.log) still gets every record."""
+    """While active, the console shows only the quickstart's own lines, warnings and its
+    stages' progress bars (not the model loading and saving bars of transformers and
+    datasets); the run's log file (quickstart.log) still gets every record."""
 
     def __enter__(self) -> None:
+        import datasets.utils.logging
+        import transformers.utils.logging
+
         self.handlers = [
             h
             for h in logging.getLogger().handlers
@@ -97,10 +101,19 @@ class quiet_console:
         ]
         for handler in self.handlers:
             handler.addFilter(_console_filter)
+        self.bars = [
+            (module, module.is_progress_bar_enabled())
+            for module in (transformers.utils.logging, datasets.utils.logging)
+        ]
+        for module, _ in self.bars:
+            module.disable_progress_bar()
 
     def __exit__(self, *exc_info: object) -> None:
         for handler in self.handlers:
             handler.removeFilter(_console_filter)
+        for module, enabled in self.bars:
+            if enabled:
+                module.enable_progress_bar()
 
 
 def _console_filter(record: logging.LogRecord) -> bool:

@@ -212,7 +212,11 @@ def _run_stages(
             RECIPE_CONFIG, model_dir, data["test"], out_dir / name, s.seed, phrasings,
             DIRECT_PHRASINGS, [f"actor_rollout_ref.rollout.multi_turn.tool_config_path={RECIPE_TOOLS}"],
         )  # fmt: skip
-        logger.info("%s: %s", name, _summary(metrics))
+        logger.info(
+            "%s: greedy accuracy %.3f ± %.3f, sampled %.3f ± %.3f, tool-call rate %.2f",
+            name, metrics["accuracy"], metrics["accuracy_stderr"], metrics["sampled_accuracy"],
+            metrics["sampled_accuracy_stderr"], metrics["tool_call_rate"],
+        )  # fmt: skip
         return metrics
 
     sft_kwargs = {"lr": s.sft_lr, "batch_size": s.sft_batch_size, "seed": s.seed}
@@ -257,10 +261,6 @@ class _stage:
     def __exit__(self, *exc_info: object) -> None:
         self.timing[self.name] = time.perf_counter() - self.started
         logger.info("stage %s: %.1fs", self.name, self.timing[self.name])
-
-
-def _summary(metrics: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v:.3g}" for k, v in metrics.items() if isinstance(v, float))
 
 
 def _file_log(path: Path) -> logging.Handler:

@@ -429,10 +429,7 @@ class PPOTrainer:
             )  # fmt: skip
 
     def _texts(self, data: DataProto, i: int) -> tuple[str, str]:
-        response_length = data.batch["responses"].shape[-1]
-        attention = data.batch["attention_mask"][i].bool()  # (P + R,)
-        prompt = data.batch["prompts"][i][attention[:-response_length]]
-        response = data.batch["responses"][i][attention[-response_length:]]
+        prompt, response, _ = self._trajectory_ids(data, i)
         decode = self.tokenizer.decode
         return decode(prompt, skip_special_tokens=True), decode(response, skip_special_tokens=True)
 

@@ -32,6 +32,7 @@ SGLang-shaped `finish_reason` dict, token counts, `weight_version` and `e2e_late
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import operator
 import os
@@ -191,6 +192,10 @@ class HFBackend:
         self._num_updates = 0
         self.stats = BatchStats()
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        # transformers 5.x names the KV-cache argument `cache` (`past_key_values` is
+        # deprecated there); older releases only know `past_key_values`.
+        forward_args = inspect.signature(self.model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in forward_args else "past_key_values"
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="hf-backend")
         self._requests: dict[str, _Request] = {}  # queued or running
         self._queue: asyncio.Queue[_Request] | None = None
@@ -404,7 +409,7 @@ class HFBackend:
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache,
+            **{self._cache_kwarg: cache},
             use_cache=True,
             logits_to_keep=1,
         )
