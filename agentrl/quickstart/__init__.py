@@ -16,46 +16,50 @@ import argparse
 import logging
 
 from agentrl.quickstart.pipeline import (
-    RECIPE_CONFIG,
-    RECIPE_TOOLS,
     QuickstartSettings,
     rl_model_dir,
     run_quickstart,
+    settings_for,
 )
+from agentrl.quickstart.tasks import TASKS
 
 __all__ = [
-    "RECIPE_CONFIG",
-    "RECIPE_TOOLS",
     "QuickstartSettings",
     "add_arguments",
     "rl_model_dir",
     "run",
     "run_quickstart",
+    "settings_for",
 ]
 
-_DEFAULTS = QuickstartSettings()
+# flag -> (type, help); each defaults to the task's measured setting when not given
+_FLAGS = {
+    "--seed": (int, "seed of weights, data and sampling"),
+    "--steps": (int, "GRPO steps (0: SFT only)"),
+    "--size": (str, "tiny model size (make-tiny-model --size)"),
+    "--sft-steps": (int, "SFT steps"),
+    "--sft-examples": (int, "distinct SFT conversations"),
+    "--sft-lr": (float, "SFT learning rate"),
+    "--sft-batch-size": (int, "SFT batch size"),
+    "--direct-rate": (
+        float,
+        "share of SFT traces answering without the tool on the teacher's direct phrasings",
+    ),
+    "--n-train": (int, "RL training problems"),
+    "--n-test": (int, "held-out test problems"),
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = _DEFAULTS
     parser.add_argument("--out-dir", default="outputs/quickstart", help="where everything goes")
-    parser.add_argument("--seed", type=int, default=d.seed, help="seed of weights, data, sampling")
-    parser.add_argument("--steps", type=int, default=d.steps, help="GRPO steps (0: SFT only)")
-    parser.add_argument("--size", default=d.size, help="tiny model size (make-tiny-model --size)")
-    parser.add_argument("--sft-steps", type=int, default=d.sft_steps, help="SFT steps")
     parser.add_argument(
-        "--sft-examples", type=int, default=d.sft_examples, help="distinct SFT conversations"
+        "--task",
+        default="calculator",
+        choices=sorted(TASKS),
+        help="calculator (the main job) or search (the CPU Search-R1 run)",
     )
-    parser.add_argument("--sft-lr", type=float, default=d.sft_lr, help="SFT learning rate")
-    parser.add_argument("--sft-batch-size", type=int, default=d.sft_batch_size, help="SFT batch")
-    parser.add_argument(
-        "--direct-rate",
-        type=float,
-        default=d.direct_rate,
-        help="share of SFT traces that answer without the tool on four of six phrasings",
-    )
-    parser.add_argument("--n-train", type=int, default=d.n_train, help="RL training problems")
-    parser.add_argument("--n-test", type=int, default=d.n_test, help="held-out test problems")
+    for flag, (kind, text) in _FLAGS.items():
+        parser.add_argument(flag, type=kind, default=None, help=text + " (default: the task's)")
     parser.add_argument(
         "--no-control", action="store_true", help="skip the SFT-only control (faster)"
     )
@@ -63,20 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> QuickstartSettings:
-    return QuickstartSettings(
-        seed=args.seed,
-        size=args.size,
-        steps=args.steps,
-        sft_steps=args.sft_steps,
-        sft_examples=args.sft_examples,
-        sft_lr=args.sft_lr,
-        sft_batch_size=args.sft_batch_size,
-        direct_rate=args.direct_rate,
-        n_train=args.n_train,
-        n_test=args.n_test,
-        control=not args.no_control,
-        overrides=tuple(args.overrides),
-    )
+    """The task's settings with the flags that were given."""
+    names = [flag[2:].replace("-", "_") for flag in _FLAGS]
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if args.no_control:
+        given["control"] = False
+    return settings_for(args.task, overrides=tuple(args.overrides), **given)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +29,19 @@ def stderr(p: float, n: int) -> float:
     return math.sqrt(max(p * (1.0 - p), 0.0) / n) if n > 0 else float("nan")
 
 
-def trajectory_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+def trajectory_metrics(rows: Sequence[dict[str, Any]], tool: str = "calculator") -> dict[str, float]:
     """Metrics of `agentrl generate` rows: `accuracy` (share scoring 1) and its
-    `accuracy_stderr`, `tool_call_rate` (share with at least one executed calculator call),
-    `well_formed_call_rate` (the same with no parse or tool error), `answer_rate` (share
-    whose last turn has an `<answer>` tag), `turns/mean`, `trajectories`."""
+    `accuracy_stderr`, `tool_call_rate` (share with at least one call of `tool`),
+    `tool_calls_per_question`, `well_formed_call_rate` (a call and no parse or tool error),
+    `answer_rate` (share whose last turn has an `<answer>` tag), `turns/mean`,
+    `trajectories`."""
     if not rows:
         raise ValueError("no trajectories to evaluate")
     n = len(rows)
-    called = [r["metrics"]["tool_calls"].get("calculator", 0) > 0 for r in rows]
+    calls = [r["metrics"]["tool_calls"].get(tool, 0) for r in rows]
     clean = [
-        c and not r["metrics"]["tool_errors"] and r["metrics"]["parse_errors"] == 0
-        for c, r in zip(called, rows, strict=True)
+        c > 0 and not r["metrics"]["tool_errors"] and r["metrics"]["parse_errors"] == 0
+        for c, r in zip(calls, rows, strict=True)
     ]
     answered = ["<answer>" in _final_text(r) for r in rows]
     accuracy = sum(float(r.get("score") or 0.0) for r in rows) / n
@@ -48,27 +49,26 @@ def trajectory_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
         "trajectories": float(n),
         "accuracy": accuracy,
         "accuracy_stderr": stderr(accuracy, n),
-        "tool_call_rate": sum(called) / n,
+        "tool_call_rate": sum(c > 0 for c in calls) / n,
+        "tool_calls_per_question": sum(calls) / n,
         "well_formed_call_rate": sum(clean) / n,
         "answer_rate": sum(answered) / n,
         "turns/mean": sum(float(r["num_turns"]) for r in rows) / n,
     }
 
 
-def phrasing_metrics(
-    rows: Sequence[dict[str, Any]], phrasings: Sequence[str], direct: Collection[str]
+def group_metrics(
+    rows: Sequence[dict[str, Any]], labels: Sequence[str], tool: str = "calculator"
 ) -> dict[str, dict[str, float]]:
-    """`accuracy` and `tool_call_rate` on the questions phrased as one of `direct` (where
-    the SFT teacher mostly answered without the tool) and on the others; `phrasings[i]` is
-    the phrasing of dataset row i (a generate row's `index`)."""
-    groups: dict[str, list[dict[str, Any]]] = {"direct_phrasings": [], "tool_phrasings": []}
+    """`accuracy`, its stderr and `tool_call_rate` per label; `labels[i]` is the group of
+    dataset row i (a generate row's `index`)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        kind = "direct_phrasings" if phrasings[row["index"]] in direct else "tool_phrasings"
-        groups[kind].append(row)
+        groups.setdefault(labels[row["index"]], []).append(row)
+    keys = ("accuracy", "accuracy_stderr", "tool_call_rate")
     return {
-        kind: {k: trajectory_metrics(group)[k] for k in ("accuracy", "tool_call_rate")}
-        for kind, group in groups.items()
-        if group
+        label: {k: trajectory_metrics(group, tool)[k] for k in keys}
+        for label, group in sorted(groups.items())
     }
 
 
@@ -109,13 +109,15 @@ def evaluate_model(
     test_path: Path,
     out_prefix: Path,
     seed: int,
-    phrasings: Sequence[str] = (),
-    direct: Collection[str] = (),
+    tool: str = "calculator",
+    groups: Mapping[str, Sequence[str]] | None = None,
+    aliases: Mapping[str, str] | None = None,
     overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Greedy and sampled (T=1) rollouts of the test set: the greedy pass's
-    `trajectory_metrics`, its `by_phrasing` split (when `phrasings` are given), and
-    `sampled_accuracy`, `sampled_accuracy_stderr`, `sampled_tool_call_rate`; `time_s`.
+    `trajectory_metrics`, `by_<grouping>` per grouping of `groups`, then
+    `sampled_accuracy`, `sampled_accuracy_stderr`, `sampled_tool_call_rate`, `time_s`, and
+    every `aliases` key (a task's name for a metric: `exact_match` for `accuracy`).
     Trajectories go to `{out_prefix}.jsonl` and `{out_prefix}_sampled.jsonl`."""
     started = time.perf_counter()
     greedy = generate_rows(
@@ -137,16 +139,17 @@ def evaluate_model(
             *overrides,
         ],
     )
-    metrics: dict[str, Any] = trajectory_metrics(greedy)
-    if phrasings:
-        metrics["by_phrasing"] = phrasing_metrics(greedy, phrasings, direct)
-    sampled_metrics = trajectory_metrics(sampled)
+    metrics: dict[str, Any] = trajectory_metrics(greedy, tool)
+    for grouping, labels in (groups or {}).items():
+        metrics[f"by_{grouping}"] = group_metrics(greedy, labels, tool)
+    sampled_metrics = trajectory_metrics(sampled, tool)
     metrics |= {
         "sampled_accuracy": sampled_metrics["accuracy"],
         "sampled_accuracy_stderr": sampled_metrics["accuracy_stderr"],
         "sampled_tool_call_rate": sampled_metrics["tool_call_rate"],
         "time_s": time.perf_counter() - started,
     }
+    metrics |= {alias: metrics[key] for alias, key in (aliases or {}).items()}
     return metrics
 
 

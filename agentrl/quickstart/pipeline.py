@@ -1,24 +1,27 @@
-"""The quickstart's stages, in order: a nano model learns, on CPU, when to call a calculator.
+"""The quickstart's stages, in order, shared by every task (agentrl/quickstart/tasks.py):
+a nano model learns, on CPU, when to call its tool.
 
     report = run_quickstart(Path("outputs/quickstart"), QuickstartSettings(seed=0))
+    report = run_quickstart(Path("outputs/search"), settings_for("search", seed=1))
 
 1. model: a Qwen2-shaped nano model (0.2M parameters) with random weights, whose chat
    template lists the tools in one short line (`compact_tools`);
-2. data: three disjoint pools of arithmetic expressions (`agentrl.data.arithmetic`, level
-   `quickstart`: 2-3 operands of 1-4 digits, six phrasings): SFT conversations, RL training
-   prompts and held-out test prompts; no expression is in two pools (checked here);
-3. sft: a warm-up on an imperfect teacher (`agentrl.data.arithmetic_sft`): on four of the
-   six phrasings, most traces answer at once with the true number instead of calling the
-   calculator. The model cannot compute these numbers, so after SFT it under-uses the tool
-   and is often wrong: RL has something to discover, namely when to call it;
-4. eval_sft: greedy and sampled rollouts of the test set with the real calculator;
-5. rl: GRPO with multi-turn calculator rollouts (`agentrl.trainer.run_train`, recipe
-   recipes/quickstart/config.yaml), reward = exact answer only; rollouts dumped for the
-   report's trajectory viewer;
+2. data: three disjoint pools (the task's): SFT conversations, RL training prompts and
+   held-out test prompts; no item is in two pools (checked);
+3. sft: a warm-up on an imperfect teacher: on some question phrasings most traces answer at
+   once, with the true answer, instead of calling the tool. The model cannot know these
+   answers, so after SFT it under-uses the tool and is often wrong: RL has something to
+   discover, namely when to call it;
+4. eval_sft: greedy and sampled rollouts of the test set with the real tool;
+5. rl: GRPO with multi-turn tool rollouts (`agentrl.trainer.run_train`, the task's recipe),
+   reward = the task's exact score only; rollouts dumped for the report's trajectory viewer;
 6. eval_rl: the same evaluation of the last checkpoint's HF export;
 7. control, eval_control: SFT continued on the same teacher for the RL stage's wall time,
    then evaluated: what the same compute gives without RL;
 8. report: `report.json`, then `agentrl report` writes `report.html` from the run directory.
+
+The tool's server, if it has one (the search task's retriever), runs for the whole run
+and is stopped at its end, also when a stage fails.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +38,10 @@ from omegaconf import DictConfig
 
 from agentrl.config import load_config
 from agentrl.quickstart.evaluation import evaluate_model, summary_table
+from agentrl.quickstart.tasks import TASKS, TaskData
 
 logger = logging.getLogger("agentrl.quickstart")
 
-# The recipe ships as package data (recipes/quickstart/), so an installed wheel finds it.
-RECIPE_DIR = Path(str(resources.files("recipes.quickstart")))
-RECIPE_CONFIG = RECIPE_DIR / "config.yaml"
-RECIPE_TOOLS = RECIPE_DIR / "calculator_tool.yaml"
-# Phrasings on which the imperfect SFT teacher mostly answers without the calculator.
-DIRECT_PHRASINGS = ("compute", "equals", "evaluate", "find")
 # RL step metrics kept in the report's reward curve (when the trainer reports them).
 CURVE_KEYS = (
     "critic/score/mean",
@@ -58,8 +55,10 @@ CURVE_KEYS = (
 
 @dataclasses.dataclass(frozen=True)
 class QuickstartSettings:
-    """Every knob of the quickstart; the defaults are the measured ones (docs/quickstart.md)."""
+    """Every knob of the quickstart; the defaults are the calculator's measured ones
+    (docs/quickstart.md); `settings_for` applies another task's defaults."""
 
+    task: str = "calculator"  # agentrl.quickstart.tasks.TASKS
     seed: int = 0
     size: str = "nano"  # agentrl.models.tiny.TINY_SIZES
     steps: int = 25  # GRPO steps (0: stop after SFT)
@@ -67,63 +66,31 @@ class QuickstartSettings:
     sft_examples: int = 8192  # distinct SFT conversations
     sft_lr: float = 3e-3
     sft_batch_size: int = 32
-    direct_rate: float = 0.8  # share of direct answers on DIRECT_PHRASINGS in SFT
+    direct_rate: float = 0.8  # share of direct answers on the teacher's direct phrasings
     n_train: int = 512  # RL training prompts
     n_test: int = 256  # held-out test prompts
     control: bool = True  # run the SFT-only control
     overrides: tuple[str, ...] = ()  # RL config overrides key.sub=value
 
 
-def prepare_data(out_dir: Path, s: QuickstartSettings) -> dict[str, Path]:
-    """Write the SFT jsonl and the train/test parquet files; check the pools are disjoint."""
-    from agentrl.data.arithmetic import SHORT_SYSTEM_PROMPT, make_arithmetic_rows
-    from agentrl.data.arithmetic_sft import make_arithmetic_sft_rows
-    from agentrl.tools import load_tool_schemas
-    from agentrl.utils.jsonl import write_jsonl, write_parquet
-
-    (schema,) = load_tool_schemas(RECIPE_TOOLS)
-    level, prompt = "quickstart", SHORT_SYSTEM_PROMPT
-    sft = make_arithmetic_sft_rows(
-        s.sft_examples, "sft", s.seed, level, schema, prompt, DIRECT_PHRASINGS, s.direct_rate
-    )
-    train = make_arithmetic_rows(s.n_train, "train", s.seed, level, prompt)
-    test = make_arithmetic_rows(s.n_test, "test", s.seed, level, prompt)
-    pools = {
-        "sft": {r["expression"] for r in sft},
-        "train": {r["extra_info"]["expression"] for r in train},
-        "test": {r["extra_info"]["expression"] for r in test},
-    }
-    check_disjoint(pools)
-    return {
-        "sft": write_jsonl(sft, out_dir / "sft.jsonl"),
-        "train": write_parquet(train, out_dir / "train.parquet"),
-        "test": write_parquet(test, out_dir / "test.parquet"),
-    }
+def settings_for(task: str, **given: Any) -> QuickstartSettings:
+    """The settings of `task`: its defaults, then what is `given`."""
+    if task not in TASKS:
+        raise ValueError(f"unknown quickstart task {task!r}; choose one of {sorted(TASKS)}")
+    return dataclasses.replace(QuickstartSettings(task=task), **(TASKS[task].defaults | given))
 
 
-def check_disjoint(pools: dict[str, set[str]]) -> None:
-    """Raise if two pools share an expression (training and test data must not meet)."""
-    names = sorted(pools)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            shared = pools[a] & pools[b]
-            if shared:
-                raise ValueError(
-                    f"the {a} and {b} pools share {len(shared)} expressions, e.g. "
-                    f"{sorted(shared)[:3]}"
-                )
-
-
-def rl_config(model_dir: Path, data: dict[str, Path], run_dir: Path, s: QuickstartSettings
-              ) -> DictConfig:  # fmt: skip
-    """The recipe config with the quickstart's paths, seed and step count."""
+def rl_config(
+    model_dir: Path, data: TaskData, tool_config: Path, run_dir: Path, s: QuickstartSettings
+) -> DictConfig:
+    """The task's recipe config with the run's paths, seed and step count."""
     return load_config(
-        RECIPE_CONFIG,
+        TASKS[s.task].recipe_config,
         [
             f"actor_rollout_ref.model.path={model_dir}",
-            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={RECIPE_TOOLS}",
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config}",
             f"actor_rollout_ref.rollout.engine_kwargs.seed={s.seed}",
-            f"data.train_files={data['train']}",
+            f"data.train_files={data.train}",
             f"data.seed={s.seed}",
             f"trainer.seed={s.seed}",
             f"trainer.total_training_steps={s.steps}",
@@ -194,58 +161,59 @@ def _write_reports(out_dir: Path, report: dict[str, Any], timing: dict[str, floa
 def _run_stages(
     out_dir: Path, s: QuickstartSettings, report: dict[str, Any], timing: dict[str, float]
 ) -> None:
-    from agentrl.data.arithmetic import make_arithmetic_rows
     from agentrl.models.tiny import make_tiny_model
     from agentrl.trainer.sft import run_sft
 
+    task = TASKS[s.task]
     with _stage("model", timing):
         init_dir = make_tiny_model(
             out_dir / "model_init", size=s.size, seed=s.seed, chat_template="compact_tools"
         )
     with _stage("data", timing):
-        data = prepare_data(out_dir / "data", s)
-        test_rows = make_arithmetic_rows(s.n_test, "test", s.seed, "quickstart")
-    phrasings = [r["extra_info"]["phrasing"] for r in test_rows]
+        data = task.prepare(out_dir / "data", s)
+    with task.tools(out_dir / "data") as tool_config:
 
-    def evaluate(model_dir: Path, name: str) -> dict[str, Any]:
-        metrics = evaluate_model(
-            RECIPE_CONFIG, model_dir, data["test"], out_dir / name, s.seed, phrasings,
-            DIRECT_PHRASINGS, [f"actor_rollout_ref.rollout.multi_turn.tool_config_path={RECIPE_TOOLS}"],
-        )  # fmt: skip
-        logger.info(
-            "%s: greedy accuracy %.3f ± %.3f, sampled %.3f ± %.3f, tool-call rate %.2f",
-            name, metrics["accuracy"], metrics["accuracy_stderr"], metrics["sampled_accuracy"],
-            metrics["sampled_accuracy_stderr"], metrics["tool_call_rate"],
-        )  # fmt: skip
-        return metrics
+        def evaluate(model_dir: Path, name: str) -> dict[str, Any]:
+            metrics = evaluate_model(
+                task.recipe_config, model_dir, data.test, out_dir / name, s.seed,
+                task.tool_name, data.groups, task.aliases,
+                [f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config}"],
+            )  # fmt: skip
+            logger.info(
+                "%s: greedy accuracy %.3f ± %.3f, sampled %.3f ± %.3f, tool-call rate %.2f",
+                name, metrics["accuracy"], metrics["accuracy_stderr"],
+                metrics["sampled_accuracy"], metrics["sampled_accuracy_stderr"],
+                metrics["tool_call_rate"],
+            )  # fmt: skip
+            return metrics
 
-    sft_kwargs = {"lr": s.sft_lr, "batch_size": s.sft_batch_size, "seed": s.seed}
-    with _stage("sft", timing):
-        report["sft"] = run_sft(
-            init_dir, data["sft"], out_dir / "model_sft", steps=s.sft_steps, eval_loss=False,
-            **sft_kwargs,
-        )  # fmt: skip
-    with _stage("eval_sft", timing):
-        report["eval_sft"] = evaluate(out_dir / "model_sft", "eval_sft")
-    if s.steps <= 0:
-        return
-    cfg = rl_config(out_dir / "model_sft", data, out_dir / "rl", s)
-    with _stage("rl", timing):
-        from agentrl.trainer import run_train
+        sft_kwargs = {"lr": s.sft_lr, "batch_size": s.sft_batch_size, "seed": s.seed}
+        with _stage("sft", timing):
+            report["sft"] = run_sft(
+                init_dir, data.sft, out_dir / "model_sft", steps=s.sft_steps, eval_loss=False,
+                **sft_kwargs,
+            )  # fmt: skip
+        with _stage("eval_sft", timing):
+            report["eval_sft"] = evaluate(out_dir / "model_sft", "eval_sft")
+        if s.steps <= 0:
+            return
+        cfg = rl_config(out_dir / "model_sft", data, tool_config, out_dir / "rl", s)
+        with _stage("rl", timing):
+            from agentrl.trainer import run_train
 
-        report["rl"] = reward_curve(run_train(cfg))
-    with _stage("eval_rl", timing):
-        report["eval_rl"] = evaluate(rl_model_dir(cfg), "eval_rl")
-    if not s.control:
-        return
-    with _stage("control", timing):
-        # The same teacher for as long as RL ran: no warm-up, the SFT lr from the first step.
-        report["control_sft"] = run_sft(
-            out_dir / "model_sft", data["sft"], out_dir / "model_control", steps=10**9,
-            max_time_s=timing["rl"], warmup_ratio=0.0, eval_loss=False, **sft_kwargs,
-        )  # fmt: skip
-    with _stage("eval_control", timing):
-        report["control"] = evaluate(out_dir / "model_control", "eval_control")
+            report["rl"] = reward_curve(run_train(cfg))
+        with _stage("eval_rl", timing):
+            report["eval_rl"] = evaluate(rl_model_dir(cfg), "eval_rl")
+        if not s.control:
+            return
+        with _stage("control", timing):
+            # The same teacher for as long as RL ran: no warm-up, the SFT lr from the start.
+            report["control_sft"] = run_sft(
+                out_dir / "model_sft", data.sft, out_dir / "model_control", steps=10**9,
+                max_time_s=timing["rl"], warmup_ratio=0.0, eval_loss=False, **sft_kwargs,
+            )  # fmt: skip
+        with _stage("eval_control", timing):
+            report["control"] = evaluate(out_dir / "model_control", "eval_control")
 
 
 class _stage:

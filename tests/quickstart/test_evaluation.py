@@ -8,7 +8,7 @@ import math
 import pytest
 
 from agentrl.quickstart.evaluation import (
-    phrasing_metrics,
+    group_metrics,
     stderr,
     summary_table,
     trajectory_metrics,
@@ -47,6 +47,7 @@ def test_trajectory_metrics():
         "accuracy": 0.25,
         "accuracy_stderr": pytest.approx(math.sqrt(0.25 * 0.75 / 4)),
         "tool_call_rate": 0.75,
+        "tool_calls_per_question": 1.0,
         "well_formed_call_rate": 0.5,
         "answer_rate": 0.5,
         "turns/mean": (4 + 4 + 2 + 6) / 4,
@@ -55,18 +56,20 @@ def test_trajectory_metrics():
         trajectory_metrics([])
 
 
-def test_phrasing_metrics_split_direct_and_tool_phrasings():
-    phrasings = ["equals", "what_is", "equals", "what_is"]
+def test_group_metrics_per_label_of_the_dataset_rows():
+    labels = ["direct", "tool", "direct", "tool"]
     rows = [
         row(0, 0.0, "<answer>1</answer>", index=0),
         row(1, 1.0, "<answer>2</answer>", index=1),
         row(1, 1.0, "<answer>3</answer>", index=2),
         row(1, 0.0, "<answer>4</answer>", index=3),
     ]
-    assert phrasing_metrics(rows, phrasings, {"equals"}) == {
-        "direct_phrasings": {"accuracy": 0.5, "tool_call_rate": 0.5},
-        "tool_phrasings": {"accuracy": 0.5, "tool_call_rate": 1.0},
+    half = pytest.approx(math.sqrt(0.25 / 2))
+    assert group_metrics(rows, labels) == {
+        "direct": {"accuracy": 0.5, "accuracy_stderr": half, "tool_call_rate": 0.5},
+        "tool": {"accuracy": 0.5, "accuracy_stderr": half, "tool_call_rate": 1.0},
     }
+    assert trajectory_metrics(rows, tool="search")["tool_call_rate"] == 0.0  # other tool
 
 
 def test_summary_table_has_every_model_with_errors_and_every_stage():

@@ -13,21 +13,26 @@ import pytest
 from agentrl.config import load_config
 from agentrl.data.arithmetic import expression_pool
 from agentrl.quickstart import (
-    RECIPE_CONFIG,
-    RECIPE_TOOLS,
     QuickstartSettings,
     add_arguments,
     rl_model_dir,
     run_quickstart,
+    settings_for,
 )
 from agentrl.quickstart.__init__ import settings_from_args
-from agentrl.quickstart.pipeline import (
-    DIRECT_PHRASINGS,
+from agentrl.quickstart.pipeline import reward_curve
+from agentrl.quickstart.tasks import (
+    CALCULATOR,
+    CALCULATOR_DIRECT_PHRASINGS,
+    SEARCH,
     check_disjoint,
-    prepare_data,
-    reward_curve,
+    recipe_file,
 )
 from agentrl.tools import load_tool_schemas, load_tools
+
+RECIPE_CONFIG = CALCULATOR.recipe_config
+RECIPE_TOOLS = recipe_file("quickstart", "calculator_tool.yaml")
+DIRECT_PHRASINGS = CALCULATOR_DIRECT_PHRASINGS
 
 
 def test_recipe_is_valid_and_is_the_measured_one():
@@ -48,10 +53,10 @@ def test_recipe_is_valid_and_is_the_measured_one():
 
 def test_pools_are_disjoint_and_the_teacher_is_imperfect(tmp_path):
     settings = QuickstartSettings(sft_examples=600, n_train=300, n_test=200)
-    paths = prepare_data(tmp_path, settings)
-    sft = [json.loads(line) for line in paths["sft"].read_text().splitlines()]
-    train = pd.read_parquet(paths["train"])
-    test = pd.read_parquet(paths["test"])
+    data = CALCULATOR.prepare(tmp_path, settings)
+    sft = [json.loads(line) for line in data.sft.read_text().splitlines()]
+    train = pd.read_parquet(data.train)
+    test = pd.read_parquet(data.test)
     pools = {
         "sft": {r["expression"] for r in sft},
         "train": {e["expression"] for e in train["extra_info"]},
@@ -69,11 +74,16 @@ def test_pools_are_disjoint_and_the_teacher_is_imperfect(tmp_path):
     assert all(r["messages"][-1]["content"] == f"<answer>{r['ground_truth']}</answer>" for r in sft)
     others = [r for r in sft if r["phrasing"] not in DIRECT_PHRASINGS]
     assert others and all(r["uses_tool"] for r in others)
+    labels = data.groups["phrasing"]
+    assert len(labels) == 200 and set(labels) == {"direct_phrasings", "tool_phrasings"}
+    assert [label == "direct_phrasings" for label in labels] == [
+        e["phrasing"] in DIRECT_PHRASINGS for e in test["extra_info"]
+    ]
 
 
 def test_check_disjoint_names_the_pools():
     check_disjoint({"a": {"1 + 2"}, "b": {"3 + 4"}})
-    with pytest.raises(ValueError, match="the a and b pools share 1 expressions"):
+    with pytest.raises(ValueError, match="the a and b pools share 1 items"):
         check_disjoint({"a": {"1 + 2"}, "b": {"1 + 2", "3 + 4"}})
 
 
@@ -97,6 +107,11 @@ def test_arguments_default_to_the_measured_settings():
     assert args.out_dir == "o"
     assert settings == QuickstartSettings(seed=2, overrides=("data.max_response_length=64",))
     assert settings_from_args(parser.parse_args(["--no-control"])).control is False
+    search = settings_from_args(parser.parse_args(["--task", "search", "--steps", "3"]))
+    assert search == settings_for("search", steps=3)
+    assert (search.task, search.steps, search.n_test) == ("search", 3, SEARCH.defaults["n_test"])
+    with pytest.raises(ValueError, match="unknown quickstart task 'x'"):
+        settings_for("x")
 
 
 def test_a_run_stopped_mid_way_still_reports_what_it_has(tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ data_source                                                 scorer
 triviaqa, popqa, hotpotqa, 2wikimultihopqa, musique,        last ``<answer>``
 bamboogle
 ``agentrl/arithmetic``                                      ``arithmetic`` last ``<answer>``
+``agentrl/search_facts``                                    ``search_r1`` exact match
 ==========================================================  =================================
 
 Add a data source with ``register_data_source("name")``; an unknown one is an error that
@@ -62,6 +63,11 @@ def _math(solution_str: str, ground_truth: Any, extra_info: dict | None) -> floa
     *(f"search_r1/{name}" for name in SEARCH_R1_SETS),
 )
 def _search_r1(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    return search_r1.compute_score_em(solution_str, ground_truth)
+
+
+@register_data_source("agentrl/search_facts")  # the CPU Search-R1 run's synthetic questions
+def _search_facts(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
     return search_r1.compute_score_em(solution_str, ground_truth)
 
 

@@ -1,0 +1,143 @@
+"""The tasks `agentrl quickstart` can teach: what each brings to the shared stages.
+
+A task names its RL recipe and its tool, prepares the three disjoint data pools (SFT
+conversations from an imperfect teacher, RL prompts, held-out prompts with group labels
+for the report), and provides the tool config for the run (starting any server the tool
+needs, and stopping it afterwards). The stages themselves (agentrl/quickstart/pipeline.py)
+are the same for every task.
+
+- ``calculator`` (the README's main job): arithmetic expressions, the calculator tool;
+- ``search`` (the CPU Search-R1 run, recipes/search_r1/): questions about fictional people,
+  the search tool against a local BM25 retriever over their documents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+# Phrasings on which the calculator's imperfect teacher mostly answers without the tool.
+CALCULATOR_DIRECT_PHRASINGS = ("compute", "equals", "evaluate", "find")
+# The same for the search teacher: one phrasing of each question kind.
+SEARCH_DIRECT_PHRASINGS = ("born_town", "founder_name", "bridge_town")
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """The files of the three pools and, per grouping, a label for every test row."""
+
+    sft: Path
+    train: Path
+    test: Path
+    groups: dict[str, list[str]]
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    recipe_config: Path
+    tool_name: str
+    prepare: Callable[[Path, Any], TaskData]  # (data dir, settings) -> TaskData
+    tools: Callable[[Path], contextlib.AbstractContextManager[Path]]  # data dir -> tool config
+    defaults: dict[str, Any] = field(default_factory=dict)  # QuickstartSettings overrides
+    aliases: dict[str, str] = field(default_factory=dict)  # report key -> evaluation metric
+
+
+def recipe_file(recipe: str, name: str) -> Path:
+    """A file of a recipe shipped as package data (recipes/<recipe>/<name>)."""
+    return Path(str(resources.files(f"recipes.{recipe}") / name))
+
+
+def check_disjoint(pools: dict[str, set[str]]) -> None:
+    """Raise if two pools share an item (training and test data must not meet)."""
+    names = sorted(pools)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            shared = pools[a] & pools[b]
+            if shared:
+                raise ValueError(
+                    f"the {a} and {b} pools share {len(shared)} items, e.g. {sorted(shared)[:3]}"
+                )
+
+
+# ---------------------------------------------------------------------- calculator
+
+
+def _calculator_data(out_dir: Path, s: Any) -> TaskData:
+    from agentrl.data.arithmetic import SHORT_SYSTEM_PROMPT, make_arithmetic_rows
+    from agentrl.data.arithmetic_sft import make_arithmetic_sft_rows
+    from agentrl.tools import load_tool_schemas
+    from agentrl.utils.jsonl import write_jsonl, write_parquet
+
+    (schema,) = load_tool_schemas(recipe_file("quickstart", "calculator_tool.yaml"))
+    level, prompt, direct = "quickstart", SHORT_SYSTEM_PROMPT, CALCULATOR_DIRECT_PHRASINGS
+    sft = make_arithmetic_sft_rows(
+        s.sft_examples, "sft", s.seed, level, schema, prompt, direct, s.direct_rate
+    )
+    train = make_arithmetic_rows(s.n_train, "train", s.seed, level, prompt)
+    test = make_arithmetic_rows(s.n_test, "test", s.seed, level, prompt)
+    check_disjoint(
+        {
+            "sft": {r["expression"] for r in sft},
+            "train": {r["extra_info"]["expression"] for r in train},
+            "test": {r["extra_info"]["expression"] for r in test},
+        }
+    )
+    phrasing = [
+        "direct_phrasings" if r["extra_info"]["phrasing"] in direct else "tool_phrasings"
+        for r in test
+    ]
+    return TaskData(
+        write_jsonl(sft, out_dir / "sft.jsonl"),
+        write_parquet(train, out_dir / "train.parquet"),
+        write_parquet(test, out_dir / "test.parquet"),
+        {"phrasing": phrasing},
+    )
+
+
+CALCULATOR = Task(
+    name="calculator",
+    recipe_config=recipe_file("quickstart", "config.yaml"),
+    tool_name="calculator",
+    prepare=_calculator_data,
+    tools=lambda data_dir: contextlib.nullcontext(recipe_file("quickstart", "calculator_tool.yaml")),
+)
+
+
+# ---------------------------------------------------------------------- search
+
+
+def _search_data(out_dir: Path, s: Any) -> TaskData:
+    from agentrl.quickstart.search_task import write_search_data
+
+    return write_search_data(out_dir, s, SEARCH_DIRECT_PHRASINGS)
+
+
+@contextlib.contextmanager
+def _search_tools(data_dir: Path) -> Iterator[Path]:
+    from agentrl.quickstart.search_task import serve_search_tool
+
+    with serve_search_tool(data_dir) as tool_config:
+        yield tool_config
+
+
+SEARCH = Task(
+    name="search",
+    recipe_config=recipe_file("search_r1", "cpu_config.yaml"),
+    tool_name="search",
+    prepare=_search_data,
+    tools=_search_tools,
+    defaults={"steps": 30, "sft_steps": 1000, "n_test": 300},
+    aliases={
+        "exact_match": "accuracy",
+        "exact_match_stderr": "accuracy_stderr",
+        "sampled_exact_match": "sampled_accuracy",
+        "searches_per_question": "tool_calls_per_question",
+    },
+)
+
+TASKS: dict[str, Task] = {task.name: task for task in (CALCULATOR, SEARCH)}
