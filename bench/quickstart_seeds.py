@@ -3,13 +3,15 @@ another (each alone on the machine), and the issue's targets checked on every se
 
     python bench/quickstart_seeds.py                       # seeds 0 1 2, outputs/quickstart_seeds/
     python bench/quickstart_seeds.py --seeds 0 --out-dir /tmp/qs   # one seed
+    python bench/quickstart_seeds.py --task search         # the CPU Search-R1 run's table
 
 Each run is the README's main job with its defaults, in `OUT_DIR/seed_N/`. The script
 prints a markdown table (paste it into docs/quickstart.md): greedy held-out accuracy after
 SFT, after GRPO and of the SFT-only control, each ± its standard error, the sampled (T=1)
 accuracies, the tool-call rates, and the seconds end to end; then every target with PASS or
 FAIL per seed: SFT <= 0.45, GRPO >= 0.85, tool-call rate after GRPO >= 0.95, control at
-least 0.30 below GRPO, total < 300 s. Runs that exist already are read, not run again
+least 0.30 below GRPO, total < 300 s (`--task search`: exact match at least 0.30 above SFT,
+two-hop questions improve, total < 600 s). Runs that exist already are read, not run again
 (`--rerun` runs them anyway).
 """
 
@@ -22,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TARGETS = (
+CALCULATOR_TARGETS = (
     ("greedy accuracy after SFT <= 0.45", lambda r: r["eval_sft"]["accuracy"] <= 0.45),
     ("greedy accuracy after GRPO >= 0.85", lambda r: r["eval_rl"]["accuracy"] >= 0.85),
     ("tool-call rate after GRPO >= 0.95", lambda r: r["eval_rl"]["tool_call_rate"] >= 0.95),
@@ -32,13 +34,27 @@ TARGETS = (
     ),
     ("end to end < 300 s", lambda r: r["timing_s"]["total"] < 300),
 )
+SEARCH_TARGETS = (
+    (
+        "exact match at least 0.30 above SFT",
+        lambda r: r["eval_rl"]["exact_match"] - r["eval_sft"]["exact_match"] >= 0.30,
+    ),
+    (
+        "two-hop questions improve",
+        lambda r: r["eval_rl"]["by_hops"]["2_hop"]["accuracy"]
+        > r["eval_sft"]["by_hops"]["2_hop"]["accuracy"],
+    ),
+    ("end to end < 600 s", lambda r: r["timing_s"]["total"] < 600),
+)
+TARGETS = {"calculator": CALCULATOR_TARGETS, "search": SEARCH_TARGETS}
 
 
-def run_seed(out_dir: Path, seed: int, rerun: bool) -> dict[str, Any]:
+def run_seed(out_dir: Path, task: str, seed: int, rerun: bool) -> dict[str, Any]:
     report_path = out_dir / f"seed_{seed}" / "report.json"
     if rerun or not report_path.is_file():
         agentrl = Path(sys.executable).with_name("agentrl")
-        cmd = [str(agentrl), "quickstart", "--out-dir", str(report_path.parent), "--seed", str(seed)]
+        cmd = [str(agentrl), "quickstart", "--task", task, "--out-dir", str(report_path.parent),
+               "--seed", str(seed)]  # fmt: skip
         subprocess.run(cmd, check=True)
     return json.loads(report_path.read_text())
 
@@ -67,27 +83,43 @@ def table(reports: dict[int, dict[str, Any]]) -> str:
             f"| {seed} | {_pm(sft)} | {_pm(rl)} | {_pm(control)} | {sampled} | {rates} "
             f"| {t['sft']:.0f}, {t['rl']:.0f}, {t['total']:.0f} |"
         )
-    n = int(next(iter(reports.values()))["eval_sft"]["trajectories"])
+    first = next(iter(reports.values()))
+    if "by_hops" in first["eval_sft"]:
+        lines += ["", "| seed | searches per question SFT -> GRPO | two-hop exact match SFT -> GRPO "
+                  "(control) | one-hop |", "|---|---|---|---|"]  # fmt: skip
+        for seed, r in reports.items():
+            hops = [r[k]["by_hops"] for k in ("eval_sft", "eval_rl", "control")]
+            lines.append(
+                f"| {seed} | {r['eval_sft']['searches_per_question']:.2f} -> "
+                f"{r['eval_rl']['searches_per_question']:.2f} | "
+                f"{_pm(hops[0]['2_hop'])} -> {_pm(hops[1]['2_hop'])} ({_pm(hops[2]['2_hop'])}) | "
+                f"{_pm(hops[0]['1_hop'])} -> {_pm(hops[1]['1_hop'])} |"
+            )
+    n = int(first["eval_sft"]["trajectories"])
     lines.append(f"\n{n} held-out problems per evaluation; ± is the binomial standard error.")
     return "\n".join(lines)
 
 
-def check(reports: dict[int, dict[str, Any]]) -> list[str]:
+def check(reports: dict[int, dict[str, Any]], task: str) -> list[str]:
     return [
         f"{'PASS' if all(test(r) for r in reports.values()) else 'FAIL'} {name}: "
         + ", ".join(f"seed {s} {'ok' if test(r) else 'missed'}" for s, r in reports.items())
-        for name, test in TARGETS
+        for name, test in TARGETS[task]
     ]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="calculator", choices=sorted(TARGETS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--out-dir", type=Path, default=Path("outputs/quickstart_seeds"))
+    parser.add_argument("--out-dir", type=Path, default=None,
+                        help="default: outputs/quickstart_seeds (calculator), outputs/search_seeds")
     parser.add_argument("--rerun", action="store_true", help="run seeds that have a report")
     args = parser.parse_args()
-    reports = {seed: run_seed(args.out_dir, seed, args.rerun) for seed in args.seeds}
-    sys.stdout.write(table(reports) + "\n\n" + "\n".join(check(reports)) + "\n")
+    default = "quickstart_seeds" if args.task == "calculator" else f"{args.task}_seeds"
+    out_dir = args.out_dir or Path("outputs") / default
+    reports = {seed: run_seed(out_dir, args.task, seed, args.rerun) for seed in args.seeds}
+    sys.stdout.write(table(reports) + "\n\n" + "\n".join(check(reports, args.task)) + "\n")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Search-R1's data as verl rows for the ``search`` tool, and its Wikipedia corpus for the retriever.
+"""Search-R1's released data as verl rows for the ``search`` tool, its corpus for the retriever.
 
 Search-R1 (Jin et al. 2025, "Search-R1: Training LLMs to Reason and Leverage Search Engines
 with Reinforcement Learning", arXiv:2503.09516) releases three kinds of files; each has a
@@ -32,6 +32,11 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from agentrl.utils.jsonl import JsonlError, read_jsonl
 
 ABILITY = "fact-reasoning"
 TOOL_NAME = "search"
@@ -174,10 +179,10 @@ def row_from_parquet_row(
     return make_search_row(question, answers, data_source, index, split, ability or ABILITY)
 
 
-def read_search_r1_jsonl(path: str | Path, split: str, data_source: str | None = None) -> list[dict]:
+def read_search_r1_jsonl(
+    path: str | Path, split: str, data_source: str | None = None
+) -> list[dict]:
     """Our rows from a jsonl question file (``data_source`` from the file name if not given)."""
-    from agentrl.utils.jsonl import JsonlError, read_jsonl
-
     path = Path(path)
     source = data_source or infer_data_source(path)
     rows: list[dict] = []
@@ -202,9 +207,6 @@ def read_search_r1_parquet(
     ``index`` is the row's position in the file (Search-R1's own index restarts for every
     data source of a merged file) and ``split`` the one given.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     path = Path(path)
     if not path.is_file():
         raise SearchR1DataError(f"{path}: no such file")

@@ -131,7 +131,7 @@ SEARCH = Task(
     tool_name="search",
     prepare=_search_data,
     tools=_search_tools,
-    defaults={"steps": 30, "sft_steps": 1000, "n_test": 300},
+    defaults={"steps": 24, "sft_steps": 800, "n_test": 300},
     aliases={
         "exact_match": "accuracy",
         "exact_match_stderr": "accuracy_stderr",

@@ -1,132 +1,87 @@
-"""Convert Search-R1 NQ / HotpotQA jsonl files into verl parquet rows for the search tool.
+"""Convert Search-R1's released files into verl parquet rows for the search tool, and its
+Wikipedia corpus into the retriever's corpus and index.
 
 Usage:
 
+    # Search-R1's parquet (PeterJinGo/nq_hotpotqa_train: train.parquet, test.parquet)
+    python examples/data_preprocess/search_r1.py --train_file nq_hotpotqa_train/train.parquet \
+        --test_file nq_hotpotqa_train/test.parquet --local_dir ~/data/search_r1
+    # jsonl questions {"id", "question", "golden_answers"} (FlashRAG's NQ / HotpotQA files)
     python examples/data_preprocess/search_r1.py --train_file nq/train.jsonl \
         --test_file nq/test.jsonl --local_dir ~/data/searchR1_nq [--data_source searchR1_nq]
+    # the corpus (wiki-18.jsonl or .jsonl.gz) -> LOCAL_DIR/corpus.jsonl, and optionally its index
+    python examples/data_preprocess/search_r1.py --corpus wiki-18.jsonl.gz \
+        --local_dir ~/data/search_r1 [--max_docs 100000] [--index_dir ~/data/search_r1/bm25]
 
-Each input line is ``{"id": ..., "question": ..., "golden_answers": [...]}`` (the format of
-Search-R1's NQ and HotpotQA files; ``"answers"`` or ``"answer"`` are accepted instead of
-``"golden_answers"``). Each given file becomes ``train.parquet`` or ``test.parquet`` in
-``--local_dir``. Without ``--data_source`` the source is read from the file name
-(``hotpot`` -> ``searchR1_hotpotqa``, ``nq`` -> ``searchR1_nq``).
+Each question file becomes ``train.parquet`` or ``test.parquet`` in ``--local_dir``; the
+format follows the file's extension. Parquet rows keep their ``data_source`` (``nq``,
+``hotpotqa``, ...); jsonl rows take ``--data_source`` or one read from the file name
+(``hotpot`` -> ``searchR1_hotpotqa``, ``nq`` -> ``searchR1_nq``). The exact-match scorer
+knows all of these names. The rows, the prompt and where we depart from Search-R1:
+agentrl/data/search_r1.py.
 
-The prompt follows Search-R1 (Jin et al., 2025, "Search-R1: Training LLMs to Reason and
-Leverage Search Engines with Reinforcement Learning"): reason inside <think></think>, call
-the ``search`` tool when knowledge is missing, answer inside <answer></answer>. Where we
-depart: the search is a tool call rather than <search> tags in the text. The ground truth is
-``{"target": [answers...]}`` and ``tools_kwargs`` carries it to the search tool. Empty kwargs
-dicts are left out because parquet cannot store an empty struct; a missing key means ``{}``
-(see docs/data.md).
+``--index_dir`` builds a retrieval index over the written corpus (``--index_kind bm25``, or
+``dense`` with ``--dense_model intfloat/e5-base-v2``, which needs faiss and
+sentence-transformers), the one ``agentrl retriever --index-dir`` then serves.
 
-The script is self-contained on purpose, so it can be copied and adapted to other data.
+A malformed input stops the script with one error naming the file, the row (parquet, from
+0) or line (jsonl, from 1) and the field, exit code 1, and nothing is written.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 from pathlib import Path
 
-from agentrl.utils.jsonl import JsonlError, read_jsonl, write_parquet
+from agentrl.data.search_r1 import (
+    INSTRUCTION,
+    SearchR1DataError,
+    read_search_r1_file,
+    write_retriever_corpus,
+)
+from agentrl.utils.jsonl import write_parquet
+
+__all__ = ["INSTRUCTION", "main"]
 
 logger = logging.getLogger("data_preprocess.search_r1")
 
-ABILITY = "fact-reasoning"
-INSTRUCTION = (
-    "Answer the given question. Reason inside <think> and </think> first, and again every "
-    "time you get new information. If you find you lack some knowledge, call the `search` "
-    "tool with a query and it returns the top results; you can search as many times as you "
-    "want. When you need no more external knowledge, give the answer inside <answer> and "
-    "</answer> without a detailed explanation, for example <answer> Beijing </answer>. "
-)
-ANSWER_KEYS = ("golden_answers", "answers", "answer")
 
+def build_index(corpus: Path, index_dir: str, kind: str, dense_model: str | None) -> int:
+    """Build (or load, if up to date) the retriever's index of ``corpus``; its size."""
+    from envs.retriever.index import open_index
 
-def infer_data_source(path: Path) -> str:
-    """``searchR1_hotpotqa`` or ``searchR1_nq`` from a file name; ``JsonlError`` otherwise."""
-    name = path.name.lower()
-    if "hotpot" in name:
-        return "searchR1_hotpotqa"
-    if re.search(r"(^|[^a-z])nq([^a-z]|$)", name):
-        return "searchR1_nq"
-    raise JsonlError(f"{path}: cannot tell the data source from the file name; pass --data_source")
-
-
-def normalize_question(question: str) -> str:
-    """Strip whitespace and make the question end with a question mark."""
-    question = question.strip()
-    return question if question.endswith("?") else question + "?"
-
-
-def extract_answers(record: dict) -> list[str]:
-    """The gold answers of a record as a non-empty list of strings."""
-    key = next((k for k in ANSWER_KEYS if k in record), None)
-    if key is None:
-        raise ValueError(f"missing answer field (one of {', '.join(ANSWER_KEYS)})")
-    value = record[key]
-    answers = value if isinstance(value, list) else [value]
-    if not answers:
-        raise ValueError(f"field {key!r} is an empty list")
-    for answer in answers:
-        if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
-            raise ValueError(f"field {key!r} holds a non-text answer: {answer!r}")
-    return [str(answer) for answer in answers]
-
-
-def make_row(record: dict, index: int, split: str, data_source: str) -> dict:
-    """One verl row from a Search-R1 record; ``ValueError`` names a missing or bad field."""
-    question = record.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise ValueError("missing or empty string field 'question'")
-    question = normalize_question(question)
-    ground_truth = {"target": extract_answers(record)}
-    create_kwargs = {"ground_truth": ground_truth, "question": question, "data_source": data_source}
-    return {
-        "data_source": data_source,
-        "prompt": [{"role": "user", "content": f"{INSTRUCTION}Question: {question}\n"}],
-        "ability": ABILITY,
-        "reward_model": {"style": "rule", "ground_truth": ground_truth},
-        "extra_info": {
-            "index": index,
-            "split": split,
-            "question": question,
-            "need_tools_kwargs": True,
-            "tools_kwargs": {"search": {"create_kwargs": create_kwargs}},
-        },
-    }
-
-
-def convert_file(path: Path, split: str, data_source: str | None) -> list[dict]:
-    """All rows of one jsonl file; ``JsonlError`` names the file and line of a bad record."""
-    source = data_source or infer_data_source(path)
-    rows = []
-    for lineno, record in read_jsonl(path):
-        try:
-            rows.append(make_row(record, len(rows), split, source))
-        except ValueError as exc:
-            raise JsonlError(f"{path}, line {lineno}: {exc}") from None
-    if not rows:
-        raise JsonlError(f"{path}: no records")
-    return rows
+    return len(open_index(Path(index_dir).expanduser(), corpus, kind, dense_model))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--train_file", type=Path, help="Search-R1 jsonl for the train split")
-    parser.add_argument("--test_file", type=Path, help="Search-R1 jsonl for the test split")
+    parser.add_argument("--train_file", type=Path, help="Search-R1 parquet or jsonl, train split")
+    parser.add_argument("--test_file", type=Path, help="Search-R1 parquet or jsonl, test split")
     parser.add_argument("--local_dir", default="~/data/searchR1", help="output directory")
     parser.add_argument(
         "--data_source",
         default=None,
-        help="data_source of every row (default: from the file name, searchR1_nq or "
-        "searchR1_hotpotqa)",
+        help="data_source of every row (default: the parquet rows' own; for jsonl, from the "
+        "file name: searchR1_nq or searchR1_hotpotqa)",
+    )
+    parser.add_argument("--corpus", type=Path, help="Search-R1 corpus, .jsonl or .jsonl.gz")
+    parser.add_argument("--max_docs", type=int, default=None, help="keep the first N passages")
+    parser.add_argument("--index_dir", default=None, help="build the retriever's index here")
+    parser.add_argument("--index_kind", choices=["bm25", "dense"], default="bm25")
+    parser.add_argument(
+        "--dense_model", default=None, help="encoder of a dense index, e.g. intfloat/e5-base-v2"
     )
     args = parser.parse_args(argv)
-    if args.train_file is None and args.test_file is None:
-        parser.error("give at least one of --train_file, --test_file")
+    if args.train_file is None and args.test_file is None and args.corpus is None:
+        parser.error("give at least one of --train_file, --test_file or --corpus")
+    if args.max_docs is not None and args.max_docs < 1:
+        parser.error(f"--max_docs must be >= 1, got {args.max_docs}")
+    if args.index_dir and args.corpus is None:
+        parser.error("--index_dir needs --corpus")
+    if args.index_kind == "dense" and args.index_dir and not args.dense_model:
+        parser.error("--index_kind dense needs --dense_model (e.g. intfloat/e5-base-v2)")
     return args
 
 
@@ -137,17 +92,28 @@ def main(argv: list[str] | None = None) -> int:
     splits = [("train", args.train_file), ("test", args.test_file)]
     try:
         converted = [
-            (split, convert_file(path, split, args.data_source))
+            (split, read_search_r1_file(path, split, args.data_source))
             for split, path in splits
             if path is not None
         ]
-    except JsonlError as exc:
+        if args.corpus is not None:
+            corpus_out = out_dir / "corpus.jsonl"
+            count = write_retriever_corpus(args.corpus, corpus_out, args.max_docs)
+            logger.info("corpus: wrote %d documents to %s", count, corpus_out)
+    except SearchR1DataError as exc:
         logger.error("%s", exc)
         return 1
     for split, rows in converted:
         out_path = out_dir / f"{split}.parquet"
         write_parquet(rows, out_path)
         logger.info("%s: wrote %d rows to %s", split, len(rows), out_path)
+    if args.index_dir:
+        try:
+            size = build_index(corpus_out, args.index_dir, args.index_kind, args.dense_model)
+        except (ValueError, ImportError) as exc:
+            logger.error("%s", exc)
+            return 1
+        logger.info("index: %s index of %d documents in %s", args.index_kind, size, args.index_dir)
     return 0
 
 

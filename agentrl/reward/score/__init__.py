@@ -15,6 +15,9 @@ triviaqa, popqa, hotpotqa, 2wikimultihopqa, musique,        last ``<answer>``
 bamboogle
 ``agentrl/arithmetic``                                      ``arithmetic`` last ``<answer>``
 ``agentrl/search_facts``                                    ``search_r1`` exact match
+``retool/math`` (recipes/retool)                            ``math`` last ``\\boxed{}``
+``codecontests``, ``apps``, ``codeforces``, ``taco``        ``code_exec`` unit tests run in
+                                                            the sandbox (default settings)
 ==========================================================  =================================
 
 Add a data source with ``register_data_source("name")``; an unknown one is an error that
@@ -27,13 +30,14 @@ from collections.abc import Callable
 from typing import Any
 
 from agentrl.algos.registry import Registry, UnknownNameError
-from agentrl.reward.score import arithmetic, gsm8k, math, search_r1
+from agentrl.reward.score import arithmetic, code_exec, gsm8k, math, search_r1
 
 Scorer = Callable[[str, Any, dict | None], float | dict]
 SCORERS: Registry[Scorer] = Registry("data_source")
 
 SEARCH_R1_SETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
-MATH_SOURCES = ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
+MATH_SOURCES = ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500",
+                "retool/math")
 
 
 def register_data_source(*names: str) -> Callable[[Scorer], Scorer]:
@@ -74,6 +78,11 @@ def _search_facts(solution_str: str, ground_truth: Any, extra_info: dict | None)
 @register_data_source("agentrl/arithmetic")
 def _arithmetic(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
     return arithmetic.compute_score(solution_str, ground_truth)
+
+
+@register_data_source(*code_exec.DATA_SOURCES)  # verl's code sets; the sandbox at its default URL
+def _code_exec(solution_str: str, ground_truth: Any, extra_info: dict | None) -> dict:
+    return code_exec.compute_score("code_exec", solution_str, ground_truth, extra_info)
 
 
 def default_compute_score(

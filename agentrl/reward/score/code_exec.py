@@ -45,9 +45,9 @@ backoff (agentrl.utils.http). A sandbox that cannot be used (unreachable, an HTT
 ``SandboxError``) fails that test and fills ``error``; it is logged as a warning and never
 raised, so a dead sandbox scores 0 instead of ending the batch. After a connection failure
 the calls to that URL fail at once for ``DOWN_SECONDS`` (10 s), so a dead sandbox costs one
-retry chain rather than one per sample. A response without a code
-block scores 0 with ``error`` saying so. A malformed ``ground_truth`` is a dataset bug and
-raises ``ValueError`` naming the field (the reward manager adds the sample).
+retry chain rather than one per sample. A response without a code block scores 0 with
+``error`` saying so. A malformed ``ground_truth`` is a dataset bug and raises ``ValueError``
+naming the field (the reward manager adds the sample).
 """
 
 from __future__ import annotations
@@ -327,30 +327,6 @@ async def _score(client: JSONClient, settings: Settings, solution_str: str, grou
     return result
 
 
-async def compute_score_async(
-    data_source: str,
-    solution_str: str,
-    ground_truth: Any,
-    extra_info: dict | None = None,
-    *,
-    sandbox_url: str | None = None,
-    max_concurrent: int = 32,
-    timeout: float = 10.0,
-    memory_limit_mb: int = 1024,
-    max_retries: int = 3,
-    all_or_nothing: bool = False,
-    sandbox_fusion_url: str | None = None,
-) -> dict[str, Any]:
-    """``compute_score`` as a coroutine (see the module docstring)."""
-    settings = _settings(sandbox_url, sandbox_fusion_url, max_concurrent, timeout,
-                         memory_limit_mb, max_retries)
-    client = _client(settings)
-    try:
-        return await _score(client, settings, solution_str, ground_truth, all_or_nothing)
-    finally:
-        await client.aclose()
-
-
 def compute_score(
     data_source: str,
     solution_str: str,
@@ -374,19 +350,23 @@ def compute_score(
     instead of the share passed. Returns ``{"score", "acc", "tests_passed", "tests_total",
     "error"}``.
     """
-    coro = compute_score_async(
-        data_source, solution_str, ground_truth, extra_info, sandbox_url=sandbox_url,
-        max_concurrent=max_concurrent, timeout=timeout, memory_limit_mb=memory_limit_mb,
-        max_retries=max_retries, all_or_nothing=all_or_nothing,
-        sandbox_fusion_url=sandbox_fusion_url,
-    )
+    settings = _settings(sandbox_url, sandbox_fusion_url, max_concurrent, timeout,
+                         memory_limit_mb, max_retries)
+
+    async def score() -> dict[str, Any]:
+        client = _client(settings)  # an httpx client belongs to one event loop
+        try:
+            return await _score(client, settings, solution_str, ground_truth, all_or_nothing)
+        finally:
+            await client.aclose()
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return asyncio.run(score())
     # Called from inside an event loop (e.g. a user's async code): run in a thread.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        return pool.submit(asyncio.run, score()).result()
 
 
 async def compute_score_batch(
@@ -407,10 +387,17 @@ async def compute_score_batch(
     settings = _settings(sandbox_url, sandbox_fusion_url, max_concurrent, timeout,
                          memory_limit_mb, max_retries)
     client = _client(settings)
+
+    async def one(i: int, solution: str, truth: Any) -> dict[str, Any]:
+        try:
+            return await _score(client, settings, solution, truth, all_or_nothing)
+        except ValueError as err:  # a malformed ground truth: say which sample
+            raise ValueError(f"sample {i} (data_source={data_sources[i]!r}): {err}") from None
+
     try:
         return list(await asyncio.gather(*(
-            _score(client, settings, solution, truth, all_or_nothing)
-            for solution, truth in zip(solution_strs, ground_truths, strict=True)
+            one(i, solution, truth)
+            for i, (solution, truth) in enumerate(zip(solution_strs, ground_truths, strict=True))
         )))
     finally:
         await client.aclose()

@@ -1,0 +1,1 @@
+"""The ReTool recipe: math solved with the Python sandbox tool (see README.md)."""

@@ -1,0 +1,151 @@
+"""Tests for recipes/search_r1/run_gpu.sh without a GPU: the training command is a stub
+(AGENTRL_TRAIN_CMD), everything else is real: the retriever is started over a tiny corpus,
+waited for, queried by the stub through the tool config the script wrote, and stopped.
+After every run, however it ends, no process the script started may be left."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from envs.retriever.sample import sample_corpus, write_corpus
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "recipes" / "search_r1" / "run_gpu.sh"
+
+# The stub trainer: records its pid and arguments, asks the retriever named in the tool
+# config it was given, then does what STUB_MODE says.
+STUB = r"""#!/usr/bin/env bash
+set -euo pipefail
+echo $$ > "$STUB_DIR/pid"
+printf '%s\n' "$@" > "$STUB_DIR/args"
+for arg in "$@"; do
+  case "$arg" in
+    actor_rollout_ref.rollout.multi_turn.tool_config_path=*) tool_config=${arg#*=} ;;
+  esac
+done
+url=$(grep -o 'http://[^ ]*/retrieve' "$tool_config")
+curl -sf -X POST "$url" -H 'Content-Type: application/json' \
+  -d '{"queries": ["capital of France"], "topk": 1}' > "$STUB_DIR/answer.json"
+case "$STUB_MODE" in
+  ok) exit 0 ;;
+  fail) exit 3 ;;
+  hang) touch "$STUB_DIR/training"; sleep 300 ;;
+esac
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped counts as stopped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def retriever_pid(stderr: str) -> int:
+    match = re.search(r"retriever pid (\d+)", stderr)
+    assert match, stderr
+    return int(match.group(1))
+
+
+@pytest.fixture
+def setup(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.parquet").write_bytes(b"")  # the stub never reads them
+    (data / "test.parquet").write_bytes(b"")
+    corpus = write_corpus(tmp_path / "corpus" / "corpus.jsonl", sample_corpus())
+    stub = tmp_path / "stub.sh"
+    stub.write_text(STUB)
+    port = free_port()
+    env = {
+        **os.environ,
+        "AGENTRL_TRAIN_CMD": f"bash {stub}",
+        "STUB_DIR": str(tmp_path),
+        "OUT_DIR": str(tmp_path / "run"),
+        "RETRIEVER_PORT": str(port),
+        "RETRIEVER_TIMEOUT": "120",
+        "STOP_GRACE": "10",
+    }
+    return {"data": data, "corpus": corpus, "env": env, "dir": tmp_path, "port": port}
+
+
+def run_script(setup: dict, mode: str, *args: str, corpus: Path | None = None):
+    env = {**setup["env"], "STUB_MODE": mode}
+    cmd = ["bash", str(SCRIPT), str(setup["data"]), str(corpus or setup["corpus"]), *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+
+
+def test_starts_the_retriever_trains_and_stops_it(setup):
+    result = run_script(setup, "ok", "instruct", "trainer.total_training_steps=2")
+    assert result.returncode == 0, result.stderr
+    answer = json.loads((setup["dir"] / "answer.json").read_text())
+    assert answer["result"][0][0]["contents"].startswith('"Paris"')
+    args = (setup["dir"] / "args").read_text().splitlines()
+    run_dir = setup["dir"] / "run"
+    assert args[:2] == ["--config", "recipes/search_r1/gpu_config.yaml"]
+    assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct" in args
+    assert f"data.train_files={setup['data']}/train.parquet" in args
+    assert f"trainer.default_local_dir={run_dir}" in args
+    tool_config = run_dir / "search_tool.yaml"
+    assert f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config}" in args
+    assert args[-1] == "trainer.total_training_steps=2"  # the user's overrides come last
+    assert f"127.0.0.1:{setup['port']}/retrieve" in tool_config.read_text()
+    assert (setup["dir"] / "corpus" / "index_bm25" / "meta.json").is_file()
+    assert not alive(retriever_pid(result.stderr))
+    assert not alive(int((setup["dir"] / "pid").read_text()))
+
+
+def test_training_failure_is_the_exit_status_and_stops_the_retriever(setup):
+    result = run_script(setup, "fail", "trainer.total_training_steps=2")
+    assert result.returncode == 3
+    args = (setup["dir"] / "args").read_text().splitlines()
+    assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B" in args  # base by default
+    assert "training exited with status 3" in result.stderr
+    assert not alive(retriever_pid(result.stderr))
+
+
+def test_bad_corpus_stops_with_the_retriever_log_tail(setup):
+    bad = setup["dir"] / "bad.jsonl"
+    lines = [json.dumps(doc) for doc in sample_corpus()]
+    lines[2] = json.dumps({"id": "2", "content": "typo in the field name"})
+    bad.write_text("\n".join(lines) + "\n")
+    result = run_script(setup, "ok", corpus=bad)
+    assert result.returncode == 1
+    assert "the retriever exited before answering /health" in result.stderr
+    assert f"{bad}:3: needs a 'contents' string" in result.stderr  # the log tail
+    assert not (setup["dir"] / "pid").exists()  # training never started
+    assert not alive(retriever_pid(result.stderr))
+
+
+def test_interrupt_stops_the_trainer_and_the_retriever(setup):
+    env = {**setup["env"], "STUB_MODE": "hang"}
+    cmd = ["bash", str(SCRIPT), str(setup["data"]), str(setup["corpus"])]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (setup["dir"] / "training").exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "training did not start"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "stopping the trainer" in stderr and "stopping the retriever" in stderr
+    assert not alive(int((setup["dir"] / "pid").read_text()))
+    assert not alive(retriever_pid(stderr))
