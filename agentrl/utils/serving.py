@@ -23,7 +23,10 @@ def serve_in_thread(app, host: str = "127.0.0.1", port: int = 0,
 
     `port=0` takes a free port from the OS (no race between picking and binding it).
     """
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    # log_config=None: uvicorn's own dictConfig would close every handler the process has
+    # (a run's log file among them) when the server starts.
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", log_config=None)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + startup_timeout

@@ -23,17 +23,14 @@
 # The retriever and the trainer each run in a process group of their own; on any exit
 # (success, error, Ctrl-C, SIGTERM) both groups are stopped: SIGTERM, then SIGKILL after
 # STOP_GRACE seconds [30]. A retriever that exits or does not answer /health in time stops
-# the script with the tail of its log. The script must run without job control (`bash
-# run_gpu.sh`, as above), so that `setsid` starts each group with the child's own pid.
+# the script with the tail of its log. Run it without job control (`bash run_gpu.sh`, as
+# above); the lifecycle is recipes/services.sh's.
 set -euo pipefail
+source "$(dirname "$0")/../services.sh"
 
 usage() {
   sed -n '5p' "$0" | sed 's/^#   /usage: /' >&2
   exit 2
-}
-die() {
-  echo "run_gpu.sh: $*" >&2
-  exit 1
 }
 
 [[ $# -ge 2 ]] || usage
@@ -81,69 +78,20 @@ sed "s#http://127.0.0.1:8000/retrieve#http://127.0.0.1:$RETRIEVER_PORT/retrieve#
 grep -q "127.0.0.1:$RETRIEVER_PORT/retrieve" "$TOOL_CONFIG" ||
   die "recipes/search_r1/search_tool.yaml has no retrieval_service_url on 127.0.0.1:8000"
 
-# Stop a process group: SIGTERM, then SIGKILL if it outlives STOP_GRACE seconds.
-stop_group() {
-  local pgid=$1 name=$2 waited=0
-  kill -0 -- "-$pgid" 2>/dev/null || return 0
-  echo "run_gpu.sh: stopping the $name (process group $pgid)" >&2
-  kill -TERM -- "-$pgid" 2>/dev/null || true
-  while kill -0 -- "-$pgid" 2>/dev/null && ((waited < STOP_GRACE * 10)); do
-    sleep 0.1
-    waited=$((waited + 1))
-  done
-  if kill -0 -- "-$pgid" 2>/dev/null; then
-    echo "run_gpu.sh: the $name did not stop in ${STOP_GRACE}s; killing it" >&2
-    kill -KILL -- "-$pgid" 2>/dev/null || true
-  fi
-}
-cleanup() {
-  local status=$?
-  trap - EXIT INT TERM
-  [[ -z "${TRAIN_PID:-}" ]] || stop_group "$TRAIN_PID" trainer
-  [[ -z "${RETRIEVER_PID:-}" ]] || stop_group "$RETRIEVER_PID" retriever
-  exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-retriever_failed() {
-  echo "run_gpu.sh: $*; the last lines of $RETRIEVER_LOG:" >&2
-  tail -n 40 "$RETRIEVER_LOG" | sed 's/^/  | /' >&2
-  exit 1
-}
-
-# A server already answering on the port would be taken for ours: refuse to start.
-if curl -sf --max-time 2 "$HEALTH_URL" >/dev/null 2>&1; then
-  die "a server already answers $HEALTH_URL; stop it or set RETRIEVER_PORT"
-fi
+install_cleanup
 retriever_args=(retriever --corpus "$CORPUS" --index-dir "$INDEX_DIR" --kind "$RETRIEVER_KIND"
   --port "$RETRIEVER_PORT" --topk 3)
 [[ "$RETRIEVER_KIND" != dense ]] || retriever_args+=(--dense-model "$DENSE_MODEL")
-setsid "$AGENTRL" "${retriever_args[@]}" >"$RETRIEVER_LOG" 2>&1 </dev/null &
-RETRIEVER_PID=$!
-echo "run_gpu.sh: retriever pid $RETRIEVER_PID on port $RETRIEVER_PORT (index $INDEX_DIR," \
-  "log $RETRIEVER_LOG); waiting up to ${RETRIEVER_TIMEOUT}s for /health" >&2
-deadline=$((SECONDS + RETRIEVER_TIMEOUT))
-until curl -sf --max-time 5 "$HEALTH_URL" >/dev/null 2>&1; do
-  kill -0 "$RETRIEVER_PID" 2>/dev/null || retriever_failed "the retriever exited before answering /health"
-  ((SECONDS < deadline)) || retriever_failed "the retriever did not answer /health in ${RETRIEVER_TIMEOUT}s"
-  sleep 1
-done
-kill -0 "$RETRIEVER_PID" 2>/dev/null || retriever_failed "another process answers $HEALTH_URL"
-echo "run_gpu.sh: retriever ready: $(curl -sf --max-time 5 "$HEALTH_URL")" >&2
+say "retriever index $INDEX_DIR (built from $CORPUS if missing or stale)"
+start_service retriever "$RETRIEVER_LOG" "$HEALTH_URL" "$RETRIEVER_TIMEOUT" RETRIEVER_PORT -- \
+  "$AGENTRL" "${retriever_args[@]}"
 
 ulimit -n 65535 2>/dev/null || true  # thousands of concurrent engine and retriever connections
-setsid "${TRAIN_CMD[@]}" --config recipes/search_r1/gpu_config.yaml \
+run_trainer "${TRAIN_CMD[@]}" --config recipes/search_r1/gpu_config.yaml \
   actor_rollout_ref.model.path="$MODEL_PATH" \
   data.train_files="$DATA_DIR/train.parquet" \
   data.val_files="$DATA_DIR/test.parquet" \
   actor_rollout_ref.rollout.multi_turn.tool_config_path="$TOOL_CONFIG" \
   trainer.experiment_name="$EXPERIMENT" \
   trainer.default_local_dir="$OUT_DIR" \
-  "$@" &
-TRAIN_PID=$!
-status=0
-wait "$TRAIN_PID" || status=$?
-echo "run_gpu.sh: training exited with status $status" >&2
-exit "$status"
+  "$@"

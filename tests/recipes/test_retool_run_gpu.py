@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -50,32 +48,11 @@ BROKEN_SANDBOX = "echo 'loading...'; echo 'OSError: [Errno 98] address already i
 SILENT_SANDBOX = "echo 'still starting'; sleep 300\n"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting to be reaped counts as stopped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def pid_in(stderr: str, what: str) -> int:
-    match = re.search(rf"{what} pid (\d+)", stderr)
-    assert match, stderr
-    return int(match.group(1))
-
-
 @pytest.fixture
-def setup(tmp_path):
+def setup(tmp_path, scripts):
     stub = tmp_path / "stub.sh"
     stub.write_text(STUB)
-    port = free_port()
+    port = scripts.free_port()
     sandbox = f"{sys.executable} -m agentrl.cli --log-level WARNING sandbox"
     env = {
         **os.environ,
@@ -98,16 +75,7 @@ def run_script(setup: dict, mode: str, *args: str, **env: str) -> subprocess.Com
                           capture_output=True, text=True, timeout=120)
 
 
-def assert_nothing_left(setup: dict, stderr: str) -> None:
-    assert not alive(pid_in(stderr, "sandbox")), stderr
-    for name in ("pid", "child"):
-        if (setup["dir"] / name).exists():
-            assert not alive(int((setup["dir"] / name).read_text())), name
-    with socket.socket() as s:  # the port is free again
-        s.bind(("127.0.0.1", setup["port"]))
-
-
-def test_starts_the_sandbox_trains_and_stops_everything(setup):
+def test_starts_the_sandbox_trains_and_stops_everything(setup, scripts):
     result = run_script(setup, "ok", "trainer.total_training_steps=2")
     assert result.returncode == 0, result.stderr
     answer = json.loads((setup["dir"] / "answer.json").read_text())
@@ -124,17 +92,18 @@ def test_starts_the_sandbox_trains_and_stops_everything(setup):
     assert f"127.0.0.1:{setup['port']}/run_code" in tool_config.read_text()
     assert args[-1] == "trainer.total_training_steps=2"  # the user's overrides come last
     assert "stopping the sandbox" in result.stderr
-    assert_nothing_left(setup, result.stderr)  # the stub's leaked child too
+    # the sandbox, the stub and the child it leaked are stopped; the port is free again
+    scripts.assert_nothing_left(result.stderr, "sandbox", setup["dir"], setup["port"])
 
 
-def test_training_failure_is_the_exit_status(setup):
+def test_training_failure_is_the_exit_status(setup, scripts):
     result = run_script(setup, "fail")
     assert result.returncode == 3, result.stderr
     assert "training exited with status 3" in result.stderr
-    assert_nothing_left(setup, result.stderr)
+    scripts.assert_nothing_left(result.stderr, "sandbox", setup["dir"], setup["port"])
 
 
-def test_sandbox_that_exits_stops_the_script_with_its_log_tail(setup):
+def test_sandbox_that_exits_stops_the_script_with_its_log_tail(setup, scripts):
     broken = setup["dir"] / "broken.sh"
     broken.write_text(BROKEN_SANDBOX)
     result = run_script(setup, "ok", AGENTRL_SANDBOX_CMD=f"bash {broken}")
@@ -142,10 +111,10 @@ def test_sandbox_that_exits_stops_the_script_with_its_log_tail(setup):
     assert "the sandbox exited with status 4" in result.stderr
     assert "loading...\nOSError: [Errno 98] address already in use" in result.stderr
     assert not (setup["dir"] / "pid").exists()  # training never started
-    assert_nothing_left(setup, result.stderr)
+    scripts.assert_nothing_left(result.stderr, "sandbox", setup["dir"], setup["port"])
 
 
-def test_sandbox_that_never_answers_is_stopped_after_the_timeout(setup):
+def test_sandbox_that_never_answers_is_stopped_after_the_timeout(setup, scripts):
     silent = setup["dir"] / "silent.sh"
     silent.write_text(SILENT_SANDBOX)
     start = time.monotonic()
@@ -155,7 +124,7 @@ def test_sandbox_that_never_answers_is_stopped_after_the_timeout(setup):
     assert "did not answer" in result.stderr and "within 2 s" in result.stderr
     assert "still starting" in result.stderr
     assert "stopping the sandbox" in result.stderr
-    assert_nothing_left(setup, result.stderr)
+    scripts.assert_nothing_left(result.stderr, "sandbox", setup["dir"], setup["port"])
 
 
 def test_port_already_served_is_refused(setup):
@@ -172,16 +141,11 @@ def test_port_already_served_is_refused(setup):
 
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_interrupt_stops_the_trainer_and_the_sandbox(setup, sig, status):
+def test_interrupt_stops_the_trainer_and_the_sandbox(setup, scripts, sig, status):
     env = {**setup["env"], "STUB_MODE": "hang"}
-    proc = subprocess.Popen(["bash", str(SCRIPT)], env=env, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not (setup["dir"] / "training").exists():
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline, "training did not start"
-        time.sleep(0.2)
-    proc.send_signal(sig)
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == status, stderr
+    returncode, stderr = scripts.interrupt_when_training(
+        ["bash", str(SCRIPT)], env, setup["dir"] / "training", sig, start_timeout=60
+    )
+    assert returncode == status, stderr
     assert "stopping the trainer" in stderr and "stopping the sandbox" in stderr
-    assert_nothing_left(setup, stderr)
+    scripts.assert_nothing_left(stderr, "sandbox", setup["dir"], setup["port"])

@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -43,29 +39,8 @@ esac
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting to be reaped counts as stopped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def retriever_pid(stderr: str) -> int:
-    match = re.search(r"retriever pid (\d+)", stderr)
-    assert match, stderr
-    return int(match.group(1))
-
-
 @pytest.fixture
-def setup(tmp_path):
+def setup(tmp_path, scripts):
     data = tmp_path / "data"
     data.mkdir()
     (data / "train.parquet").write_bytes(b"")  # the stub never reads them
@@ -73,7 +48,7 @@ def setup(tmp_path):
     corpus = write_corpus(tmp_path / "corpus" / "corpus.jsonl", sample_corpus())
     stub = tmp_path / "stub.sh"
     stub.write_text(STUB)
-    port = free_port()
+    port = scripts.free_port()
     env = {
         **os.environ,
         "AGENTRL_TRAIN_CMD": f"bash {stub}",
@@ -92,7 +67,7 @@ def run_script(setup: dict, mode: str, *args: str, corpus: Path | None = None):
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
 
 
-def test_starts_the_retriever_trains_and_stops_it(setup):
+def test_starts_the_retriever_trains_and_stops_it(setup, scripts):
     result = run_script(setup, "ok", "instruct", "trainer.total_training_steps=2")
     assert result.returncode == 0, result.stderr
     answer = json.loads((setup["dir"] / "answer.json").read_text())
@@ -108,20 +83,20 @@ def test_starts_the_retriever_trains_and_stops_it(setup):
     assert args[-1] == "trainer.total_training_steps=2"  # the user's overrides come last
     assert f"127.0.0.1:{setup['port']}/retrieve" in tool_config.read_text()
     assert (setup["dir"] / "corpus" / "index_bm25" / "meta.json").is_file()
-    assert not alive(retriever_pid(result.stderr))
-    assert not alive(int((setup["dir"] / "pid").read_text()))
+    assert not scripts.alive(scripts.pid_in(result.stderr, "retriever"))
+    assert not scripts.alive(int((setup["dir"] / "pid").read_text()))
 
 
-def test_training_failure_is_the_exit_status_and_stops_the_retriever(setup):
+def test_training_failure_is_the_exit_status_and_stops_the_retriever(setup, scripts):
     result = run_script(setup, "fail", "trainer.total_training_steps=2")
     assert result.returncode == 3
     args = (setup["dir"] / "args").read_text().splitlines()
     assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B" in args  # base by default
     assert "training exited with status 3" in result.stderr
-    assert not alive(retriever_pid(result.stderr))
+    assert not scripts.alive(scripts.pid_in(result.stderr, "retriever"))
 
 
-def test_bad_corpus_stops_with_the_retriever_log_tail(setup):
+def test_bad_corpus_stops_with_the_retriever_log_tail(setup, scripts):
     bad = setup["dir"] / "bad.jsonl"
     lines = [json.dumps(doc) for doc in sample_corpus()]
     lines[2] = json.dumps({"id": "2", "content": "typo in the field name"})
@@ -131,21 +106,17 @@ def test_bad_corpus_stops_with_the_retriever_log_tail(setup):
     assert "the retriever exited before answering /health" in result.stderr
     assert f"{bad}:3: needs a 'contents' string" in result.stderr  # the log tail
     assert not (setup["dir"] / "pid").exists()  # training never started
-    assert not alive(retriever_pid(result.stderr))
+    assert not scripts.alive(scripts.pid_in(result.stderr, "retriever"))
 
 
-def test_interrupt_stops_the_trainer_and_the_retriever(setup):
+def test_interrupt_stops_the_trainer_and_the_retriever(setup, scripts):
     env = {**setup["env"], "STUB_MODE": "hang"}
     cmd = ["bash", str(SCRIPT), str(setup["data"]), str(setup["corpus"])]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (setup["dir"] / "training").exists():
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline, "training did not start"
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)  # Ctrl-C
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
+    # Ctrl-C (SIGINT) once the stub trainer runs
+    returncode, stderr = scripts.interrupt_when_training(
+        cmd, env, setup["dir"] / "training", start_timeout=120
+    )
+    assert returncode == 130, stderr
     assert "stopping the trainer" in stderr and "stopping the retriever" in stderr
-    assert not alive(int((setup["dir"] / "pid").read_text()))
-    assert not alive(retriever_pid(stderr))
+    assert not scripts.alive(int((setup["dir"] / "pid").read_text()))
+    assert not scripts.alive(scripts.pid_in(stderr, "retriever"))
