@@ -1,10 +1,12 @@
-"""`agentrl quickstart`: a nano model learns, on 2 CPU cores in about 5 minutes, when to
+"""`agentrl quickstart`: a nano model learns, on 2 CPU cores in about 4 minutes, when to
 call a calculator: SFT on an imperfect teacher, then GRPO, against an SFT-only control.
 
     agentrl quickstart --out-dir outputs/quickstart [--seed N] [--steps 25] [key.sub=value ...]
+    agentrl quickstart --task search --out-dir OUT [--seed N]   # the CPU Search-R1 run
 
-The stages are in agentrl/quickstart/pipeline.py, the evaluation in evaluation.py; the
-numbers measured on 2 cores are in docs/quickstart.md. Writes `OUT_DIR/report.json`,
+The stages are in agentrl/quickstart/pipeline.py, the tasks in tasks.py (search_task.py),
+the evaluation in evaluation.py; the numbers measured on 2 cores are in docs/quickstart.md
+and recipes/search_r1/README.md. Writes `OUT_DIR/report.json`,
 `OUT_DIR/report.html` (plots and a trajectory viewer, `agentrl report`) and
 `OUT_DIR/quickstart.log`. The console shows one progress bar per stage and, at the end,
 the before/after/control table with standard errors and the seconds of every stage.
