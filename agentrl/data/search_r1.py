@@ -26,7 +26,6 @@ store an empty struct; a missing key means ``{}``).
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -276,22 +275,18 @@ def corpus_document(record: Any, lineno: int) -> dict[str, str]:
 
 def read_search_r1_corpus(path: str | Path) -> Iterator[dict[str, str]]:
     """Yield the documents of a Search-R1 corpus (``.jsonl`` or ``.jsonl.gz``), streaming."""
-    path = Path(path)
-    if not path.is_file():
-        raise SearchR1DataError(f"{path}: no such file")
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as lines:
-        for lineno, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SearchR1DataError(f"{path}, line {lineno}: invalid JSON: {exc.msg}") from None
-            try:
-                yield corpus_document(record, lineno)
-            except ValueError as exc:
-                raise SearchR1DataError(f"{path}, line {lineno}: {exc}") from None
+    records = read_jsonl(path)
+    while True:
+        try:
+            lineno, record = next(records)
+        except StopIteration:
+            return
+        except JsonlError as exc:  # a missing file or a line that is not a JSON object
+            raise SearchR1DataError(str(exc)) from None
+        try:
+            yield corpus_document(record, lineno)
+        except ValueError as exc:
+            raise SearchR1DataError(f"{path}, line {lineno}: {exc}") from None
 
 
 def write_retriever_corpus(

@@ -5,6 +5,7 @@ Used by the data preprocessing scripts and the retriever's corpus reader.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +19,13 @@ class JsonlError(ValueError):
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
-    """Yield `(line_number, record)` for every non-blank line; each must be a JSON object."""
+    """Yield `(line_number, record)` for every non-blank line; each must be a JSON object.
+    A `.gz` file is read through gzip, streaming."""
     path = Path(path)
     if not path.is_file():
         raise JsonlError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as f:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue

@@ -36,3 +36,12 @@ def test_write_parquet_round_trips_and_refuses_nothing(tmp_path):
     assert pq.read_table(path).to_pylist() == rows
     with pytest.raises(ValueError, match="no rows to write"):
         write_parquet([], tmp_path / "empty.parquet")
+
+
+def test_read_jsonl_streams_gzip(tmp_path):
+    import gzip
+
+    path = tmp_path / "corpus.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write('{"id": "1"}\n\n{"id": "2"}\n')
+    assert list(read_jsonl(path)) == [(1, {"id": "1"}), (3, {"id": "2"})]
