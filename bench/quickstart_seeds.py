@@ -4,6 +4,7 @@ another (each alone on the machine), and the issue's targets checked on every se
     python bench/quickstart_seeds.py                       # seeds 0 1 2, outputs/quickstart_seeds/
     python bench/quickstart_seeds.py --seeds 0 --out-dir /tmp/qs   # one seed
     python bench/quickstart_seeds.py --task search         # the CPU Search-R1 run's table
+    python bench/quickstart_seeds.py --task retool         # the CPU ReTool run's table
 
 Each run is the README's main job with its defaults, in `OUT_DIR/seed_N/`. The script
 prints a markdown table (paste it into docs/quickstart.md): greedy held-out accuracy after
@@ -11,7 +12,8 @@ SFT, after GRPO and of the SFT-only control, each ± its standard error, the sam
 accuracies, the tool-call rates, and the seconds end to end; then every target with PASS or
 FAIL per seed: SFT <= 0.45, GRPO >= 0.85, tool-call rate after GRPO >= 0.95, control at
 least 0.30 below GRPO, total < 300 s (`--task search`: exact match at least 0.30 above SFT,
-two-hop questions improve, total < 600 s). Runs that exist already are read, not run again
+two-hop questions improve, total < 600 s; `--task retool`: accuracy at least 0.30 above SFT
+and above the control, total < 900 s). Runs that exist already are read, not run again
 (`--rerun` runs them anyway).
 """
 
@@ -46,7 +48,15 @@ SEARCH_TARGETS = (
     ),
     ("end to end < 600 s", lambda r: r["timing_s"]["total"] < 600),
 )
-TARGETS = {"calculator": CALCULATOR_TARGETS, "search": SEARCH_TARGETS}
+RETOOL_TARGETS = (
+    (
+        "accuracy at least 0.30 above SFT",
+        lambda r: r["eval_rl"]["accuracy"] - r["eval_sft"]["accuracy"] >= 0.30,
+    ),
+    ("GRPO above the control", lambda r: r["eval_rl"]["accuracy"] > r["control"]["accuracy"]),
+    ("end to end < 900 s", lambda r: r["timing_s"]["total"] < 900),
+)
+TARGETS = {"calculator": CALCULATOR_TARGETS, "search": SEARCH_TARGETS, "retool": RETOOL_TARGETS}
 
 
 def run_seed(out_dir: Path, task: str, seed: int, rerun: bool) -> dict[str, Any]:
@@ -94,6 +104,18 @@ def table(reports: dict[int, dict[str, Any]]) -> str:
                 f"{r['eval_rl']['searches_per_question']:.2f} | "
                 f"{_pm(hops[0]['2_hop'])} -> {_pm(hops[1]['2_hop'])} ({_pm(hops[2]['2_hop'])}) | "
                 f"{_pm(hops[0]['1_hop'])} -> {_pm(hops[1]['1_hop'])} |"
+            )
+    if "by_kind" in first["eval_sft"]:
+        kinds = sorted(first["eval_sft"]["by_kind"])
+        lines += ["", "| seed | sandbox runs per problem SFT -> GRPO | "
+                  + " | ".join(f"{k} SFT -> GRPO (control)" for k in kinds) + " |",
+                  "|---|---|" + "---|" * len(kinds)]  # fmt: skip
+        for seed, r in reports.items():
+            by = [r[k]["by_kind"] for k in ("eval_sft", "eval_rl", "control")]
+            cells = [f"{_pm(by[0][k])} -> {_pm(by[1][k])} ({_pm(by[2][k])})" for k in kinds]
+            lines.append(
+                f"| {seed} | {r['eval_sft']['sandbox_runs_per_question']:.2f} -> "
+                f"{r['eval_rl']['sandbox_runs_per_question']:.2f} | " + " | ".join(cells) + " |"
             )
     n = int(first["eval_sft"]["trajectories"])
     lines.append(f"\n{n} held-out problems per evaluation; ± is the binomial standard error.")

@@ -29,11 +29,13 @@ def stderr(p: float, n: int) -> float:
     return math.sqrt(max(p * (1.0 - p), 0.0) / n) if n > 0 else float("nan")
 
 
-def trajectory_metrics(rows: Sequence[dict[str, Any]], tool: str = "calculator") -> dict[str, float]:
+def trajectory_metrics(
+    rows: Sequence[dict[str, Any]], tool: str = "calculator", answer_tag: str = "<answer>"
+) -> dict[str, float]:
     """Metrics of `agentrl generate` rows: `accuracy` (share scoring 1) and its
     `accuracy_stderr`, `tool_call_rate` (share with at least one call of `tool`),
     `tool_calls_per_question`, `well_formed_call_rate` (a call and no parse or tool error),
-    `answer_rate` (share whose last turn has an `<answer>` tag), `turns/mean`,
+    `answer_rate` (share whose last turn contains `answer_tag`), `turns/mean`,
     `trajectories`."""
     if not rows:
         raise ValueError("no trajectories to evaluate")
@@ -43,7 +45,7 @@ def trajectory_metrics(rows: Sequence[dict[str, Any]], tool: str = "calculator")
         c > 0 and not r["metrics"]["tool_errors"] and r["metrics"]["parse_errors"] == 0
         for c, r in zip(calls, rows, strict=True)
     ]
-    answered = ["<answer>" in _final_text(r) for r in rows]
+    answered = [answer_tag in _final_text(r) for r in rows]
     accuracy = sum(float(r.get("score") or 0.0) for r in rows) / n
     return {
         "trajectories": float(n),
@@ -113,6 +115,7 @@ def evaluate_model(
     groups: Mapping[str, Sequence[str]] | None = None,
     aliases: Mapping[str, str] | None = None,
     overrides: Sequence[str] = (),
+    answer_tag: str = "<answer>",
 ) -> dict[str, Any]:
     """Greedy and sampled (T=1) rollouts of the test set: the greedy pass's
     `trajectory_metrics`, `by_<grouping>` per grouping of `groups`, then
@@ -139,10 +142,10 @@ def evaluate_model(
             *overrides,
         ],
     )
-    metrics: dict[str, Any] = trajectory_metrics(greedy, tool)
+    metrics: dict[str, Any] = trajectory_metrics(greedy, tool, answer_tag)
     for grouping, labels in (groups or {}).items():
         metrics[f"by_{grouping}"] = group_metrics(greedy, labels, tool)
-    sampled_metrics = trajectory_metrics(sampled, tool)
+    sampled_metrics = trajectory_metrics(sampled, tool, answer_tag)
     metrics |= {
         "sampled_accuracy": sampled_metrics["accuracy"],
         "sampled_accuracy_stderr": sampled_metrics["accuracy_stderr"],

@@ -20,8 +20,8 @@ a nano model learns, on CPU, when to call its tool.
    then evaluated: what the same compute gives without RL;
 8. report: `report.json`, then `agentrl report` writes `report.html` from the run directory.
 
-The tool's server, if it has one (the search task's retriever), runs for the whole run
-and is stopped at its end, also when a stage fails.
+The tool's server, if it has one (the search task's retriever, the retool task's code
+sandbox), runs for the whole run and is stopped at its end, also when a stage fails.
 """
 
 from __future__ import annotations
@@ -178,6 +178,7 @@ def _run_stages(
                 task.recipe_config, model_dir, data.test, out_dir / name, s.seed,
                 task.tool_name, data.groups, task.aliases,
                 [f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config}"],
+                task.answer_tag,
             )  # fmt: skip
             logger.info(
                 "%s: greedy accuracy %.3f ± %.3f, sampled %.3f ± %.3f, tool-call rate %.2f",

@@ -8,7 +8,9 @@ are the same for every task.
 
 - ``calculator`` (the README's main job): arithmetic expressions, the calculator tool;
 - ``search`` (the CPU Search-R1 run, recipes/search_r1/): questions about fictional people,
-  the search tool against a local BM25 retriever over their documents.
+  the search tool against a local BM25 retriever over their documents;
+- ``retool`` (the CPU ReTool run, recipes/retool/): sums of lists, products and sums of
+  ranges, the code_interpreter tool against the local code sandbox.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 CALCULATOR_DIRECT_PHRASINGS = ("compute", "equals", "evaluate", "find")
 # The same for the search teacher: one phrasing of each question kind.
 SEARCH_DIRECT_PHRASINGS = ("born_town", "founder_name", "bridge_town")
+# The same for the ReTool teacher: one phrasing of each problem kind.
+RETOOL_DIRECT_PHRASINGS = ("add_up", "multiply", "add_range")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class Task:
     tools: Callable[[Path], contextlib.AbstractContextManager[Path]]  # data dir -> tool config
     defaults: dict[str, Any] = field(default_factory=dict)  # QuickstartSettings overrides
     aliases: dict[str, str] = field(default_factory=dict)  # report key -> evaluation metric
+    answer_tag: str = "<answer>"  # what a final answer contains (evaluation's answer_rate)
 
 
 def recipe_file(recipe: str, name: str) -> Path:
@@ -140,4 +145,34 @@ SEARCH = Task(
     },
 )
 
-TASKS: dict[str, Task] = {task.name: task for task in (CALCULATOR, SEARCH)}
+
+
+# ---------------------------------------------------------------------- retool
+
+
+def _retool_data(out_dir: Path, s: Any) -> TaskData:
+    from agentrl.quickstart.retool_task import write_code_data
+
+    return write_code_data(out_dir, s, RETOOL_DIRECT_PHRASINGS)
+
+
+@contextlib.contextmanager
+def _retool_tools(data_dir: Path) -> Iterator[Path]:
+    from agentrl.quickstart.retool_task import serve_sandbox_tool
+
+    with serve_sandbox_tool(data_dir) as tool_config:
+        yield tool_config
+
+
+RETOOL = Task(
+    name="retool",
+    recipe_config=recipe_file("retool", "cpu_config.yaml"),
+    tool_name="code_interpreter",
+    prepare=_retool_data,
+    tools=_retool_tools,
+    defaults={"sft_steps": 1800, "n_test": 300},  # programs are longer to copy than expressions
+    aliases={"sandbox_runs_per_question": "tool_calls_per_question"},
+    answer_tag="\\boxed{",
+)
+
+TASKS: dict[str, Task] = {task.name: task for task in (CALCULATOR, SEARCH, RETOOL)}

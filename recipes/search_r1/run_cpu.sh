@@ -13,5 +13,8 @@ if [ $# -lt 1 ] || [[ "$1" == -* ]]; then
 fi
 out_dir=$1
 shift
-cd "$(dirname "$0")/../.."
-exec "${AGENTRL_VENV:-.venv}/bin/agentrl" quickstart --task search --out-dir "$out_dir" "$@"
+# The checkout's venv (AGENTRL_VENV to choose another), else the agentrl on PATH (a wheel).
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+agentrl="${AGENTRL_VENV:-$repo/.venv}/bin/agentrl"
+[ -x "$agentrl" ] || agentrl=agentrl
+exec "$agentrl" quickstart --task search --out-dir "$out_dir" "$@"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The CPU ReTool run: a nano model learns when to run code, on 2 cores in minutes.
+#   bash recipes/retool/run_cpu.sh OUT_DIR [--seed N] [agentrl quickstart flags/overrides]
+# Sums of lists, products and sums of ranges (agentrl/data/code_arithmetic.py), the local
+# code sandbox started and stopped by the command, SFT on an imperfect teacher (on some
+# phrasings it answers without running code), GRPO with the real code_interpreter tool,
+# accuracy on 300 held-out problems beside an SFT-only control.
+# Writes OUT_DIR/report.json (eval_sft / eval_rl / control: accuracy,
+# sandbox_runs_per_question, ...) and OUT_DIR/report.html.
+set -euo pipefail
+if [ $# -lt 1 ] || [[ "$1" == -* ]]; then
+  echo "usage: bash recipes/retool/run_cpu.sh OUT_DIR [--seed N] [...]" >&2
+  exit 2
+fi
+out_dir=$1
+shift
+# The checkout's venv (AGENTRL_VENV to choose another), else the agentrl on PATH (a wheel).
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+agentrl="${AGENTRL_VENV:-$repo/.venv}/bin/agentrl"
+[ -x "$agentrl" ] || agentrl=agentrl
+exec "$agentrl" quickstart --task retool --out-dir "$out_dir" "$@"
