@@ -3,10 +3,11 @@ call a calculator: SFT on an imperfect teacher, then GRPO, against an SFT-only c
 
     agentrl quickstart --out-dir outputs/quickstart [--seed N] [--steps 25] [key.sub=value ...]
     agentrl quickstart --task search --out-dir OUT [--seed N]   # the CPU Search-R1 run
+    agentrl quickstart --task retool --out-dir OUT [--seed N]   # the CPU ReTool run
 
-The stages are in agentrl/quickstart/pipeline.py, the tasks in tasks.py (search_task.py),
-the evaluation in evaluation.py; the numbers measured on 2 cores are in docs/quickstart.md
-and recipes/search_r1/README.md. Writes `OUT_DIR/report.json`,
+The stages are in agentrl/quickstart/pipeline.py, the tasks in tasks.py (search_task.py,
+retool_task.py), the evaluation in evaluation.py; the numbers measured on 2 cores are in
+docs/quickstart.md, recipes/search_r1/README.md and recipes/retool/README.md. Writes `OUT_DIR/report.json`,
 `OUT_DIR/report.html` (plots and a trajectory viewer, `agentrl report`) and
 `OUT_DIR/quickstart.log`. The console shows one progress bar per stage and, at the end,
 the before/after/control table with standard errors and the seconds of every stage.
@@ -58,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--task",
         default="calculator",
         choices=sorted(TASKS),
-        help="calculator (the main job) or search (the CPU Search-R1 run)",
+        help="calculator (the main job), search (the CPU Search-R1 run) or retool (the CPU "
+        "ReTool run)",
     )
     for flag, (kind, text) in _FLAGS.items():
         parser.add_argument(flag, type=kind, default=None, help=text + " (default: the task's)")
