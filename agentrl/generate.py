@@ -101,7 +101,9 @@ async def _generate(cfg: DictConfig, backend: Any) -> dict[str, float]:
     if own_backend:
         from agentrl.rollout.backends.factory import create_backend
 
-        backend = create_backend(rollout, cfg.actor_rollout_ref.model.path, tokenizer)
+        backend = create_backend(
+            rollout, cfg.actor_rollout_ref.model.path, tokenizer, seed=int(cfg.trainer.seed)
+        )
     engine = AsyncRolloutEngine(
         rollout,
         tokenizer,

@@ -25,6 +25,10 @@ One handler per state (DESIGN.md section 3):
   `finalize_interaction`, also after errors and cancellation; then `finalize` (sanity
   check, truncation to the response budget).
 
+With `rollout.deterministic` (the default with the `hf` backend) requests generate in
+waves (agentrl/rollout/waves.py): each generation call waits until every live request of the
+batch is ready to generate, so batching does not depend on timing and a seeded run repeats.
+
 A fault ends only its request, never the batch: a FAILED request keeps its tokens with a
 zero loss mask, and `meta_info["metrics"]` counts it. Configuration errors (an unknown
 tool or interaction named by a sample) raise before anything runs.
@@ -50,6 +54,7 @@ from agentrl.rollout.output import batch_metrics, batch_timing, build_output
 from agentrl.rollout.parsers import ParsedCall, ParseResult, get_tool_parser
 from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
 from agentrl.rollout.tool_calls import end_plugins, run_tool_turn, start_plugins
+from agentrl.rollout.waves import GenerationWaves
 from agentrl.tools import BaseTool
 
 logger = logging.getLogger(__name__)
@@ -65,6 +70,7 @@ class BatchContext:
     generation_slots: asyncio.Semaphore
     tool_slots: dict[str, asyncio.Semaphore]
     on_request_done: Callable[[AsyncRolloutRequest], None] | None = None
+    waves: GenerationWaves | None = None  # rollout.deterministic: generate in waves
 
 
 class AsyncRolloutEngine:
@@ -112,6 +118,11 @@ class AsyncRolloutEngine:
         self._loop_thread: threading.Thread | None = None
         self._loop_lock = threading.Lock()
         self._warned_prompt_mismatch = False
+        # rollout.deterministic (waves.py); null -> what the backend asks for (hf: on)
+        deterministic = config.get("deterministic") if hasattr(config, "get") else None
+        if deterministic is None:
+            deterministic = getattr(backend, "deterministic_by_default", False)
+        self.deterministic = bool(deterministic)
 
     # ------------------------------------------------------------------ the batch
 
@@ -136,6 +147,8 @@ class AsyncRolloutEngine:
         started = time.perf_counter()
         ctx = self.new_context(bool(batch.meta_info.get("validate", False)), on_request_done)
         requests = self.build_requests(batch, ctx.n)
+        if self.deterministic:
+            ctx.waves = GenerationWaves(len(requests))
         await asyncio.gather(*(self.run_request(r, ctx) for r in requests))
         return self.collect(requests, batch, time.perf_counter() - started)
 
@@ -287,6 +300,8 @@ class AsyncRolloutEngine:
             logger.exception("request %s: unexpected error", req.request_id)
             req.fail(f"unexpected {type(err).__name__}: {err}")
         finally:
+            if ctx.waves is not None:
+                ctx.waves.leave(req)
             cleanup = asyncio.ensure_future(
                 end_plugins(req, self.tools, self.interactions, self.multi_turn.tool_timeout)
             )
@@ -341,6 +356,8 @@ class AsyncRolloutEngine:
             return
         per_turn = self.multi_turn.max_new_tokens_per_turn
         max_new = min(remaining, per_turn) if per_turn else remaining
+        if ctx.waves is not None:
+            await ctx.waves.turn(req)
         out = await generate_with_retries(
             self.backend,
             req,

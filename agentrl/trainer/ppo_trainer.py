@@ -55,6 +55,7 @@ from agentrl.trainer.metrics import (
     timer,
 )
 from agentrl.trainer.tracking import Tracking
+from agentrl.utils.seeding import seed_everything
 from agentrl.workers import ActorRolloutRefWorker, CriticWorker
 
 logger = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ class PPOTrainer:
 
     def __init__(self, config: DictConfig) -> None:
         self.config = config
+        seed_everything(int(config.trainer.seed))  # the driver's streams (reward functions)
         self.use_critic = config.algorithm.adv_estimator == "gae"
         self.use_reference_policy = bool(
             config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.data.sft import SFTDataset, read_sft_rows, sft_collate_fn
+from agentrl.utils.seeding import seed_everything
 
 logger = logging.getLogger(__name__)
 
@@ -97,11 +97,6 @@ def evaluate_loss(model: torch.nn.Module, loader: DataLoader) -> float:
     return total / max(tokens, 1.0)
 
 
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def _rows(data: str | Path | Sequence[dict]) -> list[dict]:
     if isinstance(data, (str, Path)):
         return read_sft_rows(data)
@@ -144,7 +139,7 @@ def run_sft(
     if steps is not None and steps < 1:
         raise ValueError(f"steps must be >= 1 when given, got {steps}")
     started = time.perf_counter()
-    _seed_everything(seed)
+    seed_everything(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     dataset = SFTDataset(_rows(data), tokenizer, max_length=max_length, truncation=truncation)

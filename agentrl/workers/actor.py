@@ -35,6 +35,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.distributed import Dispatch, Worker, register
 from agentrl.protocol import DataProto
+from agentrl.utils.seeding import seed_everything
 from agentrl.workers import checkpoint
 from agentrl.workers.fsdp import build_sharded_model, device_mesh, full_state_dict
 from agentrl.workers.micro_batch import MicroBatching
@@ -92,7 +93,7 @@ class ActorRolloutRefWorker(Worker):
     def init_model(self) -> None:
         """Load and shard the models this role holds, build the optimizer and rollout."""
         cfg = self.config
-        torch.manual_seed(self.seed)
+        seed_everything(self.seed)  # the same initial weights on every rank
         self.tokenizer = AutoTokenizer.from_pretrained(
             cfg.model.path, trust_remote_code=bool(cfg.model.trust_remote_code)
         )
@@ -123,7 +124,11 @@ class ActorRolloutRefWorker(Worker):
         if self.is_rollout:
             from agentrl.workers.rollout import HybridRollout
 
-            self.rollout = HybridRollout(cfg, self.tokenizer, self.chat_template_kwargs)
+            # the sampler's seed: the trainer's, one stream per rank
+            self.rollout = HybridRollout(
+                cfg, self.tokenizer, self.chat_template_kwargs, seed=self.seed + self.rank
+            )
+        seed_everything(self.seed + self.rank)  # dropout: one stream per rank
         logger.info("rank %d: %s ready on %s", self.rank, self.role, self.device)
 
     def _mini_batch_size(self) -> int:
@@ -204,7 +209,7 @@ class ActorRolloutRefWorker(Worker):
         scheduler = self._require(self.lr_scheduler, "training (roles with the actor)")
         started = time.perf_counter()
         lr = scheduler.get_last_lr()[0]
-        metrics = actor.update_policy(data, self._temperature(data))
+        metrics = actor.update_policy(data, self._temperature(data), self.global_step)
         scheduler.step()
         self.global_step += 1
         metrics["actor/lr"] = lr

@@ -27,6 +27,7 @@ from transformers import AutoModelForTokenClassification
 from agentrl.algos import compute_value_loss, masked_mean
 from agentrl.distributed import Dispatch, Worker, register
 from agentrl.protocol import DataProto
+from agentrl.utils.seeding import seed_everything
 from agentrl.workers import checkpoint
 from agentrl.workers.actor import per_rank_size
 from agentrl.workers.forward import response_values
@@ -61,7 +62,7 @@ class CriticWorker(Worker):
         from transformers import AutoTokenizer
 
         cfg = self.config
-        torch.manual_seed(self.seed)  # the value head is freshly initialised
+        seed_everything(self.seed)  # the value head is freshly initialised
         model_cfg = cfg.model
         if model_cfg.path is None:
             model_cfg = _with_path(model_cfg, model_cfg.tokenizer_path)
@@ -146,6 +147,7 @@ class CriticWorker(Worker):
             self._settings(),
             self._micro_loss,
             prefix="critic",
+            step=int(self.lr_scheduler.last_epoch),
         )
         self.lr_scheduler.step()
         self.global_step += 1

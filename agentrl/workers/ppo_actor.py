@@ -124,7 +124,9 @@ class PPOActor:
         outputs = micro_batched_forward(self.model, model_inputs(data), batching, forward)
         return outputs[0], outputs[1] if calc_entropy else None
 
-    def update_policy(self, data: DataProto, temperature: float = 1.0) -> dict[str, float]:
+    def update_policy(
+        self, data: DataProto, temperature: float = 1.0, step: int = 0
+    ) -> dict[str, float]:
         """PPO epochs over ``data``; returns averaged ``actor/*`` metrics."""
         if self.optimizer is None:
             raise RuntimeError("this actor has no optimizer (a reference model cannot train)")
@@ -141,6 +143,7 @@ class PPOActor:
             self.settings,
             lambda micro: self._micro_loss(micro, temperature),
             prefix="actor",
+            step=step,
         )
         if self.config.use_kl_loss:
             metrics["actor/kl_coef"] = float(self.config.kl_loss_coef)

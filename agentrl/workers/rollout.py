@@ -92,6 +92,7 @@ class HybridRollout:
         tokenizer: Any,
         chat_template_kwargs: dict[str, Any] | None = None,
         weights_dir: str | Path | None = None,
+        seed: int | None = None,
     ) -> None:
         from agentrl.rollout.backends.factory import create_backend
         from agentrl.rollout.engine import AsyncRolloutEngine
@@ -101,7 +102,7 @@ class HybridRollout:
         self.loop = LoopThread()
         self._own_weights_dir = weights_dir is None
         self.weights_dir = Path(weights_dir or tempfile.mkdtemp(prefix="agentrl_weights_"))
-        self.backend = create_backend(self.rollout_cfg, config.model.path, tokenizer)
+        self.backend = create_backend(self.rollout_cfg, config.model.path, tokenizer, seed=seed)
         self.engine = AsyncRolloutEngine(
             self.rollout_cfg,
             tokenizer,

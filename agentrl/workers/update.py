@@ -88,8 +88,12 @@ def loss_weight(mode: str, mask: torch.Tensor, tokens: float, sequences: float) 
     return float((mask.sum(-1) > 0).sum()) / max(sequences, 1.0)
 
 
-def mini_batches(data: DataProto, settings: UpdateSettings, epoch: int) -> list[DataProto]:
-    """The mini-batches of one epoch (shuffled with a seed per epoch when asked)."""
+def mini_batches(
+    data: DataProto, settings: UpdateSettings, epoch: int, step: int = 0
+) -> list[DataProto]:
+    """The mini-batches of one epoch of training step `step` (shuffled when asked, with a
+    permutation drawn from the seed, the step and the epoch: a new one every step, the same
+    in every run)."""
     n, size = len(data), settings.mini_batch_size
     if n % size:
         raise ValueError(
@@ -98,7 +102,9 @@ def mini_batches(data: DataProto, settings: UpdateSettings, epoch: int) -> list[
             "world size)"
         )
     if settings.shuffle:
-        generator = torch.Generator().manual_seed(settings.seed + epoch)
+        generator = torch.Generator().manual_seed(
+            (settings.seed * 1_000_003 + step) * 1_009 + epoch
+        )
         order = torch.randperm(n, generator=generator)
     else:
         order = torch.arange(n)
@@ -112,12 +118,14 @@ def run_update(
     settings: UpdateSettings,
     micro_loss: MicroLoss,
     prefix: str,
+    step: int = 0,
 ) -> dict[str, float]:
-    """``epochs`` passes of mini-batch steps; returns metrics averaged over the steps."""
+    """``epochs`` passes of mini-batch steps of training step `step`; returns metrics
+    averaged over the steps."""
     sums: dict[str, float] = defaultdict(float)
     steps = 0
     for epoch in range(settings.epochs):
-        for mini in mini_batches(data, settings, epoch):
+        for mini in mini_batches(data, settings, epoch, step):
             for key, value in _step(model, optimizer, mini, settings, micro_loss, prefix).items():
                 sums[key] += value
             steps += 1

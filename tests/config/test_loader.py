@@ -140,3 +140,9 @@ def test_config_command_prints_resolved_yaml_or_the_problems(capsys):
     assert "rollout_n: 4" in out and "${" not in out
     assert main(["config", "actor_rollout_ref.rollout.nn=4"]) == 2
     assert "did you mean actor_rollout_ref.rollout.n" in capsys.readouterr().err
+
+
+def test_trainer_seed_is_the_default_of_the_data_order_seed():
+    assert load_config().data.seed == load_config().trainer.seed == 42
+    assert load_config(overrides=["trainer.seed=7"]).data.seed == 7
+    assert load_config(overrides=["trainer.seed=7", "data.seed=1"]).data.seed == 1

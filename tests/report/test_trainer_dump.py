@@ -57,7 +57,7 @@ class CalculatorScript:
 def scripted_run(tiny_model_dir, tmp_path, monkeypatch) -> Path:
     monkeypatch.setattr(
         "agentrl.rollout.backends.factory.create_backend",
-        lambda config, model_path, tokenizer, model=None: CalculatorScript(tokenizer),
+        lambda config, model_path, tokenizer, model=None, seed=None: CalculatorScript(tokenizer),
     )
     train, _ = write_arithmetic_dataset(tmp_path / "data", n_train=8, n_test=2, seed=0)
     tools = tmp_path / "calculator_tool.yaml"

@@ -103,6 +103,16 @@ def test_mini_batches_cover_the_batch_once_per_epoch():
     rows = torch.cat([m.batch["target"] for m in first])
     assert sorted(rows[:, 0].tolist()) == sorted(data.batch["target"][:, 0].tolist())
     assert not torch.equal(rows, data.batch["target"])
+    # a new permutation every training step, the same one for the same step
+    orders = {
+        step: tuple(torch.cat([m.batch["x"] for m in mini_batches(data, shuffled, 0, step)])
+                    .flatten().tolist())
+        for step in range(4)
+    }  # fmt: skip
+    assert len(set(orders.values())) > 1
+    assert orders[2] == tuple(
+        torch.cat([m.batch["x"] for m in mini_batches(data, shuffled, 0, 2)]).flatten().tolist()
+    )
     with pytest.raises(
         ValueError,
         match="batch of 8 trajectories is not a multiple of the per-rank mini-batch of 3",

@@ -38,16 +38,18 @@ def create_backend(
     model_path: str | None,
     tokenizer: Any,
     model: torch.nn.Module | None = None,
+    seed: int | None = None,
 ) -> GenerationBackend:
     """The backend `rollout_config.name` names (see the module docstring).
 
     `rollout_config` is the validated `actor_rollout_ref.rollout` config: every key is
-    there, with the defaults of agentrl/config/ppo_trainer.yaml.
+    there, with the defaults of agentrl/config/ppo_trainer.yaml. `seed` (the trainer's) seeds
+    the hf sampler unless `engine_kwargs.seed` is set.
     """
     cfg = _as_dict(rollout_config)
     name = cfg["name"]
     if name == "hf":
-        return _hf_backend(cfg, model_path, tokenizer, model)
+        return _hf_backend(cfg, model_path, tokenizer, model, seed)
     if name == "sglang":
         return _sglang_backend(cfg, model_path, tokenizer)
     raise ValueError(f"actor_rollout_ref.rollout.name must be one of {BACKENDS}, got {name!r}")
@@ -60,9 +62,15 @@ def _as_dict(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _hf_backend(
-    cfg: dict[str, Any], model_path: str | None, tokenizer: Any, model: torch.nn.Module | None
+    cfg: dict[str, Any],
+    model_path: str | None,
+    tokenizer: Any,
+    model: torch.nn.Module | None,
+    seed: int | None = None,
 ) -> HFBackend:
     kwargs = dict(cfg["engine_kwargs"] or {})
+    if seed is not None:
+        kwargs.setdefault("seed", seed)
     options = {
         "max_num_seqs": cfg["max_num_seqs"],
         "max_model_len": cfg["max_model_len"],

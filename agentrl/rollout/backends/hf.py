@@ -17,7 +17,9 @@ Sampling is per row inside one micro-batch, so requests with different parameter
 a forward pass: each row has its own temperature, top-k, top-p, min-p, stop ids and
 budget. Temperature 0 is greedy (argmax); it is deterministic and gives the tokens
 `model.generate(do_sample=False)` gives. Sampled tokens come from one seeded
-`torch.Generator`, so they depend on how requests were batched.
+`torch.Generator`, so they depend on how requests were batched: the rollout engine makes
+batching independent of timing by generating in waves (`rollout.deterministic`,
+agentrl/rollout/waves.py), and a seeded run then repeats exactly.
 
 Log-probs. `output_log_probs[i]` is `log_softmax(logits / temperature)[token_i]` in fp32,
 before top-k/top-p/min-p filtering (temperature 1 for greedy rows): the log-prob the
@@ -165,6 +167,10 @@ class HFBackend:
         max_model_len: context length (prompt + output); None -> the model's
             `max_position_embeddings`. Longer prompts are rejected, budgets clamped.
     """
+
+    # The rollout engine generates in waves with this backend unless rollout.deterministic
+    # is false: its micro-batches are formed by arrival, so timing would change the samples.
+    deterministic_by_default = True
 
     def __init__(
         self,

@@ -36,6 +36,12 @@ def test_hf_backend_shares_a_given_model(tiny_model_dir, tiny_tokenizer):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     backend = create_backend(rollout_config(), None, tiny_tokenizer, model=model)
     assert backend.model is model
+    # the trainer's seed seeds the sampler unless engine_kwargs.seed is set
+    assert backend._generator.initial_seed() == 0
+    seeded = create_backend(rollout_config(), None, tiny_tokenizer, model=model, seed=7)
+    assert seeded._generator.initial_seed() == 7
+    pinned = rollout_config("engine_kwargs={seed: 3}")
+    assert create_backend(pinned, None, tiny_tokenizer, model=model, seed=7)._generator.initial_seed() == 3
     with pytest.raises(ValueError, match="needs actor_rollout_ref.model.path"):
         create_backend(rollout_config(), None, tiny_tokenizer)
 
