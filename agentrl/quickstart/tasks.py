@@ -16,7 +16,8 @@ are the same for every task.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -113,29 +114,26 @@ CALCULATOR = Task(
 )
 
 
-# ---------------------------------------------------------------------- search
+# ------------------------------------------------- tasks whose modules load on first use
 
 
-def _search_data(out_dir: Path, s: Any) -> TaskData:
-    from agentrl.quickstart.search_task import write_search_data
+def _lazy(module: str, name: str, *bound: Any) -> Callable[..., Any]:
+    """`module.name(*args, *bound)`, importing the module at the first call (the search
+    and sandbox stacks are only loaded by the runs that use them)."""
 
-    return write_search_data(out_dir, s, SEARCH_DIRECT_PHRASINGS)
+    def call(*args: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, *bound)
 
-
-@contextlib.contextmanager
-def _search_tools(data_dir: Path) -> Iterator[Path]:
-    from agentrl.quickstart.search_task import serve_search_tool
-
-    with serve_search_tool(data_dir) as tool_config:
-        yield tool_config
+    return call
 
 
+_SEARCH = "agentrl.quickstart.search_task"
 SEARCH = Task(
     name="search",
     recipe_config=recipe_file("search_r1", "cpu_config.yaml"),
     tool_name="search",
-    prepare=_search_data,
-    tools=_search_tools,
+    prepare=_lazy(_SEARCH, "write_search_data", SEARCH_DIRECT_PHRASINGS),
+    tools=_lazy(_SEARCH, "serve_search_tool"),
     defaults={"steps": 24, "sft_steps": 800, "n_test": 300},
     aliases={
         "exact_match": "accuracy",
@@ -146,30 +144,13 @@ SEARCH = Task(
 )
 
 
-
-# ---------------------------------------------------------------------- retool
-
-
-def _retool_data(out_dir: Path, s: Any) -> TaskData:
-    from agentrl.quickstart.retool_task import write_code_data
-
-    return write_code_data(out_dir, s, RETOOL_DIRECT_PHRASINGS)
-
-
-@contextlib.contextmanager
-def _retool_tools(data_dir: Path) -> Iterator[Path]:
-    from agentrl.quickstart.retool_task import serve_sandbox_tool
-
-    with serve_sandbox_tool(data_dir) as tool_config:
-        yield tool_config
-
-
+_RETOOL = "agentrl.quickstart.retool_task"
 RETOOL = Task(
     name="retool",
     recipe_config=recipe_file("retool", "cpu_config.yaml"),
     tool_name="code_interpreter",
-    prepare=_retool_data,
-    tools=_retool_tools,
+    prepare=_lazy(_RETOOL, "write_code_data", RETOOL_DIRECT_PHRASINGS),
+    tools=_lazy(_RETOOL, "serve_sandbox_tool"),
     defaults={"sft_steps": 1800, "n_test": 300},  # programs are longer to copy than expressions
     aliases={"sandbox_runs_per_question": "tool_calls_per_question"},
     answer_tag="\\boxed{",
