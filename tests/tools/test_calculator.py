@@ -104,7 +104,9 @@ HOSTILE = [
 def test_hostile_inputs_return_error_text_fast(expression, kind, text):
     start = time.perf_counter()
     response, reward, metrics = run(expression)
-    assert time.perf_counter() - start < 0.5
+    # No hang: unbounded, these inputs take minutes or exhaust memory. The bound is loose
+    # because a CI machine can pause for half a second (0.5 s once failed at 0.56 s).
+    assert time.perf_counter() - start < 5.0
     assert (response.text, reward, metrics) == (text, 0.0, {"tool_error": kind})
 
 
