@@ -316,6 +316,32 @@ def split_pool(split: str) -> str:
     return split if split in ("sft", "train") else "test"
 
 
+def draw_distinct(
+    n: int, split: str, rng: random.Random, draw: Callable[[random.Random], tuple], what: str
+) -> list[tuple]:
+    """`n` draws `draw(rng) = (key, ...)` with distinct keys in the pool of `split`
+    (``split_pool`` / ``expression_pool``), in draw order; ValueError naming `what` when
+    1000 + 200 n attempts do not find them."""
+    pool = split_pool(split)
+    seen: set[str] = set()
+    out: list[tuple] = []
+    max_attempts = 1000 + 200 * n
+    for _ in range(max_attempts):
+        if len(out) == n:
+            break
+        drawn = draw(rng)
+        if drawn[0] in seen or expression_pool(drawn[0]) != pool:
+            continue
+        seen.add(drawn[0])
+        out.append(drawn)
+    if len(out) < n:
+        raise ValueError(
+            f"could only generate {len(out)} distinct {what} for split {split!r} in "
+            f"{max_attempts} attempts, {n} requested"
+        )
+    return out
+
+
 def make_row(
     index: int,
     split: str,
@@ -366,26 +392,18 @@ def make_arithmetic_rows(
         raise ValueError(f"n must be >= 0, got {n}")
     rng = random.Random(f"agentrl/arithmetic:{seed}:{split}:{difficulty}")
     templates = TEMPLATES[difficulty]
-    pool = split_pool(split)
     keep_phrasing = difficulty == "quickstart"
-    seen: set[str] = set()
-    rows: list[dict] = []
-    max_attempts = 1000 + 200 * n
-    for _ in range(max_attempts):
-        if len(rows) == n:
-            break
+
+    def draw(rng: random.Random) -> tuple[str, str, str | None]:
         template = rng.choice(templates)
         question, expression = template(rng)
-        if expression in seen or expression_pool(expression) != pool:
-            continue
-        seen.add(expression)
-        phrasing = template.__name__ if keep_phrasing else None
-        rows.append(make_row(len(rows), split, question, expression, system_prompt, phrasing))
-    if len(rows) < n:
-        raise ValueError(
-            f"could only generate {len(rows)} distinct {difficulty!r} problems for split "
-            f"{split!r} in {max_attempts} attempts, {n} requested"
-        )
+        return expression, question, template.__name__ if keep_phrasing else None
+
+    drawn = draw_distinct(n, split, rng, draw, f"{difficulty!r} problems")
+    rows = [
+        make_row(i, split, question, expression, system_prompt, phrasing)
+        for i, (expression, question, phrasing) in enumerate(drawn)
+    ]
     return rows
 
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 import random
 from collections.abc import Collection
 
-from agentrl.data.arithmetic import expression_pool, split_pool
+from agentrl.data.arithmetic import draw_distinct
 from agentrl.data.retool import TOOL_NAME, make_row
 
 SYSTEM_PROMPT = "Compute with code_interpreter. Reply \\boxed{NUMBER}."
@@ -101,28 +101,22 @@ def make_code_rows(
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     rng = random.Random(f"agentrl/code_arithmetic:{seed}:{split}")
-    pool, names = split_pool(split), list(PHRASINGS)
-    seen: set[str] = set()
-    rows: list[dict] = []
-    max_attempts = 1000 + 200 * n
-    for _ in range(max_attempts):
-        if len(rows) == n:
-            break
+    names = list(PHRASINGS)
+
+    def draw(rng: random.Random) -> tuple[str, str, int, str]:
         phrasing = rng.choice(names)
         question, program, value = _problem(rng, phrasing)
-        if program in seen or expression_pool(program) != pool:
-            continue
-        seen.add(program)
-        row = make_row(question, str(value), len(rows), split, prompt_template="{question}")
+        return program, question, value, phrasing
+
+    rows = []
+    for i, (program, question, value, phrasing) in enumerate(
+        draw_distinct(n, split, rng, draw, "problems")
+    ):
+        row = make_row(question, str(value), i, split, prompt_template="{question}")
         row["prompt"] = [{"role": "system", "content": system_prompt}, *row["prompt"]]
         kind = PHRASINGS[phrasing][0]
         row["extra_info"] |= {"kind": kind, "phrasing": phrasing, "program": program}
         rows.append(row)
-    if len(rows) < n:
-        raise ValueError(
-            f"could only generate {len(rows)} distinct problems for split {split!r} in "
-            f"{max_attempts} attempts, {n} requested"
-        )
     return rows
 
 

@@ -21,8 +21,7 @@ import yaml
 
 from agentrl.data.code_arithmetic import make_code_rows, make_code_sft_rows
 from agentrl.data.retool import TOOL_NAME
-from agentrl.quickstart.tasks import TaskData, check_disjoint
-from agentrl.utils.jsonl import write_jsonl, write_parquet
+from agentrl.quickstart.tasks import TaskData, check_disjoint, write_task_data
 
 # The tool's schema as the model sees it (one line with the compact template).
 CODE_SCHEMA = {
@@ -55,19 +54,8 @@ def write_code_data(out_dir: Path, s: Any, direct_phrasings: Collection[str]) ->
             "test": {r["extra_info"]["program"] for r in test},
         }
     )
-    groups = {
-        "phrasing": [
-            "direct_phrasings" if r["extra_info"]["phrasing"] in direct_phrasings
-            else "tool_phrasings" for r in test
-        ],
-        "kind": [r["extra_info"]["kind"] for r in test],
-    }  # fmt: skip
-    return TaskData(
-        write_jsonl(sft, out_dir / "sft.jsonl"),
-        write_parquet(train, out_dir / "train.parquet"),
-        write_parquet(test, out_dir / "test.parquet"),
-        groups,
-    )
+    kinds = [r["extra_info"]["kind"] for r in test]
+    return write_task_data(out_dir, sft, train, test, direct_phrasings, kind=kinds)
 
 
 @contextlib.contextmanager

@@ -30,8 +30,8 @@ from agentrl.data.search_facts import (
     make_world,
     world_corpus,
 )
-from agentrl.quickstart.tasks import TaskData, check_disjoint
-from agentrl.utils.jsonl import write_jsonl, write_parquet
+from agentrl.quickstart.tasks import TaskData, check_disjoint, write_task_data
+from agentrl.utils.jsonl import write_jsonl
 
 TOPK = 1  # documents per query: the exact name always retrieves its own document
 N_PEOPLE = 3000
@@ -100,19 +100,8 @@ def write_search_data(out_dir: Path, s: Any, direct_phrasings: Collection[str]) 
                 "uses_tool": not direct,
             }
         )
-    groups = {
-        "phrasing": [
-            "direct_phrasings" if r["extra_info"]["phrasing"] in direct_phrasings
-            else "tool_phrasings" for r in test
-        ],
-        "hops": [f"{r['extra_info']['hops']}_hop" for r in test],
-    }  # fmt: skip
-    return TaskData(
-        write_jsonl(sft, out_dir / "sft.jsonl"),
-        write_parquet(train, out_dir / "train.parquet"),
-        write_parquet(test, out_dir / "test.parquet"),
-        groups,
-    )
+    hops = [f"{r['extra_info']['hops']}_hop" for r in test]
+    return write_task_data(out_dir, sft, train, test, direct_phrasings, hops=hops)
 
 
 @contextlib.contextmanager

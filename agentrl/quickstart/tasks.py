@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -70,6 +70,31 @@ def check_disjoint(pools: dict[str, set[str]]) -> None:
                 )
 
 
+def write_task_data(
+    out_dir: Path,
+    sft: list[dict],
+    train: list[dict],
+    test: list[dict],
+    direct_phrasings: Collection[str],
+    **groups: list[str],
+) -> TaskData:
+    """Write the three pools (sft.jsonl, train.parquet, test.parquet) into `out_dir`; the
+    test rows are grouped by `phrasing` (the teacher's direct phrasings or the others) and by
+    every grouping given."""
+    from agentrl.utils.jsonl import write_jsonl, write_parquet
+
+    phrasing = [
+        "direct_phrasings" if r["extra_info"]["phrasing"] in direct_phrasings
+        else "tool_phrasings" for r in test
+    ]  # fmt: skip
+    return TaskData(
+        write_jsonl(sft, out_dir / "sft.jsonl"),
+        write_parquet(train, out_dir / "train.parquet"),
+        write_parquet(test, out_dir / "test.parquet"),
+        {"phrasing": phrasing, **groups},
+    )
+
+
 # ---------------------------------------------------------------------- calculator
 
 
@@ -77,7 +102,6 @@ def _calculator_data(out_dir: Path, s: Any) -> TaskData:
     from agentrl.data.arithmetic import SHORT_SYSTEM_PROMPT, make_arithmetic_rows
     from agentrl.data.arithmetic_sft import make_arithmetic_sft_rows
     from agentrl.tools import load_tool_schemas
-    from agentrl.utils.jsonl import write_jsonl, write_parquet
 
     (schema,) = load_tool_schemas(recipe_file("quickstart", "calculator_tool.yaml"))
     level, prompt, direct = "quickstart", SHORT_SYSTEM_PROMPT, CALCULATOR_DIRECT_PHRASINGS
@@ -93,16 +117,7 @@ def _calculator_data(out_dir: Path, s: Any) -> TaskData:
             "test": {r["extra_info"]["expression"] for r in test},
         }
     )
-    phrasing = [
-        "direct_phrasings" if r["extra_info"]["phrasing"] in direct else "tool_phrasings"
-        for r in test
-    ]
-    return TaskData(
-        write_jsonl(sft, out_dir / "sft.jsonl"),
-        write_parquet(train, out_dir / "train.parquet"),
-        write_parquet(test, out_dir / "test.parquet"),
-        {"phrasing": phrasing},
-    )
+    return write_task_data(out_dir, sft, train, test, direct)
 
 
 CALCULATOR = Task(

@@ -8,14 +8,4 @@
 # Writes OUT_DIR/report.json (eval_sft / eval_rl / control: accuracy,
 # sandbox_runs_per_question, ...) and OUT_DIR/report.html.
 set -euo pipefail
-if [ $# -lt 1 ] || [[ "$1" == -* ]]; then
-  echo "usage: bash recipes/retool/run_cpu.sh OUT_DIR [--seed N] [...]" >&2
-  exit 2
-fi
-out_dir=$1
-shift
-# The checkout's venv (AGENTRL_VENV to choose another), else the agentrl on PATH (a wheel).
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-agentrl="${AGENTRL_VENV:-$repo/.venv}/bin/agentrl"
-[ -x "$agentrl" ] || agentrl=agentrl
-exec "$agentrl" quickstart --task retool --out-dir "$out_dir" "$@"
+exec bash "$(dirname "$0")/../quickstart_task.sh" retool recipes/retool/run_cpu.sh "$@"

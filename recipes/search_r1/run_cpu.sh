@@ -7,14 +7,4 @@
 # Writes OUT_DIR/report.json (eval_sft / eval_rl / control: exact_match,
 # searches_per_question, ...) and OUT_DIR/report.html.
 set -euo pipefail
-if [ $# -lt 1 ] || [[ "$1" == -* ]]; then
-  echo "usage: bash recipes/search_r1/run_cpu.sh OUT_DIR [--seed N] [...]" >&2
-  exit 2
-fi
-out_dir=$1
-shift
-# The checkout's venv (AGENTRL_VENV to choose another), else the agentrl on PATH (a wheel).
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-agentrl="${AGENTRL_VENV:-$repo/.venv}/bin/agentrl"
-[ -x "$agentrl" ] || agentrl=agentrl
-exec "$agentrl" quickstart --task search --out-dir "$out_dir" "$@"
+exec bash "$(dirname "$0")/../quickstart_task.sh" search recipes/search_r1/run_cpu.sh "$@"
