@@ -97,6 +97,30 @@ def compute_data_metrics(data: Any, use_critic: bool) -> dict[str, float]:
     return metrics
 
 
+def compute_rollout_logprob_gap(data: Any) -> dict[str, float]:
+    """How far the engine's log-probs are from the trainer's (``old_log_probs``), over the
+    model's own tokens (``response_mask``): verl's ``training/rollout_probs_diff_*`` (in
+    probability) and ``training/rollout_log_probs_diff_*`` (in log-probability). Empty
+    when the batch lacks either (the engine was not asked for log-probs)."""
+    keys = data.batch.keys()
+    if "rollout_log_probs" not in keys or "old_log_probs" not in keys:
+        return {}
+    mask = data.batch["response_mask"].bool()
+    if not mask.any():
+        return {}
+    rollout = data.batch["rollout_log_probs"].float()[mask]
+    trainer = data.batch["old_log_probs"].float()[mask]
+    probs = (rollout.exp() - trainer.exp()).abs()
+    logs = (rollout - trainer).abs()
+    return {
+        "training/rollout_probs_diff_max": probs.max().item(),
+        "training/rollout_probs_diff_mean": probs.mean().item(),
+        "training/rollout_probs_diff_std": probs.std(unbiased=False).item(),
+        "training/rollout_log_probs_diff_max": logs.max().item(),
+        "training/rollout_log_probs_diff_mean": logs.mean().item(),
+    }
+
+
 def compute_timing_metrics(timing: dict[str, float]) -> dict[str, float]:
     """``timing_s/{name}`` for every timed section."""
     return {f"timing_s/{name}": seconds for name, seconds in timing.items()}

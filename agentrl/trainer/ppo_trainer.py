@@ -48,6 +48,7 @@ from agentrl.reward import load_reward_manager
 from agentrl.trainer import checkpointing as ckpt
 from agentrl.trainer.metrics import (
     compute_data_metrics,
+    compute_rollout_logprob_gap,
     compute_throughput_metrics,
     compute_timing_metrics,
     failed_rows,
@@ -338,6 +339,7 @@ class PPOTrainer:
                 data.batch["token_level_scores"] = scored["reward_tensor"]
             with timer("old_log_prob", timing):
                 data = data.union(self.actor_rollout_wg.compute_log_prob(data))
+            metrics |= compute_rollout_logprob_gap(data)
             if self.use_reference_policy:
                 with timer("ref", timing):
                     data = data.union(self.actor_rollout_wg.compute_ref_log_prob(data))

@@ -39,6 +39,7 @@ from agentrl.utils.seeding import seed_everything
 from agentrl.workers import checkpoint
 from agentrl.workers.fsdp import build_sharded_model, device_mesh, full_state_dict
 from agentrl.workers.micro_batch import MicroBatching
+from agentrl.workers.offload import Residency
 from agentrl.workers.optim import build_lr_scheduler, build_optimizer
 from agentrl.workers.ppo_actor import PPOActor, micro_batching
 
@@ -82,6 +83,9 @@ class ActorRolloutRefWorker(Worker):
         self.is_ref = role in ("ref", "actor_rollout_ref")
         self.actor: PPOActor | None = None
         self.ref: PPOActor | None = None
+        # where the actor's / ref's weights live between uses (fsdp_config.*_offload)
+        self.actor_residency: Residency | None = None
+        self.ref_residency: Residency | None = None
         self.rollout: Any = None
         self.lr_scheduler: Any = None
         self.tokenizer: Any = None
@@ -115,12 +119,21 @@ class ActorRolloutRefWorker(Worker):
                 self._update_micro_batch_size(),
                 seed=self.seed,
             )
+            fsdp = actor_cfg.fsdp_config
+            self.actor_residency = Residency(
+                module, optimizer, self.device, params=fsdp.param_offload,
+                optimizer_state=fsdp.optimizer_offload, name="actor",
+            )
         if self.is_ref:
             ref_module = build_sharded_model(
                 cfg.model, cfg.ref.fsdp_config, AutoModelForCausalLM, mesh, self.device
             )
             ref_module.requires_grad_(False)
             self.ref = PPOActor(ref_module, None, actor_cfg)
+            self.ref_residency = Residency(
+                ref_module, None, self.device, params=cfg.ref.fsdp_config.param_offload,
+                name="ref",
+            )
         if self.is_rollout:
             from agentrl.workers.rollout import HybridRollout
 
@@ -128,6 +141,9 @@ class ActorRolloutRefWorker(Worker):
             self.rollout = HybridRollout(
                 cfg, self.tokenizer, self.chat_template_kwargs, seed=self.seed + self.rank
             )
+        for residency in (self.actor_residency, self.ref_residency):
+            if residency is not None:
+                residency.offload()  # the GPU is the rollout's until a method needs them
         seed_everything(self.seed + self.rank)  # dropout: one stream per rank
         logger.info("rank %d: %s ready on %s", self.rank, self.role, self.device)
 
@@ -184,9 +200,10 @@ class ActorRolloutRefWorker(Worker):
         it unions into any batch."""
         actor = self._require(self.actor, "the actor")
         calc_entropy = bool(data.meta_info.get("calculate_entropy", False))
-        log_probs, entropys = actor.compute_log_prob(
-            data, self._log_prob_batching("rollout"), self._temperature(data), calc_entropy
-        )
+        with self.actor_residency.on_device():
+            log_probs, entropys = actor.compute_log_prob(
+                data, self._log_prob_batching("rollout"), self._temperature(data), calc_entropy
+            )
         tensors = {"old_log_probs": log_probs}
         if calc_entropy:
             tensors["entropys"] = entropys
@@ -196,9 +213,10 @@ class ActorRolloutRefWorker(Worker):
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """``ref_log_prob`` (B, R) of the responses under the frozen initial weights."""
         ref = self._require(self.ref, "the reference model")
-        log_probs, _ = ref.compute_log_prob(
-            data, self._log_prob_batching("ref"), self._temperature(data), calc_entropy=False
-        )
+        with self.ref_residency.on_device():
+            log_probs, _ = ref.compute_log_prob(
+                data, self._log_prob_batching("ref"), self._temperature(data), calc_entropy=False
+            )
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
 
     @register(Dispatch.DP_COMPUTE)
@@ -209,13 +227,16 @@ class ActorRolloutRefWorker(Worker):
         scheduler = self._require(self.lr_scheduler, "training (roles with the actor)")
         started = time.perf_counter()
         lr = scheduler.get_last_lr()[0]
-        metrics = actor.update_policy(data, self._temperature(data), self.global_step)
-        scheduler.step()
-        self.global_step += 1
-        metrics["actor/lr"] = lr
-        metrics["timing/update_actor_s"] = time.perf_counter() - started
-        if self.rollout is not None:
-            metrics.update(self._sync_rollout_weights())
+        residency = self.actor_residency
+        with residency.on_device(optimizer=True):
+            metrics = actor.update_policy(data, self._temperature(data), self.global_step)
+            scheduler.step()
+            self.global_step += 1
+            metrics["actor/lr"] = lr
+            metrics["timing/update_actor_s"] = time.perf_counter() - started
+            if self.rollout is not None:
+                residency.offload(params=False)  # optimizer state out before the engine wakes
+                metrics.update(self._sync_rollout_weights())
         return DataProto(meta_info={"metrics": metrics})
 
     @register(Dispatch.DP_COMPUTE, pad=True)
@@ -235,14 +256,17 @@ class ActorRolloutRefWorker(Worker):
     def _sync_rollout_weights(self) -> dict[str, float]:
         started = time.perf_counter()
         actor = self._require(self.actor, "the actor")
-        self.rollout.update_weights(actor.model, self.global_step)
+        with self.actor_residency.on_device():
+            self.rollout.update_weights(actor.model, self.global_step)
         return {"timing/weight_sync_s": time.perf_counter() - started}
 
     @register(Dispatch.ONE_TO_ALL)
     def full_state_dict(self, which: str = "actor") -> dict[str, torch.Tensor]:
         """The full weights of the ``actor`` or ``ref`` model on every rank (CPU tensors)."""
         part = self._require(self.actor if which == "actor" else self.ref, which)
-        return full_state_dict(part.model)
+        residency = self.actor_residency if which == "actor" else self.ref_residency
+        with residency.on_device():
+            return full_state_dict(part.model)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -251,15 +275,16 @@ class ActorRolloutRefWorker(Worker):
         """Sharded model/optimizer, scheduler + RNG (+ an HF export with ``hf_model``)."""
         actor = self._require(self.actor, "the actor")
         step = self.global_step if global_step is None else global_step
-        path = checkpoint.save_checkpoint(
-            local_path,
-            actor.model,
-            actor.optimizer,
-            self.lr_scheduler,
-            self.config.actor.checkpoint.save_contents,
-            self.tokenizer,
-            extra_state={"global_step": step},
-        )
+        with self.actor_residency.on_device(optimizer=True):
+            path = checkpoint.save_checkpoint(
+                local_path,
+                actor.model,
+                actor.optimizer,
+                self.lr_scheduler,
+                self.config.actor.checkpoint.save_contents,
+                self.tokenizer,
+                extra_state={"global_step": step},
+            )
         return str(path)
 
     @register(Dispatch.ONE_TO_ALL)
@@ -267,13 +292,14 @@ class ActorRolloutRefWorker(Worker):
         """Resume from ``save_checkpoint``'s directory; returns the saved global step and
         pushes the loaded weights to the rollout."""
         actor = self._require(self.actor, "the actor")
-        extra = checkpoint.load_checkpoint(
-            local_path,
-            actor.model,
-            actor.optimizer,
-            self.lr_scheduler,
-            self.config.actor.checkpoint.load_contents,
-        )
+        with self.actor_residency.on_device(optimizer=True):
+            extra = checkpoint.load_checkpoint(
+                local_path,
+                actor.model,
+                actor.optimizer,
+                self.lr_scheduler,
+                self.config.actor.checkpoint.load_contents,
+            )
         self.global_step = int(extra.get("global_step", self.global_step))
         if self.rollout is not None:
             self._sync_rollout_weights()
@@ -283,7 +309,8 @@ class ActorRolloutRefWorker(Worker):
     def export_hf(self, local_path: str) -> str:
         """Write the actor's full weights and tokenizer as a Hugging Face directory."""
         actor = self._require(self.actor, "the actor")
-        return str(checkpoint.export_hf(Path(local_path), actor.model, self.tokenizer))
+        with self.actor_residency.on_device():
+            return str(checkpoint.export_hf(Path(local_path), actor.model, self.tokenizer))
 
     @register(Dispatch.ONE_TO_ALL)
     def close(self) -> None:

@@ -32,6 +32,7 @@ from agentrl.workers import checkpoint
 from agentrl.workers.actor import per_rank_size
 from agentrl.workers.forward import response_values
 from agentrl.workers.fsdp import build_sharded_model, device_mesh
+from agentrl.workers.offload import Residency
 from agentrl.workers.optim import build_lr_scheduler, build_optimizer
 from agentrl.workers.ppo_actor import (
     micro_batched_forward,
@@ -51,6 +52,7 @@ class CriticWorker(Worker):
         self.config = config
         self.seed = seed
         self.model: torch.nn.Module | None = None
+        self.residency: Residency | None = None  # fsdp_config.param_offload / optimizer_offload
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: Any = None
         self.tokenizer: Any = None
@@ -77,6 +79,12 @@ class CriticWorker(Worker):
         )
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, cfg.optim)
+        fsdp = model_cfg.fsdp_config
+        self.residency = Residency(
+            self.model, self.optimizer, self.device, params=fsdp.param_offload,
+            optimizer_state=fsdp.optimizer_offload, name="critic",
+        )
+        self.residency.offload()
         self.tokenizer = AutoTokenizer.from_pretrained(
             model_cfg.tokenizer_path or model_cfg.path,
             trust_remote_code=bool(model_cfg.trust_remote_code),
@@ -124,9 +132,10 @@ class CriticWorker(Worker):
             cfg.forward_max_token_len_per_gpu,
         )
         model.eval()
-        (values,) = micro_batched_forward(
-            model, model_inputs(data), batching, lambda m, batch: (response_values(m, batch),)
-        )
+        with self.residency.on_device():
+            (values,) = micro_batched_forward(
+                model, model_inputs(data), batching, lambda m, batch: (response_values(m, batch),)
+            )
         if "response_mask" in data.batch.keys():
             values = values * data.batch["response_mask"]
         return DataProto.from_dict(tensors={"values": values})
@@ -140,15 +149,16 @@ class CriticWorker(Worker):
         started = time.perf_counter()
         lr = self.lr_scheduler.get_last_lr()[0]
         model.train()
-        metrics = run_update(
-            model,
-            self.optimizer,
-            model_inputs(data, needed),
-            self._settings(),
-            self._micro_loss,
-            prefix="critic",
-            step=int(self.lr_scheduler.last_epoch),
-        )
+        with self.residency.on_device(optimizer=True):
+            metrics = run_update(
+                model,
+                self.optimizer,
+                model_inputs(data, needed),
+                self._settings(),
+                self._micro_loss,
+                prefix="critic",
+                step=int(self.lr_scheduler.last_epoch),
+            )
         self.lr_scheduler.step()
         self.global_step += 1
         metrics["critic/lr"] = lr
@@ -180,8 +190,8 @@ class CriticWorker(Worker):
     def save_checkpoint(self, local_path: str, global_step: int | None = None) -> str:
         """Sharded model/optimizer, scheduler + RNG (+ an HF export with ``hf_model``)."""
         step = self.global_step if global_step is None else global_step
-        return str(
-            checkpoint.save_checkpoint(
+        with self.residency.on_device(optimizer=True):
+            path = checkpoint.save_checkpoint(
                 local_path,
                 self._model(),
                 self.optimizer,
@@ -190,18 +200,19 @@ class CriticWorker(Worker):
                 self.tokenizer,
                 extra_state={"global_step": step},
             )
-        )
+        return str(path)
 
     @register(Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str) -> int:
         """Resume from ``save_checkpoint``'s directory; returns the saved global step."""
-        extra = checkpoint.load_checkpoint(
-            local_path,
-            self._model(),
-            self.optimizer,
-            self.lr_scheduler,
-            self.config.checkpoint.load_contents,
-        )
+        with self.residency.on_device(optimizer=True):
+            extra = checkpoint.load_checkpoint(
+                local_path,
+                self._model(),
+                self.optimizer,
+                self.lr_scheduler,
+                self.config.checkpoint.load_contents,
+            )
         self.global_step = int(extra.get("global_step", self.global_step))
         return self.global_step
 

@@ -43,6 +43,11 @@ def _trimmed_inputs(batch: Any) -> tuple[dict[str, Tensor], Tensor, int]:
     return inputs, responses[:, :keep], keep
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device a model computes on (its parameters' device; sharded ones included)."""
+    return next(model.parameters()).device
+
+
 def _pad_to(values: Tensor, batch: Any) -> Tensor:
     """(b, keep) -> (b, R): zeros on the right and wherever the response is padding, so
     the result does not depend on how rows were grouped into micro-batches."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from transformers import AutoConfig
 
 logger = logging.getLogger(__name__)
@@ -168,3 +170,35 @@ def full_state_dict(model: torch.nn.Module, rank0_only: bool = False) -> dict[st
         state = get_model_state_dict(model, options=options)
         return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
     return get_model_state_dict(model, options=options)
+
+
+def iter_full_weights(
+    model: torch.nn.Module, bucket_bytes: int
+) -> Iterator[dict[str, torch.Tensor]]:
+    """The unsharded weights, a bucket at a time, on the model's device.
+
+    A collective: every rank must iterate to the end (each tensor is all-gathered with
+    ``DTensor.full_tensor()`` in the same order on every rank). A bucket holds whole
+    tensors until it reaches ``bucket_bytes`` (a tensor larger than that is a bucket of
+    its own), so no rank ever holds more than one bucket of full weights: the memory of a
+    sync is bounded by ``max(bucket_bytes, largest tensor)`` plus one tensor, never the
+    whole model. Tied weights (``lm_head.weight`` of a tied embedding) are sent once,
+    under the first name the state dict lists. Names are the Hugging Face ones.
+    """
+    bucket: dict[str, torch.Tensor] = {}
+    size = 0
+    seen: set[int] = set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        full = full.detach()
+        nbytes = full.numel() * full.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = {}, 0
+        bucket[name] = full
+        size += nbytes
+    if bucket:
+        yield bucket

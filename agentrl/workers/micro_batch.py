@@ -54,6 +54,7 @@ def row_extents(
     """Per row: columns from its first prompt token to the prompt's end, and from the
     response's start to its last valid token. (B, P + R) -> two int arrays (B,)."""
     prompt_length = attention_mask.shape[1] - response_length
+    attention_mask = attention_mask.cpu()  # a plan is made on the host (one small copy)
     prompt = attention_mask[:, :prompt_length].bool()  # (B, P)
     response = attention_mask[:, prompt_length:].bool()  # (B, R)
     first = torch.where(prompt.any(-1), prompt.int().argmax(-1), torch.tensor(prompt_length))

@@ -26,7 +26,7 @@ import torch
 
 from agentrl.algos import agg_loss, get_policy_loss_fn, kl_penalty
 from agentrl.protocol import DataProto
-from agentrl.workers.forward import response_log_probs
+from agentrl.workers.forward import model_device, response_log_probs
 from agentrl.workers.micro_batch import MicroBatching, plan_micro_batches
 from agentrl.workers.update import MicroResult, UpdateSettings, run_update
 
@@ -61,11 +61,12 @@ def micro_batched_forward(
     """Run ``forward(model, micro_batch) -> tuple of (b, R) tensors`` over the micro-batches
     and put the rows back in ``data``'s order; returns one (B, R) tensor per output."""
     outputs: list[torch.Tensor] | None = None
+    device = model_device(model)  # batches arrive on the CPU; each micro-batch moves alone
     for rows in plan_micro_batches(data, batching):
         if len(rows) == 0:  # keeps the ranks' collectives aligned; the result is unused
-            forward(model, data[[0]].batch)
+            forward(model, data[[0]].to(device).batch)
             continue
-        results = forward(model, data[rows].batch)
+        results = forward(model, data[rows].to(device).batch)
         if outputs is None:
             shape = (len(data), results[0].shape[1])
             outputs = [torch.zeros(shape, dtype=r.dtype) for r in results]

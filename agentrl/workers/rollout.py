@@ -11,8 +11,10 @@ live in a single loop.
 
 Weight sync, by backend:
 
-- ``hf`` (embedded, its own unsharded copy): every rank gathers the full state dict from
-  FSDP and the backend copies it into its model in place (``update_weights(state_dict)``).
+- ``hf`` (embedded, its own unsharded copy): every rank gathers the full weights from FSDP
+  one bucket at a time (``rollout.update_weights_bucket_megabytes``; a tensor larger than
+  that is a bucket of its own) and the backend copies each bucket into its model in place
+  (``update_weights(bucket)``), so no rank ever holds the whole model gathered.
 - ``sglang``: rank 0 writes the weights as a Hugging Face directory and every server loads
   it (``/update_weights_from_disk``); the other ranks wait at a barrier. The colocated
   ``/update_weights_from_tensor`` and NCCL broadcast paths are designed in docs/workers.md.
@@ -37,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from agentrl.protocol import DataProto
-from agentrl.workers.fsdp import full_state_dict
+from agentrl.workers.fsdp import full_state_dict, iter_full_weights
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -112,6 +114,10 @@ class HybridRollout:
             chat_template_kwargs=chat_template_kwargs,
         )
         self.awake = True
+        # sleep after generation only where there is device memory to give back
+        self.release_after_generation = bool(
+            self.rollout_cfg.free_cache_engine and torch.cuda.is_available()
+        )
 
     def _tools(self) -> dict[str, Any]:
         multi_turn = self.rollout_cfg.multi_turn
@@ -146,7 +152,7 @@ class HybridRollout:
         try:
             return self.loop.run(self.engine.agenerate_sequences(prompts))
         finally:
-            if self.rollout_cfg.free_cache_engine and torch.cuda.is_available():
+            if self.release_after_generation:
                 self.loop.run(self.backend.release_memory())
                 self.awake = False
 
@@ -162,12 +168,14 @@ class HybridRollout:
         if self.kind == "sglang":
             self._update_from_disk(model, version)
             return
-        weights = full_state_dict(model)
-        self.loop.run(
-            self.backend.update_weights(weights, weight_version=version)
-            if self.kind == "hf"
-            else self.backend.update_weights(weights)
-        )
+        if self.kind == "hf":
+            # bucket by bucket: never the whole model gathered at once on a rank
+            bucket_bytes = int(self.rollout_cfg.update_weights_bucket_megabytes) << 20
+            for bucket in iter_full_weights(model, bucket_bytes):
+                self.loop.run(self.backend.update_weights(bucket, weight_version=version))
+                del bucket
+        else:
+            self.loop.run(self.backend.update_weights(full_state_dict(model)))
         logger.info(
             "rank %d: rollout weights synced (%s backend, step %s)", _rank(), self.kind, version
         )

@@ -127,3 +127,58 @@ def response_tokens(data: DataProto) -> list[list[int]]:
     """Each row's response ids without padding."""
     lengths = data.batch["attention_mask"][:, -data.batch["responses"].shape[1] :].sum(-1)
     return [data.batch["responses"][i, : int(n)].tolist() for i, n in enumerate(lengths)]
+
+
+def bucketed_sync_rank(
+    rank: int, world_size: int, store: str, model_dir: str, bucket_bytes: int, out_dir: str
+) -> None:
+    """One rank of the sharded weight-sync check (``torch.multiprocessing.spawn`` target).
+
+    Shards the model with FSDP2 over ``world_size`` gloo ranks, changes the actor's weights,
+    streams them with ``iter_full_weights`` into this rank's own hf engine, and writes
+    ``{out_dir}/rank{r}.json``: whether the engine's weights equal the actor's gathered
+    ones, the bytes of every bucket, the largest tensor, the names sent, and how many
+    tensors of earlier buckets were still alive when each bucket arrived.
+    """
+    import asyncio
+    import gc
+    import json
+    import weakref
+
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.rollout.backends.hf import HFBackend
+    from agentrl.workers.fsdp import device_mesh, full_state_dict, iter_full_weights, shard_model
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world_size)
+    try:
+        torch.manual_seed(0)
+        actor = AutoModelForCausalLM.from_pretrained(model_dir)
+        shard_model(actor, device_mesh(world_size, torch.device("cpu")), None)
+        with torch.no_grad():
+            for param in actor.parameters():  # each rank changes its own shard
+                param.mul_(1.5).add_(0.01)
+        engine = HFBackend.from_pretrained(model_dir, device="cpu")
+        earlier: list[weakref.ref] = []
+        alive, sizes, names = [], [], []
+        largest = 0
+        for bucket in iter_full_weights(actor, bucket_bytes):
+            gc.collect()
+            alive.append(sum(ref() is not None for ref in earlier))
+            sizes.append(sum(t.numel() * t.element_size() for t in bucket.values()))
+            largest = max([largest, *(t.numel() * t.element_size() for t in bucket.values())])
+            names += list(bucket)
+            asyncio.run(engine.update_weights(bucket, weight_version="1"))
+            earlier += [weakref.ref(t) for t in bucket.values()]
+            del bucket
+        expected = full_state_dict(actor)
+        got = engine.model.state_dict()
+        equal = all(torch.equal(got[k], v) for k, v in expected.items())
+        result = {"equal": equal, "sizes": sizes, "largest": largest, "names": names,
+                  "alive": alive, "n_expected": len(expected),
+                  "tied": torch.equal(got["lm_head.weight"], got["model.embed_tokens.weight"])}
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()

@@ -32,6 +32,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from agentrl.protocol import DataProto
+from agentrl.workers.forward import model_device
 from agentrl.workers.micro_batch import MicroBatching, plan_micro_batches
 
 logger = logging.getLogger(__name__)
@@ -150,9 +151,10 @@ def _step(
     losses: dict[str, float] = defaultdict(float)
     stats: dict[str, float] = defaultdict(float)
     optimizer.zero_grad(set_to_none=True)
+    device = model_device(model)
     for i, rows in enumerate(groups):
         empty = len(rows) == 0  # a pass that only keeps the ranks' collectives aligned
-        micro = mini[rows if not empty else [0]]
+        micro = mini[rows if not empty else [0]].to(device)  # batches arrive on the CPU
         micro_mask = micro.batch["response_mask"]
         weight = (
             0.0 if empty else loss_weight(settings.loss_agg_mode, micro_mask, tokens, sequences)

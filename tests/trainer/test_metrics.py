@@ -8,6 +8,7 @@ import torch
 from agentrl.protocol import DataProto
 from agentrl.trainer.metrics import (
     compute_data_metrics,
+    compute_rollout_logprob_gap,
     compute_throughput_metrics,
     compute_timing_metrics,
     failed_rows,
@@ -106,3 +107,19 @@ def test_validation_metrics_per_source_and_prompt():
     assert not any("pred" in k for k in m)
     single = process_validation_metrics(["x", "x"], ["a", "b"], {"reward": [1.0, 0.0]})
     assert single == {"val-core/x/reward/mean@1": 0.5}
+
+
+def test_rollout_logprob_gap_over_the_models_tokens_only():
+    rollout = torch.log(torch.tensor([[0.5, 0.25, 0.1], [0.2, 0.9, 0.9]]))
+    trainer = torch.log(torch.tensor([[0.4, 0.25, 0.9], [0.2, 0.8, 0.1]]))
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]])  # the last column: a tool's tokens
+    data = DataProto.from_dict(tensors={
+        "rollout_log_probs": rollout, "old_log_probs": trainer, "response_mask": mask,
+    })
+    gap = compute_rollout_logprob_gap(data)
+    assert gap["training/rollout_probs_diff_max"] == pytest.approx(0.1)
+    assert gap["training/rollout_probs_diff_mean"] == pytest.approx(0.2 / 4)
+    assert gap["training/rollout_log_probs_diff_max"] == pytest.approx(abs(
+        torch.log(torch.tensor(0.5 / 0.4)).item()))
+    assert compute_rollout_logprob_gap(data.select(batch_keys=["old_log_probs",
+                                                               "response_mask"])) == {}

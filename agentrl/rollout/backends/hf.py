@@ -292,7 +292,7 @@ class HFBackend:
             await loop.run_in_executor(self._executor, _load_dir_in_place, self.model, Path(source))
         self._num_updates += 1
         self.weight_version = weight_version or str(self._num_updates)
-        logger.info(
+        logger.debug(  # the hybrid worker sends buckets and logs the whole sync once
             "hf backend: weights updated from %s (version %s)",
             "a state dict" if isinstance(source, Mapping) else source,
             self.weight_version,
@@ -391,10 +391,12 @@ class HFBackend:
         active, sampler = batch, _RowSampler(batch, self.device)
         while True:
             tokens, log_probs = sampler.sample(logits, self._generator)  # (B,), (B,)
+            # one device-to-host copy per step, not two per row (each a GPU sync)
+            token_list, log_prob_list = tokens.tolist(), log_probs.tolist()
             keep = [
                 j
                 for j, request in enumerate(active)
-                if not self._step(request, int(tokens[j]), float(log_probs[j]))
+                if not self._step(request, token_list[j], log_prob_list[j])
             ]
             if not keep:
                 return

@@ -1,0 +1,362 @@
+"""GRPO steps on a GPU: time per stage, peak memory with and without offload, the update's
+MFU, weight-sync time per GB and the rollout/trainer log-prob gap. Prints one JSON line.
+
+    python bench/gpu_step.py                          # Qwen2.5-0.5B-shaped, random weights
+    python bench/gpu_step.py --shape tiny --prompts 4 --n 2 --response-length 32   # CPU check
+
+It builds a model from Qwen2.5-0.5B's config (random weights: nothing is downloaded; the
+tokenizer is agentrl's tiny BPE, the embedding keeps Qwen2.5's 151,936 rows), writes a
+verl-format parquet of random prompts, and runs ``PPOTrainer.train_step`` (the trainer's
+own step: hf rollout -> reward -> old log-probs -> ref log-probs -> GRPO advantages ->
+update -> weight sync) in the in-process worker group, twice over:
+
+- ``resident``: everything stays on the GPU (``free_cache_engine=false``, no offload);
+- ``offload``: the engine releases its weights after generation, the actor's parameters
+  and optimizer state and the reference's parameters live on the CPU between uses
+  (``fsdp_config.param_offload`` / ``optimizer_offload``).
+
+Each config runs ``--warmup`` steps, then ``--steps`` timed ones. Responses ignore EOS, so
+every trajectory is ``--response-length`` tokens and steps are comparable.
+
+**MFU method.** Model FLOPs of the update (no recompute counted: activation checkpointing's
+extra forward is overhead, not model FLOPs) = ``ppo_epochs x sum over trajectories of
+3 x (2 N T + 2 L d T (T + 1))``: ``N`` the parameters used in matrix products (every
+Linear weight and the LM head; the embedding lookup is not a product), ``T`` the
+trajectory's valid tokens (prompt + response), ``L`` layers, ``d`` heads x head dim; the
+``2 L d T (T + 1)`` term is causal attention (QK^T and AV); x3 for forward + backward.
+MFU = FLOPs / ``timing/update_actor_s`` / the GPU's dense bf16 peak (``--peak-tflops``,
+default from the device name: H100/H200 989, A100 312). Weight sync: ``timing/weight_sync_s``
+over the gathered bytes (the fp32 master weights, tied weights once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import statistics
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Qwen2.5-0.5B's config.json (the shape; weights are random).
+QWEN25_05B = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+}
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0, "A100": 312.0, "A800": 312.0,
+                    "L40S": 362.0, "A10G": 125.0}
+CONFIGS = {
+    "resident": [
+        "actor_rollout_ref.rollout.free_cache_engine=false",
+    ],
+    "offload": [
+        "actor_rollout_ref.rollout.free_cache_engine=true",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+    ],
+}
+logger = logging.getLogger("bench.gpu_step")
+
+
+def crc_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None):
+    """A reward that varies within each GRPO group (random weights solve nothing)."""
+    return float(zlib.crc32(solution_str.encode()) % 2)
+
+
+def build_model(out: Path, shape: str, seed: int) -> Path:
+    """A Qwen2 directory: Qwen2.5-0.5B's shape (``qwen2.5-0.5b``) or a tiny one."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from agentrl.models.tiny import IM_END, PAD_TOKEN, make_tiny_model, train_tiny_tokenizer
+
+    if shape != "qwen2.5-0.5b":
+        return make_tiny_model(out, size=shape, seed=seed)
+    tokenizer = train_tiny_tokenizer()
+    pad, eos = tokenizer.convert_tokens_to_ids(PAD_TOKEN), tokenizer.convert_tokens_to_ids(IM_END)
+    config = Qwen2Config(**QWEN25_05B, bos_token_id=pad, pad_token_id=pad, eos_token_id=eos)
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def write_prompts(path: Path, n: int, words: int, seed: int) -> Path:
+    """``n`` verl-format rows whose user message is ``words`` random words."""
+    import pandas as pd
+
+    rng = random.Random(seed)
+    vocab = "the of and to in is it that for you was with on as have be at one this".split()
+    rows = [
+        {
+            "data_source": "bench/random",
+            "prompt": [{"role": "user", "content": " ".join(rng.choice(vocab) for _ in range(words))}],
+            "ability": "bench",
+            "reward_model": {"style": "rule", "ground_truth": "0"},
+            "extra_info": {"index": i, "split": "train"},
+        }
+        for i in range(n)
+    ]
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def matmul_params(model: torch.nn.Module) -> int:
+    """Parameters used in matrix products: every Linear weight (the LM head included)."""
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def update_flops(data: Any, n_matmul: int, layers: int, attn_dim: int, epochs: int) -> float:
+    """Model FLOPs of ``epochs`` forward+backward passes over the batch (module docstring)."""
+    lengths = data.batch["attention_mask"].sum(-1).double()  # (B,) valid tokens
+    per_row = 3.0 * (2.0 * n_matmul * lengths + 2.0 * layers * attn_dim * lengths * (lengths + 1))
+    return float(per_row.sum()) * epochs
+
+
+class StageProbe:
+    """Wraps the worker group's methods: per-stage seconds and peak GPU memory, and the
+    batch the update saw (for its FLOPs)."""
+
+    STAGES = ("generate_sequences", "compute_log_prob", "compute_ref_log_prob", "update_actor")
+
+    def __init__(self, group: Any, cuda: bool) -> None:
+        self.cuda = cuda
+        self.records: dict[str, dict[str, float]] = {}
+        self.update_batch: Any = None
+        for name in self.STAGES:
+            setattr(group, name, self._wrap(name, getattr(group, name)))
+
+    def _wrap(self, name: str, method: Any) -> Any:
+        def probed(data: Any, *args: Any, **kwargs: Any) -> Any:
+            if name == "update_actor":
+                self.update_batch = data
+            if self.cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+            started = time.perf_counter()
+            out = method(data, *args, **kwargs)
+            if self.cuda:
+                torch.cuda.synchronize()
+            record = {"s": time.perf_counter() - started}
+            if self.cuda:
+                record["allocated_before_gib"] = before / 2**30
+                record["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            self.records[name] = record
+            return out
+
+        return probed
+
+
+def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path, out: Path) -> dict:
+    from agentrl.config import load_config
+    from agentrl.trainer.ppo_trainer import PPOTrainer
+
+    n_traj = args.prompts * args.n
+    overrides = [
+        f"actor_rollout_ref.model.path={model_dir}",
+        f"data.train_files={data}",
+        "data.val_files=null",
+        f"data.train_batch_size={args.prompts}",
+        f"data.max_prompt_length={args.prompt_length}",
+        f"data.max_response_length={args.response_length}",
+        "algorithm.adv_estimator=grpo",
+        f"actor_rollout_ref.rollout.n={args.n}",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.ignore_eos=true",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        f"actor_rollout_ref.rollout.max_num_seqs={n_traj}",
+        f"actor_rollout_ref.rollout.update_weights_bucket_megabytes={args.bucket_mb}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts // 2}",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={args.token_budget}",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.optim.lr=1e-6",
+        f"actor_rollout_ref.model.enable_gradient_checkpointing={str(args.checkpointing).lower()}",
+        "custom_reward_function.path=" + str(Path(__file__).resolve()),
+        "custom_reward_function.name=crc_score",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        "trainer.worker_group=in_process",
+        f"trainer.total_training_steps={args.warmup + args.steps}",
+        "trainer.logger=[]",
+        "trainer.save_freq=-1",
+        "trainer.test_freq=-1",
+        f"trainer.default_local_dir={out / name}",
+        *CONFIGS[name],
+    ]
+    cfg = load_config(overrides=overrides)
+    cuda = torch.cuda.is_available()
+    steps: list[dict] = []
+    with PPOTrainer(cfg) as trainer:
+        trainer.init_workers()
+        worker = trainer.group.worker("actor_rollout")
+        model = worker.actor.model
+        hf_config = model.config
+        n_matmul = matmul_params(model)
+        layers = int(hf_config.num_hidden_layers)
+        head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+        attn_dim = int(hf_config.num_attention_heads) * int(head_dim)
+        sync_bytes = sum(
+            t.numel() * t.element_size()
+            for t in {id(p): p for p in model.state_dict(keep_vars=True).values()}.values()
+        )
+        probe = StageProbe(trainer.actor_rollout_wg, cuda)
+        batches = trainer._batches()
+        for step in range(args.warmup + args.steps):
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            trainer.global_steps += 1  # as fit() does: steps count from 1
+            stats = worker.rollout.backend.stats
+            before = (stats.num_batches, stats.decode_steps, stats.generated_tokens)
+            metrics = trainer.train_step(next(batches))
+            engine = {
+                "batches": stats.num_batches - before[0],
+                "batch_sizes": stats.batch_sizes[before[0]:],
+                "decode_steps": stats.decode_steps - before[1],
+                "generated_tokens": stats.generated_tokens - before[2],
+            }
+            flops = update_flops(probe.update_batch, n_matmul, layers, attn_dim,
+                                 int(cfg.actor_rollout_ref.actor.ppo_epochs))
+            record = {
+                "step_s": metrics["timing_s/step"],
+                "stages": {k: dict(v) for k, v in probe.records.items()},
+                "update_actor_s": metrics["timing/update_actor_s"],
+                "weight_sync_s": metrics["timing/weight_sync_s"],
+                "update_tflops": flops / 1e12,
+                "rollout_log_probs_diff_max": metrics.get("training/rollout_log_probs_diff_max"),
+                "rollout_log_probs_diff_mean": metrics.get("training/rollout_log_probs_diff_mean"),
+                "rollout_probs_diff_max": metrics.get("training/rollout_probs_diff_max"),
+                "pg_loss": metrics.get("actor/pg_loss"),
+                "grad_norm": metrics.get("actor/grad_norm"),
+                "tokens": metrics["perf/total_num_tokens"],
+                "engine": engine,
+            }
+            logger.info("%s step %d: %.1f s (%s); engine %s", name, step, record["step_s"],
+                        ", ".join(f"{k} {v['s']:.1f}" for k, v in probe.records.items()),
+                        json.dumps({k: v for k, v in engine.items() if k != "batch_sizes"})
+                        + f" batch sizes {engine['batch_sizes'][:8]}")
+            if step >= args.warmup:
+                steps.append(record)
+    return summarise(name, steps, sync_bytes, n_matmul, args)
+
+
+def summarise(name: str, steps: list[dict], sync_bytes: int, n_matmul: int,
+              args: argparse.Namespace) -> dict:
+    def mean(key: str) -> float:
+        return statistics.fmean(s[key] for s in steps)
+
+    def stage_mean(stage: str, key: str) -> float:
+        return statistics.fmean(s["stages"][stage][key] for s in steps)
+
+    update_s = mean("update_actor_s")
+    tflops = mean("update_tflops")
+    peak = args.peak_tflops  # TFLOP/s
+    out = {
+        "step_s": mean("step_s"),
+        "stage_s": {st: stage_mean(st, "s") for st in steps[0]["stages"]},
+        "update_actor_s": update_s,
+        "weight_sync_s": mean("weight_sync_s"),
+        "weight_sync_s_per_gb": mean("weight_sync_s") / (sync_bytes / 1e9),
+        "sync_gb": sync_bytes / 1e9,
+        "update_tflops_per_s": tflops / update_s,
+        "update_mfu": (tflops / update_s) / peak if peak else None,  # both in TFLOP/s
+        "matmul_params": n_matmul,
+        "tokens_per_step": mean("tokens"),
+        "rollout_log_probs_diff_max": max(s["rollout_log_probs_diff_max"] or 0.0 for s in steps),
+        "rollout_log_probs_diff_mean": mean("rollout_log_probs_diff_mean"),
+        "rollout_probs_diff_max": max(s["rollout_probs_diff_max"] or 0.0 for s in steps),
+        "grad_norm": [s["grad_norm"] for s in steps],
+        "engine": [s["engine"] for s in steps],
+        "decode_ms_per_step": [
+            1e3 * s["stages"]["generate_sequences"]["s"] / max(1, s["engine"]["decode_steps"])
+            for s in steps
+        ],
+    }
+    if "peak_gib" in steps[0]["stages"].get("update_actor", {}):
+        out["peak_gib"] = {st: max(s["stages"][st]["peak_gib"] for s in steps)
+                           for st in steps[0]["stages"]}
+        out["allocated_before_gib"] = {
+            st: max(s["stages"][st]["allocated_before_gib"] for s in steps)
+            for st in steps[0]["stages"]
+        }
+        out["step_peak_gib"] = max(out["peak_gib"].values())
+    logger.info("%s: %s", name, json.dumps(out))
+    return out
+
+
+def device_peak(name: str) -> float | None:
+    return next((tf for key, tf in PEAK_BF16_TFLOPS.items() if key in name), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="qwen2.5-0.5b",
+                        help="qwen2.5-0.5b, or a tiny size (nano|tiny|small) for a CPU check")
+    parser.add_argument("--prompts", type=int, default=32, help="prompts per step")
+    parser.add_argument("--n", type=int, default=8, help="GRPO group size")
+    parser.add_argument("--prompt-length", type=int, default=256)
+    parser.add_argument("--prompt-words", type=int, default=150)
+    parser.add_argument("--response-length", type=int, default=512)
+    parser.add_argument("--token-budget", type=int, default=8192,
+                        help="ppo_max_token_len_per_gpu (token-budget micro-batches)")
+    parser.add_argument("--bucket-mb", type=int, default=512,
+                        help="rollout.update_weights_bucket_megabytes")
+    parser.add_argument("--no-checkpointing", dest="checkpointing", action="store_false")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--configs", default="resident,offload")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the GPU's dense bf16 peak (default: from the device name)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="also write the JSON here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cuda = torch.cuda.is_available()
+    device = torch.cuda.get_device_name() if cuda else "cpu"
+    if args.peak_tflops is None and cuda:
+        args.peak_tflops = device_peak(device)
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else None
+    result: dict[str, Any] = {
+        "bench": "gpu_step", "device": device, "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"), "shape": args.shape,
+        "prompts": args.prompts, "n": args.n, "prompt_length": args.prompt_length,
+        "response_length": args.response_length, "token_budget": args.token_budget,
+        "gradient_checkpointing": args.checkpointing, "peak_bf16_tflops": peak and peak / 1e12,
+    }
+    with tempfile.TemporaryDirectory(prefix="agentrl_gpu_step_") as tmp:
+        tmp_path = Path(tmp)
+        started = time.perf_counter()
+        model_dir = build_model(tmp_path / "model", args.shape, args.seed)
+        data = write_prompts(tmp_path / "train.parquet", args.prompts * 4, args.prompt_words,
+                             args.seed)
+        result["build_s"] = time.perf_counter() - started
+        for name in args.configs.split(","):
+            result[name] = run_config(name, args, model_dir, data, tmp_path)
+            if cuda:
+                torch.cuda.empty_cache()
+    line = json.dumps(result)
+    print(line)
+    if args.out:
+        Path(args.out).write_text(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Sharded weight sync: the FSDP2 shards of two gloo ranks stream, bucket by bucket, into
+each rank's hf engine; the engine ends with the actor's weights and no rank ever held more
+than one bucket of gathered weights."""
+
+from __future__ import annotations
+
+import json
+
+import torch.multiprocessing as mp
+
+from agentrl.workers.testing import bucketed_sync_rank
+
+BUCKET = 64 * 1024  # bytes: far below the model, so the sync takes many buckets
+
+
+def test_two_rank_bucketed_sync_is_exact_and_bounded(tiny_model_dir, tmp_path):
+    mp.spawn(
+        bucketed_sync_rank,
+        args=(2, str(tmp_path / "store"), str(tiny_model_dir), BUCKET, str(tmp_path)),
+        nprocs=2,
+        join=True,
+    )
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for result in results:
+        assert result["equal"]  # the engine's weights are the actor's, on every rank
+        assert result["tied"]  # the engine's tied head follows its embedding
+        # the tied head is sent once, under the embedding's name
+        assert "lm_head.weight" not in result["names"]
+        assert len(result["names"]) == len(set(result["names"])) == result["n_expected"] - 1
+        # bounded: every bucket within max(bucket size, largest tensor), many buckets ...
+        assert len(result["sizes"]) > 5
+        assert max(result["sizes"]) <= max(BUCKET, result["largest"])
+        assert max(result["sizes"]) < sum(result["sizes"]) / 3  # ... never the whole model
+        # ... and when a bucket arrives, none of the earlier ones is still held
+        assert result["alive"] == [0] * len(result["sizes"])
+    assert results[0]["names"] == results[1]["names"]  # the same order on both ranks
