@@ -176,7 +176,7 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
         f"data.train_batch_size={args.prompts}",
         f"data.max_prompt_length={args.prompt_length}",
         f"data.max_response_length={args.response_length}",
-        "algorithm.adv_estimator=grpo",
+        f"algorithm.adv_estimator={args.estimator}",
         f"actor_rollout_ref.rollout.n={args.n}",
         "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.ignore_eos=true",
@@ -201,6 +201,18 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
         f"trainer.default_local_dir={out / name}",
         *CONFIGS[name],
     ]
+    if args.estimator == "gae":  # PPO: a critic of the same shape, trained like the actor
+        overrides += [
+            f"critic.ppo_mini_batch_size={args.prompts // 2}",
+            "critic.use_dynamic_bsz=true",
+            f"critic.ppo_max_token_len_per_gpu={args.token_budget}",
+            f"critic.forward_max_token_len_per_gpu={args.token_budget}",
+            f"critic.model.enable_gradient_checkpointing={str(args.checkpointing).lower()}",
+            "critic.optim.lr=1e-6",
+        ]
+        if name == "offload":
+            overrides += ["critic.model.fsdp_config.param_offload=true",
+                          "critic.model.fsdp_config.optimizer_offload=true"]
     cfg = load_config(overrides=overrides)
     cuda = torch.cuda.is_available()
     steps: list[dict] = []
@@ -247,6 +259,7 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
                 "grad_norm": metrics.get("actor/grad_norm"),
                 "tokens": metrics["perf/total_num_tokens"],
                 "engine": engine,
+                "timing": {k: v for k, v in metrics.items() if k.startswith("timing_s/")},
             }
             logger.info("%s step %d: %.1f s (%s); engine %s", name, step, record["step_s"],
                         ", ".join(f"{k} {v['s']:.1f}" for k, v in probe.records.items()),
@@ -254,7 +267,38 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
                         + f" batch sizes {engine['batch_sizes'][:8]}")
             if step >= args.warmup:
                 steps.append(record)
-    return summarise(name, steps, sync_bytes, n_matmul, args)
+        resume = check_resume(trainer, batches) if args.check_resume else None
+    summary = summarise(name, steps, sync_bytes, n_matmul, args)
+    if resume is not None:
+        summary["resume"] = resume
+    return summary
+
+
+def check_resume(trainer: Any, batches: Any) -> dict[str, Any]:
+    """Save a checkpoint, train one more step, load it back: the actor's weights must be
+    the saved ones bit for bit, and the rollout engine's must follow (the load syncs it)."""
+    wg = trainer.actor_rollout_wg
+    started = time.perf_counter()
+    path = trainer.save_checkpoint()
+    save_s = time.perf_counter() - started
+    saved = wg.full_state_dict()[0]
+    trainer.global_steps += 1
+    trainer.train_step(next(batches))
+    moved = wg.full_state_dict()[0]
+    started = time.perf_counter()
+    wg.load_checkpoint(str(path.resolve() / "actor"))
+    load_s = time.perf_counter() - started
+    loaded = wg.full_state_dict()[0]
+    engine = trainer.group.worker("actor_rollout").rollout.backend.model.state_dict()
+    return {
+        "save_s": save_s,
+        "load_s": load_s,
+        "step_changed_weights": any(not torch.equal(saved[k], moved[k]) for k in saved),
+        "actor_exact": all(torch.equal(saved[k], loaded[k]) for k in saved),
+        "engine_follows": all(
+            torch.equal(engine[k].cpu(), loaded[k].to(engine[k].dtype)) for k in loaded
+        ),
+    }
 
 
 def summarise(name: str, steps: list[dict], sync_bytes: int, n_matmul: int,
@@ -284,6 +328,7 @@ def summarise(name: str, steps: list[dict], sync_bytes: int, n_matmul: int,
         "rollout_probs_diff_max": max(s["rollout_probs_diff_max"] or 0.0 for s in steps),
         "grad_norm": [s["grad_norm"] for s in steps],
         "engine": [s["engine"] for s in steps],
+        "timing_s": {k: statistics.fmean(s["timing"][k] for s in steps) for k in steps[0]["timing"]},
         "decode_ms_per_step": [
             1e3 * s["stages"]["generate_sequences"]["s"] / max(1, s["engine"]["decode_steps"])
             for s in steps
@@ -322,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--configs", default="resident,offload")
+    parser.add_argument("--estimator", default="grpo", choices=["grpo", "gae"],
+                        help="gae: PPO with a critic (its forward and update are timed too)")
+    parser.add_argument("--check-resume", action="store_true",
+                        help="after the timed steps: save, step, load; weights must match")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="the GPU's dense bf16 peak (default: from the device name)")
     parser.add_argument("--seed", type=int, default=0)
@@ -338,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d"), "shape": args.shape,
         "prompts": args.prompts, "n": args.n, "prompt_length": args.prompt_length,
         "response_length": args.response_length, "token_budget": args.token_budget,
-        "gradient_checkpointing": args.checkpointing, "peak_bf16_tflops": peak and peak / 1e12,
+        "gradient_checkpointing": args.checkpointing, "estimator": args.estimator, "peak_bf16_tflops": peak and peak / 1e12,
     }
     with tempfile.TemporaryDirectory(prefix="agentrl_gpu_step_") as tmp:
         tmp_path = Path(tmp)
