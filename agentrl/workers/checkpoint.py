@@ -174,13 +174,66 @@ def _saved_parts(dcp_dir: Path) -> set[str]:
     return {key.split(".", 1)[0] for key in metadata.state_dict_metadata}
 
 
-def export_hf(path: str | Path, model: torch.nn.Module, tokenizer: Any = None) -> Path:
-    """Gather the full weights and write a Hugging Face model directory from rank 0."""
+def export_hf(
+    path: str | Path, model: torch.nn.Module, tokenizer: Any = None, bucket_bytes: int | None = None
+) -> Path:
+    """Gather the full weights and write a Hugging Face model directory from rank 0.
+
+    With ``bucket_bytes`` the weights are gathered and written a bucket at a time
+    (``iter_full_weights``): one safetensors shard per bucket plus the index, so rank 0
+    never holds the whole model (the weight sync to SGLang servers uses this); without,
+    ``save_pretrained`` writes the whole state dict (checkpoint exports: custom code too).
+    """
     path = Path(path)
+    if bucket_bytes is not None:
+        return _export_streamed(path, model, tokenizer, bucket_bytes)
     weights = full_state_dict(model, rank0_only=True)
     if _rank() == 0:
         path.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(path, state_dict=weights)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(path)
+    _barrier()
+    return path
+
+
+def _export_streamed(
+    path: Path, model: torch.nn.Module, tokenizer: Any, bucket_bytes: int
+) -> Path:
+    import json
+
+    from safetensors.torch import save_file
+
+    from agentrl.workers.fsdp import iter_full_weights
+
+    writer = _rank() == 0
+    if writer:
+        path.mkdir(parents=True, exist_ok=True)
+        model.config.save_pretrained(path)
+        generation_config = getattr(model, "generation_config", None)
+        if generation_config is not None:
+            generation_config.save_pretrained(path)
+    files: list[Path] = []
+    weight_map: dict[str, str] = {}
+    total = 0
+    for i, bucket in enumerate(iter_full_weights(model, bucket_bytes)):
+        if writer:
+            shard = path / f"model-{i + 1:05d}.safetensors.partial"
+            tensors = {k: v.detach().to("cpu").contiguous() for k, v in bucket.items()}
+            save_file(tensors, str(shard), metadata={"format": "pt"})
+            files.append(shard)
+            total += sum(t.numel() * t.element_size() for t in tensors.values())
+            weight_map.update(dict.fromkeys(tensors, shard.name))
+        del bucket
+    if writer:
+        names = {}
+        for i, shard in enumerate(files):  # HF's shard names: model-0000i-of-0000n
+            final = path / f"model-{i + 1:05d}-of-{len(files):05d}.safetensors"
+            shard.rename(final)
+            names[shard.name] = final.name
+        index = {"metadata": {"total_size": total},
+                 "weight_map": {k: names[v] for k, v in sorted(weight_map.items())}}
+        (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
         if tokenizer is not None:
             tokenizer.save_pretrained(path)
     _barrier()

@@ -15,8 +15,9 @@ Weight sync, by backend:
   one bucket at a time (``rollout.update_weights_bucket_megabytes``; a tensor larger than
   that is a bucket of its own) and the backend copies each bucket into its model in place
   (``update_weights(bucket)``), so no rank ever holds the whole model gathered.
-- ``sglang``: rank 0 writes the weights as a Hugging Face directory and every server loads
-  it (``/update_weights_from_disk``); the other ranks wait at a barrier. The colocated
+- ``sglang``: rank 0 writes the weights as a Hugging Face directory, one safetensors shard
+  per bucket (gathered bucket by bucket like ``hf``), and every server loads it
+  (``/update_weights_from_disk``); the other ranks wait at a barrier. The colocated
   ``/update_weights_from_tensor`` and NCCL broadcast paths are designed in docs/workers.md.
 - any other backend: gets the full state dict like ``hf``.
 
@@ -170,8 +171,7 @@ class HybridRollout:
             return
         if self.kind == "hf":
             # bucket by bucket: never the whole model gathered at once on a rank
-            bucket_bytes = int(self.rollout_cfg.update_weights_bucket_megabytes) << 20
-            for bucket in iter_full_weights(model, bucket_bytes):
+            for bucket in iter_full_weights(model, self._bucket_bytes()):
                 self.loop.run(self.backend.update_weights(bucket, weight_version=version))
                 del bucket
         else:
@@ -180,11 +180,15 @@ class HybridRollout:
             "rank %d: rollout weights synced (%s backend, step %s)", _rank(), self.kind, version
         )
 
+    def _bucket_bytes(self) -> int:
+        return int(self.rollout_cfg.update_weights_bucket_megabytes) << 20
+
     def _update_from_disk(self, model: torch.nn.Module, version: str) -> None:
         from agentrl.workers.checkpoint import export_hf
 
         target = self.weights_dir / f"step_{version}"
-        export_hf(target, model)  # a collective; rank 0 writes
+        # a collective; rank 0 writes one shard per bucket, never holding the whole model
+        export_hf(target, model, bucket_bytes=self._bucket_bytes())
         if _rank() == 0:
             self.loop.run(self.backend.update_weights(str(target), weight_version=version))
             for old in self.weights_dir.glob("step_*"):

@@ -149,6 +149,7 @@ def bucketed_sync_rank(
     from transformers import AutoModelForCausalLM
 
     from agentrl.rollout.backends.hf import HFBackend
+    from agentrl.workers.checkpoint import export_hf
     from agentrl.workers.fsdp import device_mesh, full_state_dict, iter_full_weights, shard_model
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
@@ -179,6 +180,13 @@ def bucketed_sync_rank(
         result = {"equal": equal, "sizes": sizes, "largest": largest, "names": names,
                   "alive": alive, "n_expected": len(expected),
                   "tied": torch.equal(got["lm_head.weight"], got["model.embed_tokens.weight"])}
+        # the SGLang path: rank 0 writes a shard per bucket; a fresh load reads the actor
+        export = Path(out_dir, "export")
+        export_hf(export, actor, bucket_bytes=bucket_bytes)
+        if rank == 0:
+            loaded = AutoModelForCausalLM.from_pretrained(export).state_dict()
+            result["export_equal"] = all(torch.equal(loaded[k], v) for k, v in expected.items())
+            result["export_shards"] = len(list(export.glob("model-*-of-*.safetensors")))
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()

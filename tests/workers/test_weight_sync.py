@@ -1,6 +1,7 @@
 """Sharded weight sync: the FSDP2 shards of two gloo ranks stream, bucket by bucket, into
 each rank's hf engine; the engine ends with the actor's weights and no rank ever held more
-than one bucket of gathered weights."""
+than one bucket of gathered weights. The same buckets written as safetensors shards (the
+directory SGLang servers load) hold the actor's weights too."""
 
 from __future__ import annotations
 
@@ -34,3 +35,6 @@ def test_two_rank_bucketed_sync_is_exact_and_bounded(tiny_model_dir, tmp_path):
         # ... and when a bucket arrives, none of the earlier ones is still held
         assert result["alive"] == [0] * len(result["sizes"])
     assert results[0]["names"] == results[1]["names"]  # the same order on both ranks
+    # the directory SGLang servers load: one shard per bucket, the actor's weights exactly
+    assert results[0]["export_equal"]
+    assert results[0]["export_shards"] == len(results[0]["sizes"])
