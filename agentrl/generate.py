@@ -85,14 +85,14 @@ def generate(cfg: DictConfig, backend: Any = None) -> dict[str, float]:
 
 
 async def _generate(cfg: DictConfig, backend: Any) -> dict[str, float]:
-    from transformers import AutoTokenizer
-
     from agentrl.data import create_rl_dataset, create_val_dataloader
+    from agentrl.models.tokenizer import load_tokenizer
     from agentrl.rollout import AsyncRolloutEngine
 
-    tokenizer = AutoTokenizer.from_pretrained(
+    tokenizer = load_tokenizer(
         cfg.data.tokenizer or cfg.actor_rollout_ref.model.path,
-        trust_remote_code=cfg.data.trust_remote_code,
+        trust_remote_code=bool(cfg.data.trust_remote_code),
+        chat_template=cfg.actor_rollout_ref.model.custom_chat_template,
     )
     dataset = create_rl_dataset(_files(cfg.data.path), cfg.data, tokenizer)
     loader = create_val_dataloader(dataset, cfg.data)

@@ -43,6 +43,11 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
     "trainer.max_actor_ckpt_to_keep": int,
     "trainer.max_critic_ckpt_to_keep": int,
     "ray_init.num_cpus": int,
+    "actor_rollout_ref.rollout.max_num_seqs": int,
+    "actor_rollout_ref.actor.use_dynamic_bsz": bool,
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": bool,
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": bool,
+    "critic.use_dynamic_bsz": bool,
 }
 
 _STRATEGIES = ("fsdp", "fsdp2")
@@ -74,6 +79,8 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": (
         "strict", "ignore_strippable", "disable"),
     "actor_rollout_ref.rollout.multi_turn.tool_record_mode": (None, "record", "replay"),
+    "actor_rollout_ref.rollout.multi_turn.tool_schemas_in_prompt": ("own", "all", "none"),
+    "data.tool_schemas_in_prompt": ("own", "all", "none"),
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
     "trainer.device": ("auto", "cpu", "cuda"),
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
@@ -177,7 +184,10 @@ def _length_problems(cfg: DictConfig) -> list[str]:
                         f"a response after rollout.prompt_length ({rollout.prompt_length})")
     seq_len = cfg.data.max_prompt_length + cfg.data.max_response_length
     actor = cfg.actor_rollout_ref.actor
-    if actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu < seq_len:
+    dynamic = actor.use_dynamic_bsz
+    if dynamic is None:  # auto: by token budget unless a micro-batch size is set
+        dynamic = actor.ppo_micro_batch_size_per_gpu is None and actor.ppo_micro_batch_size is None
+    if dynamic and actor.ppo_max_token_len_per_gpu < seq_len:
         problems.append(
             f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu ({actor.ppo_max_token_len_per_gpu})"
             f" is smaller than one sequence: data.max_prompt_length + data.max_response_length "

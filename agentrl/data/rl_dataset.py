@@ -132,7 +132,9 @@ class RLHFDataset(Dataset):
         if self.tool_schemas is not None:
             tools_kwargs = normalize_tools_kwargs((row.get("extra_info") or {}).get(
                 "tools_kwargs"), where)
-            tools = select_tool_schemas(self.tool_schemas, tools_kwargs) or None
+            tools = select_tool_schemas(
+                self.tool_schemas, tools_kwargs, self.config.tool_schemas_in_prompt
+            ) or None
         text = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
                                                   add_generation_prompt=True,
                                                   **self.chat_template_kwargs)

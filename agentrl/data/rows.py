@@ -108,13 +108,29 @@ def check_row(row: Mapping[str, Any], where: str, prompt_key: str,
                            f"config does not define (defined: {', '.join(sorted(tool_names))})")
 
 
-def select_tool_schemas(schemas: list[dict], tools_kwargs: Mapping[str, Any]) -> list[dict]:
-    """The tool schemas a sample's prompt shows: those its `tools_kwargs` names, else all.
+TOOL_SCHEMAS_IN_PROMPT = ("own", "all", "none")
+
+
+def select_tool_schemas(
+    schemas: list[dict], tools_kwargs: Mapping[str, Any], mode: str = "own"
+) -> list[dict]:
+    """The tool schemas a sample's prompt shows (``multi_turn.tool_schemas_in_prompt``):
+
+    - ``own``: those its `tools_kwargs` names, else all;
+    - ``all``: every configured tool;
+    - ``none``: no schema in the prompt (a model SFT'd on a short system prompt that names
+      its tools itself); the tools still run when the model calls them.
 
     The dataset and the rollout both use this rule, so the prompt the trainer sees is the
     one the engine generated from.
     """
-    if not tools_kwargs:
+    if mode not in TOOL_SCHEMAS_IN_PROMPT:
+        raise ValueError(
+            f"tool_schemas_in_prompt is {mode!r}; choose one of {', '.join(TOOL_SCHEMAS_IN_PROMPT)}"
+        )
+    if mode == "none":
+        return []
+    if mode == "all" or not tools_kwargs:
         return list(schemas)
     return [s for s in schemas if s["function"]["name"] in tools_kwargs]
 

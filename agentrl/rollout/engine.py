@@ -223,7 +223,16 @@ class AsyncRolloutEngine:
                 else {}
             )
             self._check_row(i, tools_kwargs, interaction_kwargs)
-            schemas = select_tool_schemas(self.tool_schemas, tools_kwargs) if self.tools else []
+            mode = self.multi_turn.tool_schemas_in_prompt
+            schemas = select_tool_schemas(self.tool_schemas, tools_kwargs, mode)
+            # the sample may call what the prompt shows; with none shown, its own tools
+            callable_schemas = (
+                select_tool_schemas(self.tool_schemas, tools_kwargs, "own")
+                if mode == "none"
+                else schemas
+            )
+            if not self.tools:
+                schemas = callable_schemas = []
             messages = [dict(m) for m in columns["raw_prompt"][i]]
             prompt_ids = self.renderer.prompt_ids(messages, schemas)  # once for the n samples
             if "raw_prompt_ids" in columns:
@@ -240,6 +249,7 @@ class AsyncRolloutEngine:
                         tools_kwargs=tools_kwargs,
                         interaction_kwargs=interaction_kwargs,
                         prompt_ids=prompt_ids,
+                        tool_names=[s["function"]["name"] for s in callable_schemas],
                     )
                 )
         return requests

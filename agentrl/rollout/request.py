@@ -106,6 +106,16 @@ class AsyncRolloutRequest:
     # Template text after the last model turn that is not in input_ids yet (e.g. the
     # newline after <|im_end|>); it opens the next delta.
     pending_suffix: str = ""
+    # The tools the sample may call (instances are created for these); None -> those of
+    # tool_schemas. They differ when the prompt shows fewer schemas than the sample may use
+    # (multi_turn.tool_schemas_in_prompt: none).
+    tool_names: list[str] | None = None
+
+    @property
+    def callable_tools(self) -> list[str]:
+        if self.tool_names is not None:
+            return list(self.tool_names)
+        return [schema["function"]["name"] for schema in self.tool_schemas]
 
     @classmethod
     def from_prompt(
@@ -120,6 +130,7 @@ class AsyncRolloutRequest:
         tools_kwargs: dict | None = None,
         interaction_kwargs: dict | None = None,
         prompt_ids: list[int] | None = None,
+        tool_names: list[str] | None = None,
     ) -> AsyncRolloutRequest:
         """A PENDING request whose trajectory is the rendered prompt (loss mask 0).
 
@@ -134,6 +145,7 @@ class AsyncRolloutRequest:
             tool_schemas=list(tool_schemas),
             tools_kwargs=dict(tools_kwargs or {}),
             interaction_kwargs=dict(interaction_kwargs or {}),
+            tool_names=None if tool_names is None else list(tool_names),
         )
         if prompt_ids is None:
             prompt_ids = renderer.prompt_ids(request.messages, request.tool_schemas)

@@ -158,7 +158,7 @@ async def start_plugins(
         )
         req.tool_instances[name] = instance_id
 
-    names = [schema["function"]["name"] for schema in req.tool_schemas]
+    names = req.callable_tools
     results = await asyncio.gather(*(create(n) for n in names), return_exceptions=True)
     for name, result in zip(names, results, strict=True):
         if isinstance(result, BaseException):

@@ -37,12 +37,12 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer
 
 from agentrl.algos import apply_kl_penalty, compute_advantage, get_kl_controller
 from agentrl.config import ConfigError
 from agentrl.data import create_rl_dataset, create_train_dataloader, create_val_dataloader
 from agentrl.distributed import InProcessWorkerGroup, RayWorkerGroup, ResourcePool, WorkerSpec
+from agentrl.models.tokenizer import load_tokenizer
 from agentrl.protocol import DataProto, to_object_array
 from agentrl.reward import load_reward_manager
 from agentrl.trainer import checkpointing as ckpt
@@ -127,9 +127,10 @@ class PPOTrainer:
         self.n_workers = int(config.trainer.nnodes * config.trainer.n_gpus_per_node)
         self._check_config()
         self.resume_from = ckpt.resume_path(config.trainer)  # a bad path fails before workers
-        self.tokenizer = AutoTokenizer.from_pretrained(
+        self.tokenizer = load_tokenizer(
             config.data.tokenizer or config.actor_rollout_ref.model.path,
             trust_remote_code=bool(config.data.trust_remote_code),
+            chat_template=config.actor_rollout_ref.model.custom_chat_template,
         )
         self._create_dataloaders()
         self.worker_config = worker_config(config, self.total_training_steps)

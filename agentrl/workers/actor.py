@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from agentrl.distributed import Dispatch, Worker, register
+from agentrl.models.tokenizer import load_tokenizer
 from agentrl.protocol import DataProto
 from agentrl.utils.seeding import seed_everything
 from agentrl.workers import checkpoint
@@ -98,8 +99,10 @@ class ActorRolloutRefWorker(Worker):
         """Load and shard the models this role holds, build the optimizer and rollout."""
         cfg = self.config
         seed_everything(self.seed)  # the same initial weights on every rank
-        self.tokenizer = AutoTokenizer.from_pretrained(
-            cfg.model.path, trust_remote_code=bool(cfg.model.trust_remote_code)
+        self.tokenizer = load_tokenizer(
+            cfg.model.path,
+            trust_remote_code=bool(cfg.model.trust_remote_code),
+            chat_template=cfg.model.custom_chat_template,
         )
         mesh = device_mesh(self.world_size, self.device, cfg.actor.fsdp_config.fsdp_size)
         actor_cfg = cfg.actor

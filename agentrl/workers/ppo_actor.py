@@ -34,10 +34,12 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
 
 
 def micro_batching(
-    use_dynamic_bsz: bool, micro_batch_size: int | None, max_token_len: int
+    use_dynamic_bsz: bool | None, micro_batch_size: int | None, max_token_len: int
 ) -> MicroBatching:
-    """MicroBatching from the three config keys every worker section has."""
-    return MicroBatching(bool(use_dynamic_bsz), micro_batch_size, int(max_token_len))
+    """MicroBatching from the three config keys every worker section has. ``use_dynamic_bsz``
+    null (the default) means by token budget unless a micro-batch size is set."""
+    dynamic = micro_batch_size is None if use_dynamic_bsz is None else bool(use_dynamic_bsz)
+    return MicroBatching(dynamic, micro_batch_size, int(max_token_len))
 
 
 def require_keys(data: DataProto, keys: tuple[str, ...] | list[str], what: str) -> None:

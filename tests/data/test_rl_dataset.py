@@ -136,6 +136,29 @@ def test_tool_schemas_rendered_are_those_the_row_names(tmp_path, tiny_tokenizer,
     assert ds[2]["tools_kwargs"] == {}
 
 
+@pytest.mark.parametrize("mode", ["all", "none"])
+def test_tool_schemas_in_prompt_all_or_none(tmp_path, tiny_tokenizer, data_cfg_factory, mode):
+    ds = RLHFDataset(_write(tmp_path, _user_rows()), tiny_tokenizer, data_cfg_factory(
+        "data.return_full_prompt=true",
+        f"actor_rollout_ref.rollout.multi_turn.tool_schemas_in_prompt={mode}", tools=True))
+    for i in range(2):
+        prompt = ds[i]["full_prompts"]
+        shown = {name for name in ("calculator", "search") if f'"name": "{name}"' in prompt}
+        assert shown == ({"calculator", "search"} if mode == "all" else set())
+        assert ds[i]["tools_kwargs"]  # the tools still run: their kwargs are kept
+    if mode == "none":  # exactly the prompt of a model that never saw a schema
+        messages = _user_rows()[0]["prompt"]
+        assert ds[0]["full_prompts"] == tiny_tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True)
+
+
+def test_tool_schemas_in_prompt_rejects_other_values(data_cfg_factory):
+    from agentrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="tool_schemas_in_prompt"):
+        data_cfg_factory("actor_rollout_ref.rollout.multi_turn.tool_schemas_in_prompt=some")
+
+
 def test_truncation_sides():
     ids = list(range(10))
     assert truncate_ids(ids, 4, "left", "r") == [6, 7, 8, 9]

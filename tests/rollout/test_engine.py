@@ -258,3 +258,28 @@ def test_backend_without_generate_is_rejected(tiny_tokenizer):
         AsyncRolloutEngine(rollout_config(), tiny_tokenizer, object())
 
 
+
+
+@pytest.mark.parametrize("mode", ["own", "all", "none"])
+def test_tool_schemas_in_prompt(tiny_tokenizer, mode):
+    """`multi_turn.tool_schemas_in_prompt`: which schemas the prompt shows; with `none` the
+    prompt is the plain chat template, and the tools still run when called."""
+    backend = ScriptedBackend(tiny_tokenizer, {0: [call_text("echo", "hi") + "<|im_end|>",
+                                                   "done<|im_end|>"]})
+    tools = make_tools()
+    cfg = rollout_config(f"multi_turn.tool_schemas_in_prompt={mode}")
+    requests: list[AsyncRolloutRequest] = []
+    out = run(AsyncRolloutEngine(cfg, tiny_tokenizer, backend, tools),
+              prompts_batch(1, tools_kwargs={"echo": {}}), requests)
+    (req,) = requests
+    shown = [s["function"]["name"] for s in req.tool_schemas]
+    assert shown == {"own": ["echo"], "all": sorted(tools), "none": []}[mode]
+    prompt = tiny_tokenizer.decode(req.input_ids[: req.prompt_length])
+    assert ('"name": "echo"' in prompt) == (mode != "none")
+    if mode == "none":
+        plain = tiny_tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Question conv-0?"}], add_generation_prompt=True)
+        plain = plain["input_ids"] if hasattr(plain, "keys") else plain
+        assert req.input_ids[: req.prompt_length] == list(plain)
+    assert req.metrics.tool_calls == {"echo": 1} and len(tools["echo"].instances("execute")) == 1
+    assert out.meta_info["metrics"]["rollout/failed"] == 0

@@ -38,6 +38,7 @@ import inspect
 import logging
 import operator
 import os
+import sys
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -161,7 +162,8 @@ class HFBackend:
     Args:
         model: a causal LM (kept as is: the same object is updated by `update_weights`).
         tokenizer: its tokenizer (decoding, pad id, EOS id).
-        max_num_seqs: the largest micro-batch.
+        max_num_seqs: the largest micro-batch; None: every request waiting joins the batch
+            (the batch adapts to the live requests).
         batch_wait_s: after the first request of a batch arrives, wait this long for more.
         seed: seed of the sampling generator.
         max_model_len: context length (prompt + output); None -> the model's
@@ -177,16 +179,16 @@ class HFBackend:
         model: torch.nn.Module,
         tokenizer: Any,
         *,
-        max_num_seqs: int = 64,
+        max_num_seqs: int | None = 64,
         batch_wait_s: float = 0.0,
         seed: int = 0,
         max_model_len: int | None = None,
     ) -> None:
-        if max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        if max_num_seqs is not None and max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1 or None, got {max_num_seqs}")
         self.model = model
         self.tokenizer = tokenizer
-        self.max_num_seqs = max_num_seqs
+        self.max_num_seqs = max_num_seqs if max_num_seqs is not None else sys.maxsize
         self.batch_wait_s = batch_wait_s
         self.device = next(model.parameters()).device
         self.context_length = max_model_len or model.config.max_position_embeddings
@@ -506,17 +508,36 @@ class _RowSampler:
             self.top_p = torch.tensor([p.top_p for p in self.params], device=device)[:, None]
             self.min_p = torch.tensor([p.min_p for p in self.params], device=device)[:, None]
         self.filtered = any(_filters(p) for p in self.params)
+        self.top_k_cap = _top_k_cap(self.params)
 
     def select(self, keep: list[int]) -> _RowSampler:
         fresh = _RowSampler.__new__(_RowSampler)
         fresh.params, fresh.device = [self.params[j] for j in keep], self.device
         fresh.all_greedy = all(p.greedy for p in fresh.params)
         fresh.filtered = any(_filters(p) for p in fresh.params)
+        fresh.top_k_cap = _top_k_cap(fresh.params)
         if not self.all_greedy:
             index = torch.tensor(keep, device=self.device)
             for name in ("greedy", "temperature", "top_k", "top_p", "min_p"):
                 setattr(fresh, name, getattr(self, name)[index])
         return fresh
+
+    def filtered_probs(self, scaled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(probs, order): the tokens in descending order (``order`` holds their ids; only
+        the top ``top_k_cap`` when every row sets top-k: a partial selection, not a sort of
+        the vocabulary) with their probabilities under the whole vocabulary's softmax, 0
+        where top-k, top-p or min-p drops them."""
+        if self.top_k_cap < scaled.shape[-1]:
+            sorted_logits, order = torch.topk(scaled, self.top_k_cap, dim=-1)  # (B, K)
+        else:
+            sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)  # (B, V)
+        probs = torch.exp(sorted_logits - torch.logsumexp(scaled, dim=-1, keepdim=True))
+        ranks = torch.arange(probs.shape[-1], device=probs.device)[None, :]  # (1, K)
+        before = probs.cumsum(dim=-1) - probs  # mass of the tokens ranked above each
+        drop = (ranks >= self.top_k) | (before >= self.top_p)
+        drop |= probs < self.min_p * probs[:, :1]
+        drop[:, 0] = False  # the most likely token always stays
+        return probs.masked_fill(drop, 0.0), order
 
     def sample(
         self, logits: torch.Tensor, generator: torch.Generator
@@ -532,18 +553,20 @@ class _RowSampler:
                 sampled = torch.multinomial(log_probs.exp(), 1, generator=generator)[:, 0]
                 tokens = torch.where(self.greedy, tokens, sampled)
                 return tokens, log_probs.gather(-1, tokens[:, None])[:, 0]
-            sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
-            probs = torch.softmax(sorted_logits, dim=-1)  # (B, V), descending
-            ranks = torch.arange(probs.shape[-1], device=probs.device)[None, :]  # (1, V)
-            before = probs.cumsum(dim=-1) - probs  # mass of the tokens ranked above each
-            drop = (ranks >= self.top_k) | (before >= self.top_p)
-            drop |= probs < self.min_p * probs[:, :1]
-            drop[:, 0] = False  # the most likely token always stays
-            probs = probs.masked_fill(drop, 0.0)
+            probs, order = self.filtered_probs(scaled)
             picked = torch.multinomial(probs, 1, generator=generator)  # (B, 1) sorted ranks
             sampled = order.gather(-1, picked)[:, 0]  # (B,)
             tokens = torch.where(self.greedy, tokens, sampled)
         return tokens, log_probs.gather(-1, tokens[:, None])[:, 0]
+
+
+def _top_k_cap(params: list[SamplingParams]) -> int:
+    """The largest top-k of the sampled rows when every one sets it (the tokens that can
+    be drawn are among that many), else no cap: a partial selection replaces the sort."""
+    sampled = [p for p in params if not p.greedy]
+    if sampled and all(p.top_k > 0 for p in sampled):
+        return max(p.top_k for p in sampled)
+    return sys.maxsize
 
 
 def _filters(params: SamplingParams) -> bool:

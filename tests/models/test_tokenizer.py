@@ -1,0 +1,50 @@
+"""actor_rollout_ref.model.custom_chat_template: loaded once, used wherever prompts render."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
+from agentrl.models.tokenizer import load_tokenizer, resolve_chat_template
+from agentrl.protocol import DataProto
+from agentrl.workers import ActorRolloutRefWorker
+from agentrl.workers.testing import worker_config
+
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\nCUSTOM {{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+MESSAGES = [{"role": "user", "content": "what is 2+3?"}]
+
+
+def test_template_text_or_file_replaces_the_tokenizers(tiny_model_dir, tmp_path):
+    plain = load_tokenizer(tiny_model_dir)
+    assert "CUSTOM" not in plain.apply_chat_template(MESSAGES, tokenize=False)
+    path = tmp_path / "template.jinja"
+    path.write_text(TEMPLATE)
+    for value in (TEMPLATE, str(path)):
+        tokenizer = load_tokenizer(tiny_model_dir, chat_template=value)
+        text = tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
+        assert text == "<|im_start|>user\nCUSTOM what is 2+3?<|im_end|>\n<|im_start|>assistant\n"
+    assert resolve_chat_template(None) is None
+    with pytest.raises(FileNotFoundError, match="custom_chat_template: 'no/such.jinja'"):
+        load_tokenizer(tiny_model_dir, chat_template="no/such.jinja")
+
+
+def test_the_rollout_renders_prompts_with_the_custom_template(tiny_model_dir, tmp_path):
+    path = tmp_path / "template.jinja"
+    path.write_text(TEMPLATE)
+    cfg = worker_config(tiny_model_dir, [
+        "data.max_prompt_length=32", "data.max_response_length=4",
+        f"actor_rollout_ref.model.custom_chat_template={path}",
+    ])
+    spec = WorkerSpec(ActorRolloutRefWorker, cfg.actor_rollout_ref, role="rollout")
+    with InProcessWorkerGroup(spec) as group:
+        group.init_model()
+        out = group.generate_sequences(DataProto.from_dict(
+            non_tensors={"raw_prompt": [MESSAGES]}, meta_info={"validate": True}))
+        tokenizer = group.worker().tokenizer
+    prompt = out.batch["prompts"][0][out.batch["attention_mask"][0, :32].bool()].tolist()
+    assert tokenizer.decode(prompt) == (
+        "<|im_start|>user\nCUSTOM what is 2+3?<|im_end|>\n<|im_start|>assistant\n"
+    )
