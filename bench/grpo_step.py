@@ -78,23 +78,26 @@ def agentrl_overrides(model: Path, train: Path, tools: Path, run_dir: Path, args
     ]
 
 
-def time_agentrl(overrides: list[str], steps: int) -> list[dict[str, float]]:
+def time_agentrl(overrides: list[str], steps: int) -> tuple[list[dict[str, float]], list]:
+    """Timed steps, and each step's row indices (the reference replays the same batches)."""
     from agentrl.config import load_config
     from agentrl.trainer.ppo_trainer import PPOTrainer
 
-    records = []
+    records, batches_seen = [], []
     with PPOTrainer(load_config(overrides=overrides)) as trainer:
         trainer.init_workers()
         batches = trainer._batches()
         for step in range(steps + 1):  # the first is a warm-up
             trainer.global_steps += 1
-            metrics = trainer.train_step(next(batches))
+            batch = next(batches)
+            batches_seen.append([int(i) for i in batch["index"]])
+            metrics = trainer.train_step(batch)
             record = {k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("timing_s/")}
             record["score"] = metrics.get("critic/score/mean", 0.0)
             logger.info("agentrl step %d: %.2f s (gen %.2f)", step, record["step"], record["gen"])
             if step:
                 records.append(record)
-    return records
+    return records, batches_seen
 
 
 class ReferenceLoop:
@@ -123,25 +126,34 @@ class ReferenceLoop:
         from tools.calculator import evaluate, format_number
 
         started = time.perf_counter()
-        convs = [[dict(m) for m in row["prompt"]] for row in batch_rows for _ in range(self.args.n)]
-        done = [False] * len(convs)
+        rows = [row for row in batch_rows for _ in range(self.args.n)]
+        # token ids and loss mask per conversation, grown turn by turn (no re-rendering)
+        ids = [self.render([dict(m) for m in row["prompt"]], True) for row in rows]
+        masks = [[0] * len(x) for x in ids]
+        last_text = [""] * len(rows)
+        done = [False] * len(rows)
+        pad, eos = self.tokenizer.pad_token_id, set(self.eos)
         for _ in range(3):
             live = [i for i, d in enumerate(done) if not d]
             if not live:
                 break
-            prompts = [self.render(convs[i], True) for i in live]
-            width = max(len(p) for p in prompts)
-            pad = self.tokenizer.pad_token_id
-            ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+            width = max(len(ids[i]) for i in live)
+            batch = torch.tensor([[pad] * (width - len(ids[i])) + ids[i] for i in live])
+            attention = torch.tensor([[0] * (width - len(ids[i])) + [1] * len(ids[i])
+                                      for i in live])
             with torch.no_grad():
                 out = self.model.generate(
-                    input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0,
-                    top_k=0, top_p=1.0, max_new_tokens=48, eos_token_id=self.eos,
-                    pad_token_id=pad)
+                    input_ids=batch, attention_mask=attention, do_sample=True,
+                    temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=48,
+                    eos_token_id=self.eos, pad_token_id=pad)
             for j, i in enumerate(live):
-                text = self.tokenizer.decode(out[j, width:], skip_special_tokens=True)
-                convs[i].append({"role": "assistant", "content": text})
+                new = out[j, width:].tolist()
+                end = next((k + 1 for k, t in enumerate(new) if t in eos), len(new))
+                new = new[:end]
+                ids[i] += new
+                masks[i] += [1] * len(new)
+                text = self.tokenizer.decode(new, skip_special_tokens=True)
+                last_text[i] = text
                 match = TOOL_CALL.search(text)
                 if match is None:
                     done[i] = True
@@ -151,29 +163,22 @@ class ReferenceLoop:
                     result = format_number(evaluate(str(call["arguments"]["expression"])))
                 except Exception as err:  # noqa: BLE001 - the model's call was bad
                     result = f"Error: {err}"
-                convs[i].append({"role": "tool", "content": str(result)})
+                # the chat template's tool turn, written out by hand as a minimal loop does
+                tool = self.tokenizer.encode(
+                    f"\n<|im_start|>user\n<tool_response>\n{result}\n</tool_response>"
+                    "<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+                ids[i] += tool
+                masks[i] += [0] * len(tool)
         generated = time.perf_counter()
         rewards = torch.tensor([
-            float(default_compute_score(row["data_source"], conv[-1]["content"],
+            float(default_compute_score(row["data_source"], text,
                                         row["reward_model"]["ground_truth"]) or 0.0)
-            for row, conv in zip([r for r in batch_rows for _ in range(self.args.n)], convs,
-                                 strict=True)
+            for row, text in zip(rows, last_text, strict=True)
         ])
         groups = rewards.view(-1, self.args.n)
         advantages = ((groups - groups.mean(-1, keepdim=True))
                       / (groups.std(-1, keepdim=True) + 1e-6)).flatten()
-        sequences, masks = [], []
-        for conv in convs:  # the loss covers the model's turns only
-            ids = self.render(conv, False)
-            mask = [0] * len(ids)
-            for k in range(len(conv)):
-                if conv[k]["role"] != "assistant":
-                    continue
-                start = len(self.render(conv[:k], True))
-                end = len(self.render(conv[:k + 1], False))
-                mask[start:end] = [1] * (end - start)
-            sequences.append(ids)
-            masks.append(mask)
+        sequences = ids
         width = max(len(s) for s in sequences)
         ids = torch.tensor([s + [0] * (width - len(s)) for s in sequences])
         attention = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in sequences])
@@ -189,15 +194,16 @@ class ReferenceLoop:
                 "score": float(rewards.mean())}
 
 
-def time_reference(model_dir: Path, tools: Path, train: Path, args) -> list[dict[str, float]]:
+def time_reference(model_dir: Path, tools: Path, train: Path, batches: list[list[int]],
+                   args) -> list[dict[str, float]]:
     import datasets
 
     rows = list(datasets.load_dataset("parquet", data_files=str(train), split="train"))
+    by_index = {int(row["extra_info"]["index"]): row for row in rows}
     loop = ReferenceLoop(model_dir, tools, rows, args)
     records = []
-    for step in range(args.steps + 1):
-        batch = rows[step * args.prompts:(step + 1) * args.prompts]
-        record = loop.step(batch)
+    for step, indices in enumerate(batches):  # agentrl's batches, in its order
+        record = loop.step([by_index[i] for i in indices])
         logger.info("reference step %d: %.2f s (gen %.2f)", step, record["step"], record["gen"])
         if step:
             records.append(record)
@@ -213,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--steps", type=int, default=3, help="timed steps each (after a warm-up)")
-    parser.add_argument("--sft-steps", type=int, default=400)
+    parser.add_argument("--sft-steps", type=int, default=1100,
+                        help="the quickstart's SFT: the model calls the tool and answers")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -221,9 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="agentrl_grpo_step_") as tmp:
         tmp_path = Path(tmp)
         model, train, tools = prepare(tmp_path / "qs", args.sft_steps, args.seed)
-        agentrl = mean(time_agentrl(
-            agentrl_overrides(model, train, tools, tmp_path / "rl", args), args.steps))
-        reference = mean(time_reference(model, tools, train, args))
+        records, batches = time_agentrl(
+            agentrl_overrides(model, train, tools, tmp_path / "rl", args), args.steps)
+        agentrl = mean(records)
+        reference = mean(time_reference(model, tools, train, batches, args))
     result = {
         "bench": "grpo_step",
         "agentrl_step_s": agentrl["step"],

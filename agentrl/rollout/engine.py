@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.data.rows import select_tool_schemas
+from agentrl.utils.plain_config import plain_config
 from agentrl.interactions.base import BaseInteraction
 from agentrl.protocol import DataProto
 from agentrl.rollout.chat import ChatRenderer
@@ -101,8 +102,8 @@ class AsyncRolloutEngine:
                 f"backend {type(backend).__name__} has no generate() coroutine; "
                 "see agentrl.rollout.backends.GenerationBackend"
             )
-        self.config = config
-        self.multi_turn = config.multi_turn
+        self.config = plain_config(config)  # read per request and turn: no OmegaConf lookups
+        self.multi_turn = self.config.multi_turn
         self.tokenizer = tokenizer
         self.backend = backend
         self.tools = dict(tools or {})

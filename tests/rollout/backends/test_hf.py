@@ -430,3 +430,15 @@ def test_top_k_selects_instead_of_sorting_with_the_same_probabilities(params):
     torch.testing.assert_close(dense[sampled], full_dense[sampled], atol=1e-7, rtol=0)
     if capped:
         assert probs.shape[-1] == max(p["top_k"] for p in params if "top_k" in p)
+
+
+def test_sample_categorical_follows_the_probabilities():
+    from agentrl.rollout.backends.hf import sample_categorical
+
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 0.0, 2.0]]).repeat(50000, 1)
+    draws = sample_categorical(probs, torch.Generator().manual_seed(0)).view(-1, 2)
+    first = torch.bincount(draws[:, 0], minlength=4) / len(draws)
+    torch.testing.assert_close(first, torch.tensor([0.1, 0.0, 0.6, 0.3]), atol=0.01, rtol=0)
+    assert (draws[:, 1] == 3).all()  # unnormalised, and zero-probability tokens never come
+    again = sample_categorical(probs, torch.Generator().manual_seed(0)).view(-1, 2)
+    assert torch.equal(draws, again)  # the seed decides
