@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.data.rows import select_tool_schemas
-from agentrl.utils.plain_config import plain_config
 from agentrl.interactions.base import BaseInteraction
 from agentrl.protocol import DataProto
 from agentrl.rollout.chat import ChatRenderer
@@ -57,6 +56,7 @@ from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestSt
 from agentrl.rollout.tool_calls import end_plugins, run_tool_turn, start_plugins
 from agentrl.rollout.waves import GenerationWaves
 from agentrl.tools import BaseTool
+from agentrl.utils.plain_config import plain_config
 
 logger = logging.getLogger(__name__)
 
