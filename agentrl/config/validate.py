@@ -93,6 +93,23 @@ LIST_CHOICES: dict[str, tuple[str, ...]] = {
     "critic.checkpoint.save_contents": _CKPT_CONTENTS,
     "critic.checkpoint.load_contents": _CKPT_CONTENTS,
 }
+# verl keys whose feature agentrl does not have yet: accepted at their default, refused
+# otherwise (a run must never silently lack what its config turned on).
+_NO_SP = "sequence parallelism is not supported yet"
+_NO_COMPILE = "torch.compile is not wired into the workers yet"
+NOT_YET: dict[str, tuple[tuple[Any, ...], str]] = {
+    "actor_rollout_ref.model.lora_rank": ((0,), "LoRA is not supported yet (the full model "
+                                                "would train)"),
+    "actor_rollout_ref.model.enable_activation_offload": (
+        (False,), "activation offload is not implemented (enable_gradient_checkpointing "
+                  "saves activation memory)"),
+    "actor_rollout_ref.actor.use_torch_compile": ((False,), _NO_COMPILE),
+    "actor_rollout_ref.ref.use_torch_compile": ((False,), _NO_COMPILE),
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ((1,), _NO_SP),
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ((1,), _NO_SP),
+    "critic.ulysses_sequence_parallel_size": ((1,), _NO_SP),
+}
+
 # Keys that must be >= 1 (when not null).
 POSITIVE: tuple[str, ...] = (
     "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
@@ -203,9 +220,11 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     if multi_turn.tool_record_mode is not None and not multi_turn.tool_record_path:
         problems.append("actor_rollout_ref.rollout.multi_turn.tool_record_mode is "
                         f"{multi_turn.tool_record_mode} but tool_record_path is null")
-    if cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size != 1:
-        problems.append("actor_rollout_ref.actor.ulysses_sequence_parallel_size must be 1 "
-                        "(sequence parallelism is not supported yet)")
+    for key, (allowed, why) in NOT_YET.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in allowed:
+            problems.append(f"{key} is {value!r}: {why}; it must stay "
+                            f"{' or '.join(repr(a) for a in allowed)}")
     return problems
 
 

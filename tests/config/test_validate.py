@@ -110,3 +110,20 @@ def test_registry_backed_choices_follow_the_registries():
     finally:
         ADV_ESTIMATORS.unregister("my_estimator_for_config_test")
     assert "my_estimator_for_config_test" not in ADV_ESTIMATORS
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("actor_rollout_ref.model.lora_rank=8", "lora_rank is 8: LoRA is not supported yet"),
+    ("actor_rollout_ref.model.enable_activation_offload=true", "activation offload"),
+    ("actor_rollout_ref.actor.use_torch_compile=true", "actor.use_torch_compile is True"),
+    ("actor_rollout_ref.ref.use_torch_compile=true", "ref.use_torch_compile is True"),
+    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+     "sequence parallelism is not supported yet"),
+    ("critic.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size is 2"),
+])
+def test_verl_features_not_here_yet_are_refused_not_ignored(override, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        load_config(overrides=[override])
+    load_config(overrides=[override.split("=")[0] + "=" + {
+        "lora_rank": "0", "ulysses_sequence_parallel_size": "1"}.get(
+        override.split("=")[0].rsplit(".", 1)[1], "false")])  # the default passes
