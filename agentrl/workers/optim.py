@@ -4,7 +4,8 @@ Reads an ``optim`` sub-config (``actor_rollout_ref.actor.optim`` or ``critic.opt
 
 - ``lr``, ``betas``, ``weight_decay``: AdamW (Loshchilov & Hutter 2019);
 - ``lr_warmup_steps`` (>= 0), or when it is -1, ``lr_warmup_steps_ratio`` x
-  ``total_training_steps``: the multiplier grows linearly from 0 (step 0) to 1;
+  ``total_training_steps``: over ``w`` warmup steps the multiplier is ``1/w, 2/w, ..., 1``
+  (linear; the first step is not spent at lr 0, unlike verl's schedule);
 - ``warmup_style``: ``constant`` keeps ``lr`` after warmup; ``cosine`` follows
   ``min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(2 pi num_cycles p)) / 2`` where ``p`` is
   the progress from the end of warmup to ``total_training_steps`` (``num_cycles`` 0.5 is
@@ -69,8 +70,8 @@ def lr_multiplier(optim_cfg: Any) -> Callable[[int], float]:
     cycles = float(optim_cfg.num_cycles)
 
     def multiplier(step: int) -> float:
-        if step < warmup:
-            return step / max(1, warmup)
+        if step < warmup:  # the first step already learns: 1/w, 2/w, ..., 1
+            return (step + 1) / warmup
         if style == "constant":
             return 1.0
         progress = min(1.0, (step - warmup) / max(1, total - warmup))
