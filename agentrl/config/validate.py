@@ -79,8 +79,6 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": (
         "strict", "ignore_strippable", "disable"),
     "actor_rollout_ref.rollout.multi_turn.tool_record_mode": (None, "record", "replay"),
-    "actor_rollout_ref.rollout.multi_turn.tool_schemas_in_prompt": ("own", "all", "none"),
-    "data.tool_schemas_in_prompt": ("own", "all", "none"),
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
     "trainer.device": ("auto", "cpu", "cuda"),
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
@@ -229,10 +227,12 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
 
 
 def registry_choices() -> dict[str, tuple[str, ...]]:
-    """Keys whose valid values are the names in a registry, read at validation time so
-    that estimators, losses and reward managers a user registers are accepted too."""
+    """Keys whose valid values are defined in other modules, read at validation time: the
+    names in a registry (so that estimators, losses and reward managers a user registers
+    are accepted too) and the tool-schema modes of ``agentrl.data.rows``."""
     from agentrl.algos import ADV_ESTIMATORS, POLICY_LOSSES
     from agentrl.algos.kl import KL_PENALTIES
+    from agentrl.data.rows import TOOL_SCHEMAS_IN_PROMPT
     from agentrl.reward import REWARD_MANAGERS
     from agentrl.rollout.parsers import TOOL_PARSERS
 
@@ -242,6 +242,8 @@ def registry_choices() -> dict[str, tuple[str, ...]]:
         "actor_rollout_ref.actor.policy_loss.loss_mode": tuple(POLICY_LOSSES.names()),
         "reward_model.reward_manager": tuple(REWARD_MANAGERS.names()),
         "actor_rollout_ref.rollout.multi_turn.format": tuple(TOOL_PARSERS.names()),
+        "actor_rollout_ref.rollout.multi_turn.tool_schemas_in_prompt": TOOL_SCHEMAS_IN_PROMPT,
+        "data.tool_schemas_in_prompt": TOOL_SCHEMAS_IN_PROMPT,
         "actor_rollout_ref.actor.kl_loss_type": kl,
         "algorithm.kl_penalty": kl,
     }

@@ -232,8 +232,6 @@ class AsyncRolloutEngine:
                 if mode == "none"
                 else schemas
             )
-            if not self.tools:
-                schemas = callable_schemas = []
             messages = [dict(m) for m in columns["raw_prompt"][i]]
             prompt_ids = self.renderer.prompt_ids(messages, schemas)  # once for the n samples
             if "raw_prompt_ids" in columns:
