@@ -47,9 +47,20 @@ _LOG_TAIL_CHARS = 3000
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free now (the OS picks it)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct TCP ports that are free now. The sockets are held open together
+    while the OS picks, so it cannot hand the same port out twice (picking them one at a
+    time can: a closed socket's port is free again at once)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket())
+            sock.bind((host, 0))
+            ports.append(sock.getsockname()[1])
+        return ports
 
 
 def server_flags(server_args: dict[str, Any]) -> list[str]:
@@ -160,7 +171,7 @@ class ServerLauncher:
         if self.servers:
             raise RuntimeError("servers already started; call stop() first")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        ports = self.ports or [free_port(self._url_host()) for _ in range(self.num_servers)]
+        ports = self.ports or free_ports(self.num_servers, self._url_host())
         try:
             for i, port in enumerate(ports):
                 self.servers.append(self._spawn(i, port))
@@ -256,4 +267,11 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
         os.killpg(process.pid, sig)
 
 
-__all__ = ["SGLANG_COMMAND", "ServerLauncher", "ServerProcess", "free_port", "server_flags"]
+__all__ = [
+    "SGLANG_COMMAND",
+    "ServerLauncher",
+    "ServerProcess",
+    "free_port",
+    "free_ports",
+    "server_flags",
+]

@@ -10,7 +10,12 @@ import sys
 import pytest
 
 from agentrl.rollout.backends.hf import HFBackend
-from agentrl.rollout.backends.launcher import SGLANG_COMMAND, ServerLauncher, server_flags
+from agentrl.rollout.backends.launcher import (
+    SGLANG_COMMAND,
+    ServerLauncher,
+    free_ports,
+    server_flags,
+)
 from agentrl.rollout.backends.sglang import SGLangBackend
 
 SERVE = [sys.executable, "-m", "agentrl.rollout.backends.serve_cli"]
@@ -117,3 +122,9 @@ def test_a_server_that_never_gets_ready_is_stopped_at_the_deadline(tmp_path):
     pid = int((tmp_path / "server_0.log").read_text().split()[1])
     with pytest.raises(ProcessLookupError):  # stopped and reaped, not left behind
         os.kill(pid, 0)
+
+
+def test_free_ports_are_distinct():
+    for _ in range(20):
+        ports = free_ports(8)
+        assert len(set(ports)) == 8
