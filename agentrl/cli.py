@@ -5,11 +5,11 @@ Each sub-command lives in its own module, which exposes
 `run(args: argparse.Namespace) -> int`. Modules are imported only when their command
 runs, so `agentrl --help` stays fast and one command's heavy imports never slow another.
 
-    agentrl config [--config recipe.yaml] [key.sub=value ...]
+    agentrl config [--config recipe.yaml | --config-path DIR --config-name NAME] [key=value ...]
     agentrl make-tiny-model OUT_DIR [--size tiny|small|medium|large] [--seed 0]
     agentrl smoke [--out-dir outputs/smoke]
     agentrl serve --model PATH --port P
-    agentrl train --config recipe.yaml [key.sub=value ...]
+    agentrl train [--config recipe.yaml | --config-path DIR --config-name NAME] [key=value ...]
     agentrl sft --model PATH --data DATA --out-dir DIR
     agentrl quickstart --out-dir outputs/quickstart
     agentrl generate --config X.yaml data.path=IN.parquet data.output_path=OUT.jsonl
@@ -70,8 +70,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(module_name)
     cmd_parser = argparse.ArgumentParser(prog=f"agentrl {args.command}", description=help_text)
     module.add_arguments(cmd_parser)
-    cmd_args = cmd_parser.parse_args(rest)
+    cmd_args = cmd_parser.parse_intermixed_args(rest)
     return int(module.run(cmd_args) or 0)
+
+
+def run_command(command: str, argv: Sequence[str] | None = None) -> int:
+    """`python -m MODULE ARGS` for a command's module: the same as `agentrl COMMAND ARGS`."""
+    return main([command, *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

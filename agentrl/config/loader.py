@@ -2,7 +2,15 @@
 
     from agentrl.config import load_config
     cfg = load_config("recipes/quickstart/config.yaml", ["actor_rollout_ref.rollout.n=8"])
-    cfg.actor_rollout_ref.rollout.n  # 8
+    cfg = load_config(config_dir="examples/config", config_name="gsm8k_multiturn_grpo",
+                      overrides=["data.train_batch_size=8", "~trainer.logger"])
+
+The user's files are composed with Hydra (agentrl/config/compose.py), as verl's
+`main_ppo` does: a YAML may have a `defaults:` list (`ppo_trainer` is agentrl's defaults) and
+`hydra.searchpath`; overrides take Hydra's `key=value`, `+key=value`, `++key=value` and
+`~key`. The composed tree is merged over agentrl/config/ppo_trainer.yaml, verl keys that have
+no meaning here are dropped with one warning (agentrl/config/verl_keys.py), verl's value
+spellings are normalised (`bfloat16` -> `bf16`), and the result is validated.
 
 The result is an OmegaConf `DictConfig`, resolved (no interpolations left), read-only and
 in struct mode: every key exists with the type of its default, so code reads
@@ -14,6 +22,7 @@ raised together as one `ConfigError` that names the keys.
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +30,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from agentrl.config.compose import ComposeError, Override, compose_user_config
 from agentrl.config.validate import NULLABLE_TYPES, check_consistency
+from agentrl.config.verl_keys import normalise_values, pop_inert_keys
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("ppo_trainer.yaml")
 
@@ -35,31 +48,49 @@ class ConfigError(ValueError):
 
 
 def load_config(
-    config_path: str | Path | None = None, overrides: Iterable[str] = ()
+    config_path: str | Path | None = None,
+    overrides: Iterable[str] = (),
+    *,
+    config_dir: str | Path | None = None,
+    config_name: str | None = None,
 ) -> DictConfig:
-    """Return the validated config: defaults, then `config_path`, then `overrides`.
+    """Return the validated config: defaults, then the user's YAML, then `overrides`.
 
-    `overrides` are `key.sub=value` strings (values parsed as YAML: `8`, `1e-6`, `null`,
-    `[a,b]`); a leading `+` or `++` (Hydra's add/force-add) is accepted and ignored, since
-    every valid key already exists in the defaults.
+    The YAML is `config_path` (a file), or `config_name` in `config_dir` (verl's
+    `--config-path` / `--config-name`; the directory defaults to agentrl's own, so
+    `config_name="ppo_trainer"` alone is the defaults). See the module docstring.
     """
     defaults = OmegaConf.load(DEFAULT_CONFIG_PATH)
-    layers: list[tuple[str, DictConfig]] = []
-    if config_path is not None:
-        layers.append((str(config_path), _load_yaml(Path(config_path))))
-    layers.extend(_parse_override(o) for o in overrides)
+    try:
+        composed, parsed = compose_user_config(
+            config_file=config_path,
+            config_dir=config_dir,
+            config_name=config_name,
+            overrides=list(overrides),
+        )
+    except ComposeError as exc:
+        raise ConfigError([str(exc)]) from exc
 
-    problems: list[str] = []
-    for source, layer in layers:
-        problems.extend(_unknown_keys(layer, defaults, source))
+    inert = pop_inert_keys(composed)
+    if inert:
+        logger.warning(
+            "ignoring verl keys that have no effect in agentrl: %s",
+            "; ".join(f"{key} ({why})" for key, why in inert),
+        )
+    source = _source_name(config_path, config_dir, config_name)
+    problems = _unknown_problems(composed, defaults, parsed, source)
     if problems:
         raise ConfigError(problems)
 
     try:
-        merged = OmegaConf.merge(defaults, *(layer for _, layer in layers))
+        merged = OmegaConf.merge(defaults, composed)
+        problems.extend(_apply_deletions(merged, defaults, parsed))
         OmegaConf.resolve(merged)
     except OmegaConfBaseException as exc:  # a bad interpolation, mostly
         raise ConfigError([f"cannot merge or resolve the configuration: {exc}"]) from exc
+    if problems:
+        raise ConfigError(problems)
+    normalise_values(merged)
 
     resolved_defaults = OmegaConf.to_container(defaults, resolve=True)
     problems.extend(_type_problems(OmegaConf.to_container(merged), resolved_defaults, ""))
@@ -77,36 +108,57 @@ def config_to_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(cfg)
 
 
-def _load_yaml(path: Path) -> DictConfig:
-    if not path.is_file():
-        raise ConfigError([f"config file not found: {path}"])
-    try:
-        layer = OmegaConf.load(path)
-    except Exception as exc:  # yaml.YAMLError and OmegaConf's own; report either the same way
-        raise ConfigError([f"cannot parse {path}: {exc}"]) from exc
-    if not isinstance(layer, DictConfig):
-        raise ConfigError([f"{path}: the top level must be a mapping of config keys"])
-    if "defaults" in layer or "hydra" in layer:
-        raise ConfigError([
-            f"{path}: Hydra 'defaults'/'hydra' sections are not supported; a recipe YAML holds "
-            "only the keys that differ from agentrl/config/ppo_trainer.yaml"
-        ])
-    return layer
+def _source_name(
+    config_path: str | Path | None, config_dir: str | Path | None, config_name: str | None
+) -> str:
+    if config_path is not None:
+        return str(config_path)
+    if config_name is not None:
+        return f"config {config_name!r} in {config_dir or 'agentrl/config'}"
+    return "the defaults"
 
 
-def _parse_override(override: str) -> tuple[str, DictConfig]:
-    text = override.strip()
-    if text.startswith("~"):
-        raise ConfigError([f"override {override!r}: deleting keys (~key) is not supported"])
-    text = text.lstrip("+")
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError([f"override {override!r} is not of the form key.sub=value"])
-    try:
-        layer = OmegaConf.from_dotlist([f"{key.strip()}={value}"])
-    except OmegaConfBaseException as exc:
-        raise ConfigError([f"cannot parse override {override!r}: {exc}"]) from exc
-    return f"override {override!r}", layer
+def _unknown_problems(
+    composed: DictConfig, defaults: DictConfig, parsed: Sequence[Override], source: str
+) -> list[str]:
+    """Unknown keys, each attributed to the override that set it, else to the YAML."""
+    problems: list[str] = []
+    from_overrides: list[str] = []
+    for override in parsed:
+        if override.kind != "set" or override.key.startswith("hydra."):
+            continue
+        layer = OmegaConf.create({})
+        OmegaConf.update(layer, override.key, override.value, force_add=True)
+        found = _unknown_keys(layer, defaults, f"override {override.text!r}")
+        problems.extend(found)
+        from_overrides.extend(found)
+    for problem in _unknown_keys(composed, defaults, source):
+        key = problem.split(" (from ", 1)[0]
+        if not any(p.split(" (from ", 1)[0] == key for p in from_overrides):
+            problems.append(problem)
+    return problems
+
+
+def _apply_deletions(
+    merged: DictConfig, defaults: DictConfig, parsed: Sequence[Override]
+) -> list[str]:
+    """`~key`: remove an entry of an open mapping; put any other key back to its default."""
+    problems = []
+    for override in parsed:
+        if override.kind != "delete":
+            continue
+        parent_key, _, leaf = override.key.rpartition(".")
+        parent = OmegaConf.select(merged, parent_key) if parent_key else merged
+        if not isinstance(parent, DictConfig) or leaf not in parent:
+            problems.append(f"override {override.text!r}: there is no key {override.key} to delete")
+            continue
+        default_parent = OmegaConf.select(defaults, parent_key) if parent_key else defaults
+        if not isinstance(default_parent, DictConfig) or leaf not in default_parent:
+            del parent[leaf]
+            continue
+        node = default_parent._get_node(leaf)  # unresolved: an interpolation stays one
+        parent[leaf] = OmegaConf.create(node) if isinstance(node, DictConfig) else node._value()
+    return problems
 
 
 def _unknown_keys(layer: Any, defaults: Any, source: str, prefix: str = "") -> list[str]:

@@ -15,7 +15,10 @@ It reads ``batch["responses"]`` (B, R) right-padded and ``batch["attention_mask"
 For each sample: the attended response tokens are decoded with
 ``skip_special_tokens=True``, scored by ``compute_score(data_source, solution_str,
 ground_truth, extra_info)`` (a float, or a dict with key ``score`` whose other keys go to
-``reward_extra_info``), the sum of the tool rewards times ``tool_reward_weight`` is added,
+``reward_extra_info``; ``extra_info`` also carries verl's ``num_turns`` and
+``rollout_reward_scores``, the tool rewards), the sum of the tool rewards times
+``tool_reward_weight`` is added (default 0, as verl: the tool rewards reach the score only
+through ``compute_score`` or that weight),
 and the result is written on the last attended response token; every other position is 0,
 except that with ``step_reward_weight`` the rollout's per-turn tool step rewards
 (``batch["step_rewards"]`` (B, R), at the last token of the turn that made the call) are
@@ -100,7 +103,7 @@ class RewardManager:
         num_examine: int = 0,
         compute_score: Callable[..., Any] | None = None,
         reward_fn_key: str = "data_source",
-        tool_reward_weight: float = 1.0,
+        tool_reward_weight: float = 0.0,
         step_reward_weight: float = 0.0,
     ) -> None:
         self.tokenizer = tokenizer
@@ -175,6 +178,9 @@ class RewardManager:
         if "__num_turns__" in non_tensor:  # set by multi-turn rollouts, as in verl
             extra["num_turns"] = non_tensor["__num_turns__"][i]
         tool_scores = non_tensor["reward_scores"][i] if "reward_scores" in non_tensor else None
+        # verl's name for the rollout's tool rewards ({tool: calc_reward, ...}), so a
+        # compute_score written for verl can use them.
+        extra["rollout_reward_scores"] = dict(tool_scores or {})
         return Sample(
             index=i,
             data_source=str(non_tensor[self.reward_fn_key][i]),

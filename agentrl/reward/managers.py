@@ -71,7 +71,7 @@ class DAPORewardManager(NaiveRewardManager):
         num_examine: int = 0,
         compute_score: Callable[..., Any] | None = None,
         reward_fn_key: str = "data_source",
-        tool_reward_weight: float = 1.0,
+        tool_reward_weight: float = 0.0,
         step_reward_weight: float = 0.0,
         max_resp_len: int | None = None,
         overlong_buffer_cfg: Mapping[str, Any] | None = None,
@@ -140,7 +140,7 @@ class BatchRewardManager(RewardManager):
         num_examine: int = 0,
         compute_score: Callable[..., Any] | None = None,
         reward_fn_key: str = "data_source",
-        tool_reward_weight: float = 1.0,
+        tool_reward_weight: float = 0.0,
         step_reward_weight: float = 0.0,
         **reward_kwargs: Any,
     ) -> None:

@@ -1,9 +1,11 @@
 """`agentrl train`: verl's main_ppo entry point.
 
     agentrl train --config recipe.yaml actor_rollout_ref.rollout.n=8 trainer.total_epochs=2
+    agentrl train --config-path DIR --config-name NAME key=value +key=value ~key
+    python -m agentrl.trainer.main_ppo ...   (the same, under verl's module name)
 
-Loads the config (defaults <- recipe <- `key.sub=value` overrides; verl's `+key=value` is
-accepted), validates it, then builds a `PPOTrainer`, fits it and closes it. A config
+Loads the config (agentrl's defaults <- the YAML, composed with Hydra as verl does <-
+the overrides), validates it, then builds a `PPOTrainer`, fits it and closes it. A config
 problem is reported on stderr with exit status 2, before any model loads. The last step's
 main metrics are logged at the end.
 """
@@ -14,7 +16,8 @@ import argparse
 import logging
 import sys
 
-from agentrl.config import ConfigError, load_config
+from agentrl.config import ConfigError
+from agentrl.config.cli import add_config_arguments, config_from_args
 
 logger = logging.getLogger(__name__)
 
@@ -22,15 +25,14 @@ SUMMARY_KEYS = ("critic/score/mean", "response_length/mean", "actor/pg_loss", "p
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=None, help="recipe YAML (only what differs)")
-    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+    add_config_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from agentrl.trainer.ppo_trainer import run_train
 
     try:
-        history = run_train(load_config(args.config, args.overrides))
+        history = run_train(config_from_args(args))
     except ConfigError as err:
         sys.stderr.write(f"{err}\n")
         return 2
@@ -39,3 +41,9 @@ def run(args: argparse.Namespace) -> int:
         summary = ", ".join(f"{k}={last[k]:.4g}" for k in SUMMARY_KEYS if k in last)
         logger.info("training done: %d steps; last step: %s", len(history), summary)
     return 0
+
+
+if __name__ == "__main__":
+    from agentrl.cli import run_command
+
+    sys.exit(run_command("train"))

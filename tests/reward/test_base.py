@@ -83,14 +83,15 @@ def test_decoded_response_and_inputs_reach_compute_score(rollout_batch, tiny_tok
 
     built = rollout_batch([SINGLE, MULTI])
     NaiveRewardManager(tiny_tokenizer, compute_score=spy)(built.data)
-    assert calls[0] == ("agentrl/arithmetic", "<answer>42</answer>", "42", {})
+    assert calls[0] == ("agentrl/arithmetic", "<answer>42</answer>", "42", {"rollout_reward_scores": {}})
     source, text, truth, extra = calls[1]
     # special tokens are skipped; tool markup and the tool response text stay
     assert text == (
         TOOL_CALL + "\nuser\n<tool_response>\n9716\n</tool_response>\nassistant\n"
         "<answer>9716</answer>"
     )
-    assert (source, truth, extra) == ("agentrl/arithmetic", "9716", {"index": 7})
+    assert (source, truth) == ("agentrl/arithmetic", "9716")
+    assert extra == {"index": 7, "rollout_reward_scores": {}}
 
 
 def test_dict_scores_fill_reward_extra_info(rollout_batch, tiny_tokenizer):
@@ -140,7 +141,7 @@ def test_empty_response_gets_no_reward(rollout_batch, tiny_tokenizer):
 
 def test_outcome_on_a_tool_token_reaches_the_last_assistant_token(rollout_batch, tiny_tokenizer):
     built = rollout_batch([ENDS_ON_TOOL])
-    rewards = NaiveRewardManager(tiny_tokenizer)(built.data)
+    rewards = NaiveRewardManager(tiny_tokenizer, tool_reward_weight=1.0)(built.data)
     mask = built.data.batch["response_mask"]
     last_model_token = int(torch.nonzero(mask[0])[-1])
     assert mask[0, built.lengths[0] - 1] == 0  # the reward sits on a tool token
@@ -175,7 +176,9 @@ def test_num_turns_reaches_extra_info(rollout_batch, tiny_tokenizer):
     built.data.non_tensor_batch["__num_turns__"] = np.array([3], dtype=object)
     spy = lambda data_source, solution_str, ground_truth, extra_info: seen.append(extra_info) or 0.0  # noqa: E731
     NaiveRewardManager(tiny_tokenizer, compute_score=spy)(built.data)
-    assert seen == [{"index": 7, "num_turns": 3}]
+    # verl's extra_info fields: num_turns and the tool rewards as rollout_reward_scores
+    assert seen == [{"index": 7, "num_turns": 3,
+                     "rollout_reward_scores": {"calculator": [0.5, 0.25]}}]
 
 
 def test_num_examine_logs_that_many_samples_per_data_source(rollout_batch, tiny_tokenizer, caplog):

@@ -1,0 +1,96 @@
+"""verl config keys and values that agentrl takes as they are written in verl's scripts.
+
+Two tables, applied by the loader (agentrl/config/loader.py):
+
+- `INERT`: keys of verl internals that have no meaning here (verl's profilers, Megatron
+  parallelism sections, rollout-trace backends, vLLM/SGLang wake-up staging). They cannot
+  change what a run computes, so a verl script that sets them runs: the loader drops them
+  and logs one warning that names each and why it has no effect. Keys that would change
+  results if ignored are not here; they stay unknown keys (an error) or are refused by
+  `validate.NOT_YET`.
+- `VALUE_ALIASES`: verl's other spellings of a value (`model_dtype: bfloat16`,
+  `multi_turn.format: qwen`), rewritten to agentrl's canonical one before validation.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+_PROFILER = "verl's profiler; profile agentrl with torch.profiler or py-spy"
+_MEGATRON = "Megatron-LM parallelism; agentrl shards with FSDP2 (the same update)"
+
+# dotted key (a whole section when it names one) -> why it has no effect here
+INERT: dict[str, str] = {
+    "global_profiler": _PROFILER,
+    "trainer.profile_steps": _PROFILER,
+    "trainer.controller_nsight_options": _PROFILER,
+    "trainer.worker_nsight_options": _PROFILER,
+    "trainer.npu_profile": _PROFILER,
+    "actor_rollout_ref.actor.profiler": _PROFILER,
+    "actor_rollout_ref.ref.profiler": _PROFILER,
+    "actor_rollout_ref.rollout.profiler": _PROFILER,
+    "critic.profiler": _PROFILER,
+    "reward_model.profiler": _PROFILER,
+    "actor_rollout_ref.actor.megatron": _MEGATRON,
+    "actor_rollout_ref.ref.megatron": _MEGATRON,
+    "critic.megatron": _MEGATRON,
+    "reward_model.megatron": _MEGATRON,
+    "actor_rollout_ref.rollout.multi_stage_wake_up": (
+        "staged weight/KV-cache wake-up of a colocated engine; agentrl wakes its engine "
+        "in one call"),
+    "actor_rollout_ref.rollout.trace": (
+        "rollout tracing to weave/mlflow; agentrl writes trajectories with "
+        "trainer.rollout_data_dir and `agentrl report`"),
+    "actor_rollout_ref.rollout.layered_summon": (
+        "layer-by-layer FSDP gather for LoRA sync; agentrl's weight sync always gathers in "
+        "buckets (update_weights_bucket_megabytes)"),
+    "actor_rollout_ref.rollout.disable_log_stats": "vLLM engine logging",
+    "actor_rollout_ref.rollout.agent.num_workers": (
+        "verl's agent-loop worker processes; agentrl runs every request as an asyncio task "
+        "in the trainer's process"),
+    "trainer.use_legacy_worker_impl": "verl's choice between its two worker implementations",
+}
+
+_DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32",
+           "bf16": "bf16", "bfloat16": "bf16",
+           "fp16": "fp16", "float16": "fp16", "half": "fp16"}
+_DTYPE_KEYS = [
+    f"{prefix}.fsdp_config.{leaf}"
+    for prefix in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")
+    for leaf in ("model_dtype", "mixed_precision.param_dtype", "mixed_precision.reduce_dtype",
+                 "mixed_precision.buffer_dtype")
+]
+# key -> {verl spelling: agentrl spelling}
+VALUE_ALIASES: dict[str, dict[str, str]] = {
+    **{key: _DTYPES for key in _DTYPE_KEYS},
+    # verl's search example writes `format: qwen`: Qwen2.5's <tool_call>{json}</tool_call>,
+    # which is the hermes parser here. `chatml` is the older verl spelling of the same.
+    "actor_rollout_ref.rollout.multi_turn.format": {"qwen": "hermes", "chatml": "hermes"},
+}
+
+
+def pop_inert_keys(tree: DictConfig) -> list[tuple[str, str]]:
+    """Remove every `INERT` key present in `tree`; return `(key, why)` for each."""
+    removed = []
+    for key, why in INERT.items():
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(tree, parent_key, default=None) if parent_key else tree
+        if isinstance(parent, DictConfig) and leaf in parent:
+            del parent[leaf]
+            removed.append((key, why))
+    return removed
+
+
+def normalise_values(cfg: DictConfig) -> list[tuple[str, str, str]]:
+    """Rewrite verl's spellings in `cfg` (resolved, writable) in place; return
+    `(key, verl value, agentrl value)` for each rewrite."""
+    changed = []
+    for key, aliases in VALUE_ALIASES.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if isinstance(value, str) and value in aliases and aliases[value] != value:
+            OmegaConf.update(cfg, key, aliases[value])
+            changed.append((key, value, aliases[value]))
+    return changed
+
+
+__all__ = ["INERT", "VALUE_ALIASES", "normalise_values", "pop_inert_keys"]
