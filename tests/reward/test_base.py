@@ -91,7 +91,7 @@ def test_decoded_response_and_inputs_reach_compute_score(rollout_batch, tiny_tok
         "<answer>9716</answer>"
     )
     assert (source, truth) == ("agentrl/arithmetic", "9716")
-    assert extra == {"index": 7, "rollout_reward_scores": {}}
+    assert extra == {"index": 7, "rollout_reward_scores": {"calculator": [0.5, 0.25]}}
 
 
 def test_dict_scores_fill_reward_extra_info(rollout_batch, tiny_tokenizer):
