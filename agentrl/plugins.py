@@ -10,6 +10,9 @@ A relative file path is looked up in the current directory first, then in ``base
 (the directory of the config that names it). Loading the same file twice returns the same
 module, so classes compare equal. With ``expected_base`` the object must be a subclass of it.
 Every failure raises ``PluginLoadError`` naming the path and what went wrong.
+
+Before importing, the loader installs agentrl's stand-ins for verl's module paths
+(agentrl/verl_compat.py), so a plugin written for verl loads where verl is not installed.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from agentrl import verl_compat
 
 _FILE_MODULE_PREFIX = "agentrl_plugin_"
 _file_lock = threading.Lock()
@@ -38,6 +43,7 @@ def load_object(
     if not isinstance(path, str) or not path.strip():
         raise PluginLoadError(f"plugin path must be a non-empty string, got {path!r}")
     path = path.strip()
+    verl_compat.install()
     if ":" in path and (path.rsplit(":", 1)[0].endswith(".py")):
         file_part, attr_path = path.rsplit(":", 1)
         module = _load_file_module(file_part, base_dir, path)

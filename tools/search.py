@@ -12,6 +12,9 @@ Tool config keys:
     timeout                 seconds per HTTP request (30)
     max_concurrent          requests in flight per tool object, i.e. per process (64);
                             verl's ``rate_limit`` / ``num_workers`` are read as this
+                            (verl's ``enable_global_rate_limit`` is accepted: one process
+                            here, so the limit is already global; ``default_timeout`` is
+                            read as ``timeout``)
     request_format          "batch": {"queries": [...]} one request per call (default);
                             "single": {"query": str} one request per query
     max_queries             most queries one call may carry (16)
@@ -68,7 +71,12 @@ DEFAULTS: dict[str, Any] = {
 }
 
 # verl's search tool config keys, read as ours so a verl tool YAML works unchanged.
-VERL_ALIASES = {"num_workers": "max_concurrent", "rate_limit": "max_concurrent"}
+VERL_ALIASES = {
+    "num_workers": "max_concurrent",
+    "rate_limit": "max_concurrent",
+    "default_timeout": "timeout",  # older verl configs
+}
+IGNORED_KEYS = {"type", "enable_global_rate_limit"}  # one process here: no global limiter
 
 def format_documents(docs: list[Any]) -> str:
     """Search-R1's passage format: ``Doc i(Title: <title line>) <text>`` per line."""
@@ -93,7 +101,8 @@ class SearchTool(BaseTool):
         schema = tool_schema or OpenAIFunctionToolSchema.model_validate(DEFAULT_SCHEMA)
         super().__init__(config, schema)
         unknown = (
-            set(self.config) - set(DEFAULTS) - {"retrieval_service_url", "type"} - set(VERL_ALIASES)
+            set(self.config) - set(DEFAULTS) - {"retrieval_service_url"} - set(VERL_ALIASES)
+            - IGNORED_KEYS
         )
         if unknown:
             raise ValueError(f"search tool: unknown config keys {sorted(unknown)}")

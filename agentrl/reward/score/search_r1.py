@@ -87,6 +87,21 @@ def compute_score_em(
     return float(score) if em_check(answer, ground_truth) else float(format_score)
 
 
+def compute_score_verl(
+    solution_str: str,
+    ground_truth: Any,
+    method: str = "strict",
+    format_score: float = 0.0,
+    score: float = 1.0,
+) -> float:
+    """verl's ``search_r1_like_qa_em.compute_score``: exact match of the last ``<answer>``,
+    a quarter of ``score`` when the response holds more than 10 opening or closing answer
+    tags (answer spamming). ``method`` is accepted and unused, as in verl."""
+    result = compute_score_em(solution_str, ground_truth, format_score, score)
+    spammed = max(solution_str.count("<answer>"), solution_str.count("</answer>")) > 10
+    return result / 4 if spammed and result == float(score) else result
+
+
 def is_valid_format(solution_str: str) -> bool:
     """Tags never nest or dangle, there is an answer, and nothing follows the last one."""
     open_tag = None
