@@ -262,12 +262,23 @@ def _choice_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
+# key -> (lowest allowed, highest allowed, the highest is excluded)
+FRACTIONS: dict[str, tuple[float, float, bool]] = {
+    "actor_rollout_ref.rollout.over_sample_rate": (0.0, 1.0, True),
+}
+
+
 def _bound_problems(cfg: DictConfig) -> list[str]:
     problems = []
     for key in POSITIVE:
         value = OmegaConf.select(cfg, key)
         if value is not None and value < 1:
             problems.append(f"{key} must be >= 1, got {value}")
+    for key, (low, high, open_high) in FRACTIONS.items():
+        value = OmegaConf.select(cfg, key)
+        if value < low or value > high or (open_high and value == high):
+            problems.append(f"{key} must be in [{low}, {high}{')' if open_high else ']'}, "
+                            f"got {value}")
     return problems
 
 

@@ -29,6 +29,12 @@ With `rollout.deterministic` (the default with the `hf` backend) requests genera
 waves (agentrl/rollout/waves.py): each generation call waits until every live request of the
 batch is ready to generate, so batching does not depend on timing and a seeded run repeats.
 
+With `rollout.over_sample_rate` r > 0 (training batches only; verl's key), once
+ceil((1 - r) x N) of the N requests have finished the rest are cancelled: the long tail
+does not hold the step. A cancelled request still runs its plugins' end calls, is FAILED
+with `aborted` set (so it never trains and forms its own advantage group) and is counted in
+`rollout/aborted`.
+
 A fault ends only its request, never the batch: a FAILED request keeps its tokens with a
 zero loss mask, and `meta_info["metrics"]` counts it. Configuration errors (an unknown
 tool or interaction named by a sample) raise before anything runs.
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 import uuid
@@ -72,6 +79,7 @@ class BatchContext:
     tool_slots: dict[str, asyncio.Semaphore]
     on_request_done: Callable[[AsyncRolloutRequest], None] | None = None
     waves: GenerationWaves | None = None  # rollout.deterministic: generate in waves
+    aborting: bool = False  # set when over-sampling cancels the requests still running
 
 
 class AsyncRolloutEngine:
@@ -150,8 +158,23 @@ class AsyncRolloutEngine:
         requests = self.build_requests(batch, ctx.n)
         if self.deterministic:
             ctx.waves = GenerationWaves(len(requests))
-        await asyncio.gather(*(self.run_request(r, ctx) for r in requests))
+        tasks = [asyncio.ensure_future(self.run_request(r, ctx)) for r in requests]
+        rate = 0.0 if batch.meta_info.get("validate", False) else self.config.over_sample_rate
+        if rate > 0:
+            await self._abort_stragglers(tasks, ctx, keep=math.ceil((1 - rate) * len(tasks)))
+        await asyncio.gather(*tasks)
         return self.collect(requests, batch, time.perf_counter() - started)
+
+    @staticmethod
+    async def _abort_stragglers(tasks: list[asyncio.Future], ctx: BatchContext, keep: int) -> None:
+        """Wait until `keep` requests have finished, then cancel the others."""
+        pending = set(tasks)
+        while pending and len(tasks) - len(pending) < keep:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if pending:
+            ctx.aborting = True
+            for task in pending:
+                task.cancel()
 
     def new_context(
         self,
@@ -303,8 +326,10 @@ class AsyncRolloutEngine:
             while req.state not in (RequestState.COMPLETED, RequestState.FAILED):
                 await self.step(req, ctx)
         except asyncio.CancelledError:
-            req.fail("cancelled")
-            raise
+            if not ctx.aborting:
+                req.fail("cancelled")
+                raise
+            req.abort("cancelled: enough requests finished (rollout.over_sample_rate)")
         except Exception as err:  # a bug or a plugin breaking its contract: this request only
             logger.exception("request %s: unexpected error", req.request_id)
             req.fail(f"unexpected {type(err).__name__}: {err}")

@@ -117,7 +117,10 @@ def batch_metrics(requests: Sequence[AsyncRolloutRequest]) -> dict[str, float]:
     n = max(len(requests), 1)
     metrics: dict[str, float] = {
         "rollout/requests": float(len(requests)),
-        "rollout/failed": float(sum(r.state == RequestState.FAILED for r in requests)),
+        "rollout/failed": float(
+            sum(r.state == RequestState.FAILED and not r.aborted for r in requests)
+        ),
+        "rollout/aborted": float(sum(r.aborted for r in requests)),
         "rollout/truncated": float(sum(r.truncation is not None for r in requests)),
         "rollout/backend_retries": float(sum(r.metrics.backend_retries for r in requests)),
         "rollout/backend_errors": float(sum(r.metrics.backend_errors for r in requests)),

@@ -92,6 +92,7 @@ class AsyncRolloutRequest:
     finish_reason: FinishReason | None = None
     truncation: str | None = None  # why the trajectory was cut, None when it was not
     error: str | None = None  # why it FAILED
+    aborted: bool = False  # FAILED because the engine stopped it (rollout.over_sample_rate)
     input_ids: list[int] = field(default_factory=list)
     attention_mask: list[int] = field(default_factory=list)
     position_ids: list[int] = field(default_factory=list)
@@ -217,6 +218,15 @@ class AsyncRolloutRequest:
         self.state = RequestState.COMPLETED
         self.finish_reason = reason
         self.truncation = self.truncation or truncation
+
+    def abort(self, error: str) -> None:
+        """End a request the engine stopped on purpose (`rollout.over_sample_rate`): FAILED,
+        so it never trains, but logged quietly and counted apart (`aborted`)."""
+        logger.debug("request %s aborted: %s", self.request_id, error)
+        self.aborted = True
+        self.state = RequestState.FAILED
+        self.error = error
+        self.finish_reason = self.finish_reason or FinishReason.ABORT
 
     def fail(self, error: str) -> None:
         logger.warning("request %s failed: %s", self.request_id, error)

@@ -382,3 +382,54 @@ def test_rows_naming_unknown_tools_or_interactions_raise(tiny_tokenizer):
         run(engine, DataProto.from_dict(non_tensors={"x": [1]}))
 
 
+
+
+class SlowTool(RecordingTool):
+    def __init__(self, name, delay):
+        super().__init__(name)
+        self.delay = delay
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        self.events.append(("execute", instance_id))
+        await asyncio.sleep(self.delay)
+        return (await super().execute(instance_id, parameters))[0], 0.0, {}
+
+
+def _straggler_engine(tiny_tokenizer, rate, delay):
+    # conv-0..7 answer at once; conv-8 and conv-9 call a slow tool first
+    scripts = {k: ["done<|im_end|>"] for k in range(8)}
+    scripts.update({k: [call_text("slow", "x") + "<|im_end|>", "done<|im_end|>"]
+                    for k in (8, 9)})
+    tools = {"slow": SlowTool("slow", delay)}
+    engine = AsyncRolloutEngine(
+        rollout_config(f"over_sample_rate={rate}"), tiny_tokenizer,
+        ScriptedBackend(tiny_tokenizer, scripts), tools,
+    )
+    return engine, tools["slow"]
+
+
+def test_over_sample_rate_cancels_the_stragglers_once_enough_finished(tiny_tokenizer):
+    import time
+
+    engine, slow = _straggler_engine(tiny_tokenizer, 0.2, delay=60)
+    started = time.perf_counter()
+    out = run(engine, prompts_batch(10))
+    assert time.perf_counter() - started < 10  # did not wait for the 60 s tool
+    states = list(out.non_tensor_batch["request_state"])
+    assert states == ["completed"] * 8 + ["failed"] * 2  # ceil(0.8 x 10) = 8 kept
+    assert out.meta_info["metrics"]["rollout/aborted"] == 2
+    assert out.meta_info["metrics"]["rollout/failed"] == 0
+    assert out.batch["loss_mask"][8:].sum() == 0 and out.batch["loss_mask"][:8].sum() > 0
+    # the cancelled requests still ran their tools' end calls
+    assert sorted(slow.instances("release")) == sorted(slow.instances("create"))
+    assert len(slow.instances("execute")) == 2  # only conv-8 and conv-9 called it
+
+
+def test_over_sample_rate_never_cuts_validation_or_a_rate_of_zero(tiny_tokenizer):
+    for rate, validate in ((0.2, True), (0.0, False)):
+        engine, _ = _straggler_engine(tiny_tokenizer, rate, delay=0.2)
+        batch = prompts_batch(10)
+        batch.meta_info["validate"] = validate
+        out = run(engine, batch)
+        assert list(out.non_tensor_batch["request_state"]) == ["completed"] * 10
+        assert out.meta_info["metrics"]["rollout/aborted"] == 0

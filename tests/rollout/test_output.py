@@ -92,6 +92,7 @@ def test_batch_metrics_counts():
     assert metrics == {
         "rollout/requests": 2.0,
         "rollout/failed": 1.0,
+        "rollout/aborted": 0.0,
         "rollout/truncated": 1.0,
         "rollout/backend_retries": 3.0,
         "rollout/backend_errors": 1.0,
