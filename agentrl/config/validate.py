@@ -33,6 +33,8 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
     "actor_rollout_ref.rollout.multi_turn.max_user_turns": int,
     "actor_rollout_ref.rollout.multi_turn.max_new_tokens_per_turn": int,
     "data.path": (str, list),
+    "data.sampler.class_path": str,
+    "data.sampler.class_name": str,
     "data.output_path": str,
     "critic.ppo_micro_batch_size": int,
     "critic.ppo_micro_batch_size_per_gpu": int,
@@ -218,6 +220,15 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     if multi_turn.tool_record_mode is not None and not multi_turn.tool_record_path:
         problems.append("actor_rollout_ref.rollout.multi_turn.tool_record_mode is "
                         f"{multi_turn.tool_record_mode} but tool_record_path is null")
+    if cfg.data.sampler.class_path:
+        if not cfg.data.sampler.class_name:
+            problems.append("data.sampler.class_path is set but data.sampler.class_name is null")
+        if cfg.data.dataloader_num_workers != 0:
+            problems.append(
+                f"data.sampler needs data.dataloader_num_workers=0 (got "
+                f"{cfg.data.dataloader_num_workers}): worker processes would hold copies of "
+                "the sampler that its update() never reaches"
+            )
     for key, (allowed, why) in NOT_YET.items():
         value = OmegaConf.select(cfg, key)
         if value not in allowed:

@@ -8,11 +8,13 @@
 
 The loader counts the batches it has handed to the caller (not the ones its workers
 prefetched), so a state taken after step k resumes at batch k + 1 with the same order:
-the permutation of epoch e is a pure function of (seed, e).
+the permutation of epoch e is a pure function of (seed, e). With a user's sampler
+(`data.sampler`, agentrl/data/sampler.py) the indices come from it instead, drawn lazily.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -66,11 +68,26 @@ class _EpochSampler(Sampler[int]):
         return len(self.order) - self.start
 
 
+class _SkippingSampler(Sampler[int]):
+    """A user's sampler, its first `start` indices skipped (resuming mid-epoch)."""
+
+    def __init__(self, sampler: Sampler[int], start: int):
+        self.sampler, self.start = sampler, start
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.islice(iter(self.sampler), self.start, None)
+
+    def __len__(self) -> int:
+        return max(len(self.sampler) - self.start, 0)
+
+
 class ResumableDataLoader:
-    """A DataLoader over epochs whose position survives a checkpoint."""
+    """A DataLoader over epochs whose position survives a checkpoint; `sampler` (optional,
+    a user's) replaces the seeded shuffle."""
 
     def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = True, num_workers: int = 0, collate=collate_fn):
+                 drop_last: bool = True, num_workers: int = 0, collate=collate_fn,
+                 sampler: Sampler[int] | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if drop_last and len(dataset) < batch_size:
@@ -83,12 +100,13 @@ class ResumableDataLoader:
         self.drop_last = drop_last
         self.num_workers = num_workers
         self.collate = collate
+        self.sampler = sampler
         self.epoch = 0
         self.batches_consumed = 0  # within self.epoch
 
     def __len__(self) -> int:
         """Batches per epoch."""
-        n = len(self.dataset)
+        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def epoch_order(self, epoch: int) -> list[int]:
@@ -103,8 +121,13 @@ class ResumableDataLoader:
         """Yield the rest of the current epoch, then move to the next epoch."""
         if self.batches_consumed >= len(self):  # a state saved after the epoch's last batch
             self.epoch, self.batches_consumed = self.epoch + 1, 0
-        sampler = _EpochSampler(self.epoch_order(self.epoch),
-                                self.batches_consumed * self.batch_size)
+        start = self.batches_consumed * self.batch_size
+        if self.sampler is not None:
+            if hasattr(self.sampler, "set_epoch"):
+                self.sampler.set_epoch(self.epoch)
+            sampler: Sampler[int] = _SkippingSampler(self.sampler, start)
+        else:
+            sampler = _EpochSampler(self.epoch_order(self.epoch), start)
         loader = DataLoader(self.dataset, batch_size=self.batch_size, sampler=sampler,
                             drop_last=self.drop_last, num_workers=self.num_workers,
                             collate_fn=self.collate)
@@ -113,10 +136,13 @@ class ResumableDataLoader:
             yield batch
         self.epoch, self.batches_consumed = self.epoch + 1, 0
 
-    def state_dict(self) -> dict[str, int | bool]:
-        return {"epoch": self.epoch, "batches_consumed": self.batches_consumed,
-                "seed": self.seed, "shuffle": self.shuffle, "batch_size": self.batch_size,
-                "num_rows": len(self.dataset)}
+    def state_dict(self) -> dict[str, Any]:
+        state = {"epoch": self.epoch, "batches_consumed": self.batches_consumed,
+                 "seed": self.seed, "shuffle": self.shuffle, "batch_size": self.batch_size,
+                 "num_rows": len(self.dataset)}
+        if self.sampler is not None and hasattr(self.sampler, "state_dict"):
+            state["sampler"] = self.sampler.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key in ("seed", "shuffle", "batch_size", "num_rows"):
@@ -126,6 +152,8 @@ class ResumableDataLoader:
                                  f"{state[key]!r} but the current one is {current!r}")
         self.epoch = int(state["epoch"])
         self.batches_consumed = int(state["batches_consumed"])
+        if "sampler" in state and self.sampler is not None:
+            self.sampler.load_state_dict(state["sampler"])
 
 
 def create_rl_dataset(data_files, data_config: DictConfig, tokenizer) -> Dataset:
@@ -145,10 +173,14 @@ def create_rl_dataset(data_files, data_config: DictConfig, tokenizer) -> Dataset
 
 
 def create_train_dataloader(dataset: Dataset, data_config: DictConfig) -> ResumableDataLoader:
-    """The training loader: data.train_batch_size prompts per batch, shuffled per epoch."""
+    """The training loader: data.train_batch_size prompts per batch, shuffled per epoch (or
+    in the order of the sampler `data.sampler` names)."""
+    from agentrl.data.sampler import create_sampler
+
     return ResumableDataLoader(dataset, batch_size=data_config.train_batch_size,
                                shuffle=data_config.shuffle, seed=data_config.seed,
-                               drop_last=True, num_workers=data_config.dataloader_num_workers)
+                               drop_last=True, num_workers=data_config.dataloader_num_workers,
+                               sampler=create_sampler(dataset, data_config))
 
 
 def create_val_dataloader(dataset: Dataset, data_config: DictConfig) -> ResumableDataLoader:

@@ -364,6 +364,9 @@ class PPOTrainer:
         metrics |= compute_throughput_metrics(data, timing, self.n_workers)
         metrics["training/global_step"] = float(step)
         metrics["training/epoch"] = float(self.train_dataloader.epoch)
+        sampler = self.train_dataloader.sampler
+        if callable(getattr(sampler, "update", None)):  # a curriculum (data.sampler)
+            sampler.update(batch=data)
         return metrics
 
     def _greedy_baseline(self, batch: DataProto, n_rows: int) -> torch.Tensor:
