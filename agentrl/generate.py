@@ -280,3 +280,11 @@ def _jsonable(obj: Any) -> Any:
     if hasattr(obj, "tolist"):
         return obj.tolist()
     return str(obj)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from agentrl.cli import run_command
+
+    sys.exit(run_command("generate"))

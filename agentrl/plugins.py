@@ -76,6 +76,8 @@ def _import_longest_module(path: str) -> tuple[ModuleType, str]:
         module_name = ".".join(parts[:cut])
         try:
             return importlib.import_module(module_name), ".".join(parts[cut:])
+        except verl_compat.MissingVerlModule as err:
+            raise PluginLoadError(f"cannot import {path!r}: {err}") from err
         except ModuleNotFoundError as err:
             # Only "this prefix is not a module" means: try a shorter prefix. A module
             # that exists but fails to import its own dependency is a real error.

@@ -107,3 +107,11 @@ def _run_sft():
     from agentrl.trainer.sft import run_sft
 
     return run_sft
+
+
+if __name__ == "__main__":
+    import sys
+
+    from agentrl.cli import run_command
+
+    sys.exit(run_command("sft"))

@@ -95,3 +95,11 @@ def run_smoke(out_dir: Path, steps: int = 3, size: str = "tiny", seed: int = 0,
         "trainer.resume_mode=disable", "trainer.logger=[console,file]",
         "trainer.val_before_train=false", *overrides])
     return run_train(cfg)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from agentrl.cli import run_command
+
+    sys.exit(run_command("smoke"))

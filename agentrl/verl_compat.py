@@ -58,6 +58,10 @@ MODULES: dict[str, tuple[str | None, dict[str, str]]] = {
 }
 
 
+class MissingVerlModule(ModuleNotFoundError):
+    """A `verl.*` module agentrl does not stand in for (and verl is not installed)."""
+
+
 def rollout_trace_op(func: Callable) -> Callable:
     """verl's tracing decorator; agentrl does not trace through it (returns `func`)."""
     return func
@@ -103,7 +107,7 @@ class _VerlFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if real is not None and not getattr(real, "__agentrl_verl_compat__", False):
             return None  # a real verl is imported: never mix
         if fullname not in MODULES:
-            raise ModuleNotFoundError(
+            raise MissingVerlModule(
                 f"No module named {fullname!r}: verl is not installed, and agentrl stands in "
                 f"only for {', '.join(m for m in MODULES if MODULES[m][0])} (agentrl.verl_compat)",
                 name=fullname,
@@ -145,5 +149,5 @@ def is_installed() -> bool:
     return _FINDER in sys.meta_path
 
 
-__all__ = ["MODULES", "RolloutTraceConfig", "install", "is_installed", "rollout_trace_attr",
+__all__ = ["MODULES", "MissingVerlModule", "RolloutTraceConfig", "install", "is_installed", "rollout_trace_attr",
            "rollout_trace_op"]

@@ -86,7 +86,8 @@ def compose_user_config(
     """The composed tree (interpolations unresolved) and every parsed override.
 
     `config_file` (a YAML path) is the same as `config_dir` = its folder and `config_name` =
-    its stem. Without either, the primary config is agentrl's `ppo_trainer`. A relative
+    its stem. Without a name, the primary config is agentrl's `ppo_trainer`; without a
+    directory, the name is one of agentrl's stock configs (agentrl/config). A relative
     `config_dir` is taken from the current directory.
     """
     if config_file is not None:
@@ -100,8 +101,9 @@ def compose_user_config(
     if config_name is None:
         if config_dir is not None:
             raise ComposeError(f"--config-path {config_dir} needs --config-name")
-        config_dir, config_name = Path(__file__).parent, DEFAULT_CONFIG_NAME
-    config_dir = Path(config_dir or ".").expanduser().resolve()
+        config_name = DEFAULT_CONFIG_NAME
+    # as verl's entry point: without --config-path, the name is looked up in the stock configs
+    config_dir = Path(config_dir or Path(__file__).parent).expanduser().resolve()
     name = str(config_name).removesuffix(".yaml").removesuffix(".yml")
     primary = _find_primary(config_dir, name)
     hydra_overrides = [

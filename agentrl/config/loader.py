@@ -32,7 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from agentrl.config.compose import ComposeError, Override, compose_user_config
 from agentrl.config.validate import NULLABLE_TYPES, check_consistency
-from agentrl.config.verl_keys import normalise_values, pop_inert_keys
+from agentrl.config.verl_keys import is_inert, normalise_values, pop_inert_keys
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def _unknown_problems(
     problems: list[str] = []
     from_overrides: list[str] = []
     for override in parsed:
-        if override.kind != "set" or override.key.startswith("hydra."):
+        if override.kind != "set" or override.key.startswith("hydra.") or is_inert(override.key):
             continue
         layer = OmegaConf.create({})
         OmegaConf.update(layer, override.key, override.value, force_add=True)
@@ -145,7 +145,7 @@ def _apply_deletions(
     """`~key`: remove an entry of an open mapping; put any other key back to its default."""
     problems = []
     for override in parsed:
-        if override.kind != "delete":
+        if override.kind != "delete" or is_inert(override.key):
             continue
         parent_key, _, leaf = override.key.rpartition(".")
         parent = OmegaConf.select(merged, parent_key) if parent_key else merged

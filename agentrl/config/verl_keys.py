@@ -69,6 +69,11 @@ VALUE_ALIASES: dict[str, dict[str, str]] = {
 }
 
 
+def is_inert(key: str) -> bool:
+    """Whether a dotted key is an `INERT` key or lies under one."""
+    return any(key == inert or key.startswith(inert + ".") for inert in INERT)
+
+
 def pop_inert_keys(tree: DictConfig) -> list[tuple[str, str]]:
     """Remove every `INERT` key present in `tree`; return `(key, why)` for each."""
     removed = []
@@ -93,4 +98,4 @@ def normalise_values(cfg: DictConfig) -> list[tuple[str, str, str]]:
     return changed
 
 
-__all__ = ["INERT", "VALUE_ALIASES", "normalise_values", "pop_inert_keys"]
+__all__ = ["INERT", "VALUE_ALIASES", "is_inert", "normalise_values", "pop_inert_keys"]

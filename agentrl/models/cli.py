@@ -23,3 +23,11 @@ def run(args: argparse.Namespace) -> int:
     make_tiny_model(args.out_dir, size=args.size, seed=args.seed, vocab_size=args.vocab_size,
                     chat_template=args.chat_template)
     return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from agentrl.cli import run_command
+
+    sys.exit(run_command("make-tiny-model"))

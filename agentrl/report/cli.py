@@ -40,3 +40,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     logger.info("report: %s", path)
     return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from agentrl.cli import run_command
+
+    sys.exit(run_command("report"))

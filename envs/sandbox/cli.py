@@ -55,3 +55,11 @@ def run(args: argparse.Namespace) -> int:
     logger.info("sandbox listening on http://%s:%d", args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from agentrl.cli import run_command
+
+    sys.exit(run_command("sandbox"))
