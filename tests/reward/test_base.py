@@ -9,6 +9,7 @@ import torch
 from agentrl.algos import get_adv_estimator_fn
 from agentrl.reward import (
     REWARD_MANAGERS,
+    DAPORewardManager,
     NaiveRewardManager,
     RewardManager,
     RewardScoreError,
@@ -72,6 +73,16 @@ def test_score_lands_on_the_last_attended_token(rollout_batch, tiny_tokenizer):
     assert torch.equal(reward, expected_tensor(built.lengths, [1.0, 1.375, 0.0, 0.5]))
     assert out["reward_extra_info"] == {"tool_reward": [0.0, 0.375, 0.0, 0.5]}
     assert torch.equal(manager(built.data), reward)  # return_dict=False: the tensor
+
+
+def test_by_default_the_reward_is_verls_tool_rewards_are_not_added(rollout_batch, tiny_tokenizer):
+    built = rollout_batch([SINGLE, MULTI, WRONG, ENDS_ON_TOOL])
+    for manager_cls in (NaiveRewardManager, DAPORewardManager):
+        out = manager_cls(tiny_tokenizer)(built.data, return_dict=True)
+        # the score alone, in verl's 0-1 range, though MULTI and ENDS_ON_TOOL have tool rewards
+        assert torch.equal(out["reward_tensor"],
+                           expected_tensor(built.lengths, [1.0, 1.0, 0.0, 0.0]))
+        assert out["reward_extra_info"]["tool_reward"] == [0.0, 0.0, 0.0, 0.0]
 
 
 def test_decoded_response_and_inputs_reach_compute_score(rollout_batch, tiny_tokenizer):
