@@ -64,3 +64,18 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_a_command(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["eval_sft"]["trajectories"] == 4
     assert "<img" in (out / "report.html").read_text()
+    # verl's way in works from the wheel: a defaults list naming `ppo_trainer` finds the
+    # packaged defaults through Hydra's pkg:// search path
+    verl_dir = tmp_path / "verl_config"
+    verl_dir.mkdir()
+    (verl_dir / "grpo.yaml").write_text(
+        "hydra:\n  searchpath:\n    - file://verl/trainer/config\n"
+        "defaults:\n  - ppo_trainer\n  - _self_\ndata:\n  train_batch_size: 256\n"
+    )
+    printed = _run(
+        [str(fresh / "bin" / "agentrl"), "config", f"--config-path={verl_dir}",
+         "--config-name=grpo", "actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16"],
+        cwd=tmp_path,
+        timeout=120,
+    ).stdout  # fmt: skip
+    assert "train_batch_size: 256" in printed and "model_dtype: bf16" in printed
