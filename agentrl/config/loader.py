@@ -32,7 +32,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from agentrl.config.compose import ComposeError, Override, compose_user_config
 from agentrl.config.validate import NULLABLE_TYPES, check_consistency
-from agentrl.config.verl_keys import is_inert, normalise_values, pop_inert_keys
+from agentrl.config.verl_keys import (
+    alias_of,
+    is_inert,
+    normalise_values,
+    pop_inert_keys,
+    rename_keys,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +77,8 @@ def load_config(
     except ComposeError as exc:
         raise ConfigError([str(exc)]) from exc
 
+    for old, new in rename_keys(composed):
+        logger.info("verl key %s is agentrl's %s", old, new)
     inert = pop_inert_keys(composed)
     if inert:
         logger.warning(
@@ -128,7 +136,7 @@ def _unknown_problems(
         if override.kind != "set" or override.key.startswith("hydra.") or is_inert(override.key):
             continue
         layer = OmegaConf.create({})
-        OmegaConf.update(layer, override.key, override.value, force_add=True)
+        OmegaConf.update(layer, alias_of(override.key), override.value, force_add=True)
         found = _unknown_keys(layer, defaults, f"override {override.text!r}")
         problems.extend(found)
         from_overrides.extend(found)
@@ -147,10 +155,11 @@ def _apply_deletions(
     for override in parsed:
         if override.kind != "delete" or is_inert(override.key):
             continue
-        parent_key, _, leaf = override.key.rpartition(".")
+        key = alias_of(override.key)
+        parent_key, _, leaf = key.rpartition(".")
         parent = OmegaConf.select(merged, parent_key) if parent_key else merged
         if not isinstance(parent, DictConfig) or leaf not in parent:
-            problems.append(f"override {override.text!r}: there is no key {override.key} to delete")
+            problems.append(f"override {override.text!r}: there is no key {key} to delete")
             continue
         default_parent = OmegaConf.select(defaults, parent_key) if parent_key else defaults
         if not isinstance(default_parent, DictConfig) or leaf not in default_parent:

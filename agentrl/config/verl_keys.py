@@ -8,6 +8,8 @@ Two tables, applied by the loader (agentrl/config/loader.py):
   and logs one warning that names each and why it has no effect. Keys that would change
   results if ignored are not here; they stay unknown keys (an error) or are refused by
   `validate.NOT_YET`.
+- `KEY_ALIASES`: verl's other names of a key (older verl's `multi_turn.max_turns`, newer
+  verl's `ray_kwargs.ray_init`), moved to agentrl's name before validation.
 - `VALUE_ALIASES`: verl's other spellings of a value (`model_dtype: bfloat16`,
   `multi_turn.format: qwen`), rewritten to agentrl's canonical one before validation.
 """
@@ -49,6 +51,16 @@ INERT: dict[str, str] = {
         "verl's agent-loop worker processes; agentrl runs every request as an asyncio task "
         "in the trainer's process"),
     "trainer.use_legacy_worker_impl": "verl's choice between its two worker implementations",
+    "actor_rollout_ref.rollout.agent.default_agent_loop": (
+        "verl's agent-loop class; agentrl's engine is the tool agent loop with "
+        "multi_turn.enable and a single generation without"),
+}
+
+# verl's key (or section) -> agentrl's
+KEY_ALIASES: dict[str, str] = {
+    "actor_rollout_ref.rollout.multi_turn.max_turns": (
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns"),
+    "ray_kwargs.ray_init": "ray_init",
 }
 
 _DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32",
@@ -63,10 +75,39 @@ _DTYPE_KEYS = [
 # key -> {verl spelling: agentrl spelling}
 VALUE_ALIASES: dict[str, dict[str, str]] = {
     **{key: _DTYPES for key in _DTYPE_KEYS},
+    # verl's rollout modes differ in how requests are scheduled, not in what they compute;
+    # agentrl's engine is always per-request async. `sglang_async` is older verl's name.
+    "actor_rollout_ref.rollout.mode": {"sync": "async"},
+    "actor_rollout_ref.rollout.name": {"sglang_async": "sglang"},
     # verl's search example writes `format: qwen`: Qwen2.5's <tool_call>{json}</tool_call>,
     # which is the hermes parser here. `chatml` is the older verl spelling of the same.
     "actor_rollout_ref.rollout.multi_turn.format": {"qwen": "hermes", "chatml": "hermes"},
 }
+
+
+def rename_keys(tree: DictConfig) -> list[tuple[str, str]]:
+    """Move every `KEY_ALIASES` key present in `tree` to agentrl's name (a section is merged
+    into agentrl's); return `(verl key, agentrl key)` for each move."""
+    moved = []
+    for old, new in KEY_ALIASES.items():
+        parent_key, _, leaf = old.rpartition(".")
+        parent = OmegaConf.select(tree, parent_key, default=None) if parent_key else tree
+        if not isinstance(parent, DictConfig) or leaf not in parent:
+            continue
+        value = parent._get_node(leaf)
+        del parent[leaf]
+        _prune_empty(tree, parent_key)  # an emptied verl-only section (ray_kwargs)
+        OmegaConf.update(tree, new, value, force_add=True, merge=True)
+        moved.append((old, new))
+    return moved
+
+
+def alias_of(key: str) -> str:
+    """A dotted key with a `KEY_ALIASES` prefix replaced by agentrl's name."""
+    for old, new in KEY_ALIASES.items():
+        if key == old or key.startswith(old + "."):
+            return new + key[len(old):]
+    return key
 
 
 def is_inert(key: str) -> bool:
@@ -83,7 +124,21 @@ def pop_inert_keys(tree: DictConfig) -> list[tuple[str, str]]:
         if isinstance(parent, DictConfig) and leaf in parent:
             del parent[leaf]
             removed.append((key, why))
+            _prune_empty(tree, parent_key)
     return removed
+
+
+def _prune_empty(tree: DictConfig, key: str) -> None:
+    """Remove `key` and its parents while they are mappings left empty (verl-only sections
+    such as `rollout.agent` once their inert keys are gone)."""
+    while key:
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(tree, parent_key) if parent_key else tree
+        node = parent._get_node(leaf) if isinstance(parent, DictConfig) else None
+        if not isinstance(node, DictConfig) or len(node) > 0:
+            return
+        del parent[leaf]
+        key = parent_key
 
 
 def normalise_values(cfg: DictConfig) -> list[tuple[str, str, str]]:
@@ -98,4 +153,13 @@ def normalise_values(cfg: DictConfig) -> list[tuple[str, str, str]]:
     return changed
 
 
-__all__ = ["INERT", "VALUE_ALIASES", "is_inert", "normalise_values", "pop_inert_keys"]
+__all__ = [
+    "INERT",
+    "KEY_ALIASES",
+    "VALUE_ALIASES",
+    "alias_of",
+    "is_inert",
+    "normalise_values",
+    "pop_inert_keys",
+    "rename_keys",
+]

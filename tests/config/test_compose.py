@@ -175,3 +175,28 @@ def test_config_command_takes_verls_command_line(verl_dir, capsys):
                  "data.trian_batch_size=1"]) == 2
     assert "did you mean data.train_batch_size" in capsys.readouterr().err
     assert main(["config", "--config", "x.yaml", "--config-name", "y"]) == 2
+
+
+def test_older_and_newer_verl_names_map_to_agentrls(tmp_path):
+    (tmp_path / "old.yaml").write_text(textwrap.dedent("""
+        defaults:
+          - ppo_trainer
+          - _self_
+        actor_rollout_ref:
+          rollout:
+            name: sglang_async
+            mode: sync
+            multi_turn:
+              max_turns: 2
+        ray_kwargs:
+          ray_init:
+            num_cpus: 3
+    """))
+    cfg = load_config(config_dir=tmp_path, config_name="old",
+                      overrides=["actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent"])
+    rollout = cfg.actor_rollout_ref.rollout
+    assert (rollout.name, rollout.mode, rollout.multi_turn.max_assistant_turns) == (
+        "sglang", "async", 2)
+    assert cfg.ray_init.num_cpus == 3 and "ray_kwargs" not in cfg
+    over = load_config(overrides=["actor_rollout_ref.rollout.multi_turn.max_turns=4"])
+    assert over.actor_rollout_ref.rollout.multi_turn.max_assistant_turns == 4
