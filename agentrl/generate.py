@@ -38,22 +38,20 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from agentrl.config import ConfigError, load_config
+from agentrl.config import ConfigError
+from agentrl.config.cli import add_config_arguments, config_from_args
 from agentrl.protocol import DataProto
 
 logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=None, help="recipe YAML (only what differs)")
-    parser.add_argument(
-        "overrides", nargs="*", help="key.sub=value overrides (data.path, data.output_path, ...)"
-    )
+    add_config_arguments(parser)  # --config FILE or --config-path/--config-name, overrides
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = config_from_args(args)
         check_generate_config(cfg)
     except ConfigError as err:
         sys.stderr.write(f"{err}\n")

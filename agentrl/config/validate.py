@@ -108,6 +108,14 @@ NOT_YET: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ((1,), _NO_SP),
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ((1,), _NO_SP),
     "critic.ulysses_sequence_parallel_size": ((1,), _NO_SP),
+    "reward_model.enable": ((False,), "a learned reward-model worker is not built yet (score "
+                                      "with custom_reward_function)"),
+    "actor_rollout_ref.hybrid_engine": ((True,), "actor and rollout always share processes "
+                                                 "(colocated) for now"),
+    "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template": (
+        (False,), "the rollout renders with the training chat template (token-exact "
+                  "trajectories); the inference template, which drops earlier reasoning, is "
+                  "not used"),
 }
 
 # Keys that must be >= 1 (when not null).

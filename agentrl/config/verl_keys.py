@@ -20,6 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 
 _PROFILER = "verl's profiler; profile agentrl with torch.profiler or py-spy"
 _MEGATRON = "Megatron-LM parallelism; agentrl shards with FSDP2 (the same update)"
+_UNPADDED = ("packed (unpadded) sequences in the FSDP forward; agentrl cuts micro-batches by "
+             "token budget (use_dynamic_bsz), the same log-probs")
+_KERNELS = "fused/Liger kernels: speed, the same math"
+_VLLM = "a vLLM engine option; SGLang server flags go in rollout.engine_kwargs"
 
 # dotted key (a whole section when it names one) -> why it has no effect here
 INERT: dict[str, str] = {
@@ -51,6 +55,19 @@ INERT: dict[str, str] = {
         "verl's agent-loop worker processes; agentrl runs every request as an asyncio task "
         "in the trainer's process"),
     "trainer.use_legacy_worker_impl": "verl's choice between its two worker implementations",
+    "actor_rollout_ref.model.use_remove_padding": _UNPADDED,
+    "critic.model.use_remove_padding": _UNPADDED,
+    "actor_rollout_ref.model.use_shm": "loading the model through /dev/shm",
+    "actor_rollout_ref.model.use_liger": _KERNELS,
+    "actor_rollout_ref.model.use_fused_kernels": _KERNELS,
+    "actor_rollout_ref.rollout.max_num_batched_tokens": _VLLM,
+    "actor_rollout_ref.rollout.enforce_eager": _VLLM,
+    "actor_rollout_ref.rollout.load_format": (
+        "how verl's engine loads its first weights; agentrl's engines load the model "
+        "directory and then receive the actor's weights"),
+    "reward_model.launch_reward_fn_async": (
+        "overlapping reward scoring with the old-log-prob pass (the same rewards)"),
+    "ray_init.timeline_json_file": "Ray's timeline dump",
     "actor_rollout_ref.rollout.agent.default_agent_loop": (
         "verl's agent-loop class; agentrl's engine is the tool agent loop with "
         "multi_turn.enable and a single generation without"),

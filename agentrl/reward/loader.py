@@ -6,8 +6,9 @@
 
 Keys read: ``reward_model.reward_manager`` (naive | dapo | batch | a registered name),
 ``reward_model.reward_kwargs`` (passed to the manager), ``reward_model.tool_reward_weight``,
-``reward_model.step_reward_weight``,
-``custom_reward_function.path`` (a ``.py`` file or a module; null -> the built-in scorers),
+``reward_model.step_reward_weight``, ``reward_model.sandbox_fusion.{url, max_concurrent,
+memory_limit_mb}`` (without a custom function: the sandbox that scores the code data
+sources, as in verl), ``custom_reward_function.path`` (a ``.py`` file or a module; null -> the built-in scorers),
 ``custom_reward_function.name`` and ``custom_reward_function.reward_kwargs`` (bound to the
 custom function as keyword arguments, as verl does).
 """
@@ -56,6 +57,22 @@ def get_custom_reward_fn(custom_reward_function_config: Any) -> Callable[..., An
     return functools.partial(fn, **kwargs) if kwargs else fn
 
 
+def _default_score_fn(reward_model_config: Any, manager_cls: type) -> Callable[..., Any] | None:
+    """verl's rule: without a custom function, ``reward_model.sandbox_fusion.url`` sends the
+    code data sources to that sandbox (None: the built-in scorers' own defaults)."""
+    sandbox = getattr(reward_model_config, "sandbox_fusion", None)
+    if sandbox is None or not sandbox.url:
+        return None
+    from agentrl.reward.managers import BatchRewardManager, batched_default_compute_score
+    from agentrl.reward.score import default_compute_score
+
+    fn = batched_default_compute_score if issubclass(manager_cls, BatchRewardManager) else (
+        default_compute_score)
+    return functools.partial(fn, sandbox_fusion_url=str(sandbox.url),
+                             memory_limit_mb=int(sandbox.memory_limit_mb),
+                             max_concurrent=int(sandbox.max_concurrent))
+
+
 def load_reward_manager(
     reward_model_config: Any,
     custom_reward_function_config: Any,
@@ -73,7 +90,8 @@ def load_reward_manager(
     arguments = {
         "tokenizer": tokenizer,
         "num_examine": num_examine,
-        "compute_score": get_custom_reward_fn(custom_reward_function_config),
+        "compute_score": get_custom_reward_fn(custom_reward_function_config)
+        or _default_score_fn(reward_model_config, cls),
         "reward_fn_key": reward_fn_key,
         "tool_reward_weight": reward_model_config.tool_reward_weight,
         "step_reward_weight": reward_model_config.step_reward_weight,

@@ -120,10 +120,12 @@ def batched_default_compute_score(
     solution_strs: Sequence[str],
     ground_truths: Sequence[Any],
     extra_infos: Sequence[dict],
+    **score_kwargs: Any,
 ) -> list[Any]:
-    """``default_compute_score`` over a batch (the ``batch`` manager's default)."""
+    """``default_compute_score`` over a batch (the ``batch`` manager's default);
+    ``score_kwargs`` (the sandbox settings) go to every call."""
     return [
-        default_compute_score(ds, sol, gt, extra)
+        default_compute_score(ds, sol, gt, extra, **score_kwargs)
         for ds, sol, gt, extra in zip(
             data_sources, solution_strs, ground_truths, extra_infos, strict=True
         )

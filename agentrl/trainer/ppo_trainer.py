@@ -20,7 +20,8 @@ then validation (every ``trainer.test_freq`` steps and after the last), a checkp
 ``Tracking.log``. Departures from verl: uids are ``"{step}-{row}"`` (deterministic, so a
 resumed run sees the same batch); the actor starts updating after ``critic_warmup`` steps
 (step > critic_warmup); a trajectory whose rollout FAILED is its own group (see
-``isolate_failed``); ``trainer.balance_batch`` is not implemented yet (no reordering).
+``isolate_failed``); with ``trainer.balance_batch`` the trajectories are reordered so
+every data-parallel rank gets about the same number of tokens (agentrl/trainer/balance.py).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from tqdm.auto import tqdm
 from agentrl.algos import apply_kl_penalty, compute_advantage, get_kl_controller
 from agentrl.config import ConfigError
 from agentrl.data import create_rl_dataset, create_train_dataloader, create_val_dataloader
+from agentrl.trainer.balance import balance_batch
 from agentrl.distributed import InProcessWorkerGroup, RayWorkerGroup, ResourcePool, WorkerSpec
 from agentrl.models.tokenizer import load_tokenizer
 from agentrl.protocol import DataProto, to_object_array
@@ -335,6 +337,9 @@ class PPOTrainer:
                 with timer("gen_max", timing):
                     data.batch["reward_baselines"] = self._greedy_baseline(batch, len(data))
             isolate_failed(data)
+            if cfg.trainer.balance_batch:
+                data, balance_metrics = balance_batch(data, self.n_workers)
+                metrics |= balance_metrics
             with timer("reward", timing):
                 scored = self.reward_fn(data, return_dict=True)
                 data.batch["token_level_scores"] = scored["reward_tensor"]

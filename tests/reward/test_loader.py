@@ -101,3 +101,31 @@ def test_tool_reward_weight_comes_from_the_config(rollout_batch, tiny_tokenizer)
     reward = manager(built.data)
     assert reward[0, built.lengths[0] - 1].item() == pytest.approx(1.0 + 0.1 * 2.0)
     assert torch.count_nonzero(reward) == 1
+
+
+@pytest.mark.parametrize("manager", ["naive", "batch"])
+def test_sandbox_fusion_keys_send_code_sources_to_that_sandbox(manager, tiny_tokenizer,
+                                                               monkeypatch):
+    from agentrl.reward.score import code_exec, default_compute_score
+
+    calls = []
+    monkeypatch.setattr(code_exec, "compute_score",
+                        lambda *args, **kwargs: calls.append((args, kwargs)) or {"score": 1.0})
+    reward_model, custom = configs(manager)
+    reward_model.sandbox_fusion = {"url": "http://sandbox:8080", "max_concurrent": 5,
+                                   "memory_limit_mb": 256}
+    reward_fn = load_reward_manager(reward_model, custom, tiny_tokenizer)
+    scorer = reward_fn.compute_score
+    if manager == "batch":
+        assert scorer(data_sources=["apps"], solution_strs=["x"], ground_truths=[{}],
+                      extra_infos=[{}]) == [{"score": 1.0}]
+    else:
+        assert scorer("apps", "x", {}, {}) == {"score": 1.0}
+    (args, kwargs), = calls
+    assert args[0] == "apps" and kwargs == {"sandbox_fusion_url": "http://sandbox:8080",
+                                            "memory_limit_mb": 256, "max_concurrent": 5}
+    # other data sources keep their scorer; verl's semaphore argument is refused by name
+    assert default_compute_score("openai/gsm8k", "#### 3", "3",
+                                 sandbox_fusion_url="http://sandbox:8080") == 1.0
+    with pytest.raises(TypeError, match="concurrent_semaphore"):
+        default_compute_score("apps", "x", {}, None, "http://s", object())

@@ -86,9 +86,37 @@ def _code_exec(solution_str: str, ground_truth: Any, extra_info: dict | None) ->
 
 
 def default_compute_score(
-    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict | None = None,
+    sandbox_fusion_url: str | None = None,
+    concurrent_semaphore: Any = None,
+    memory_limit_mb: int | None = None,
+    *,
+    max_concurrent: int | None = None,
 ) -> float | dict:
-    """Score one decoded response with the scorer registered for ``data_source``."""
+    """Score one decoded response with the scorer registered for ``data_source``.
+
+    verl's signature: ``sandbox_fusion_url`` and ``memory_limit_mb`` send the code data
+    sources to that sandbox (``reward_model.sandbox_fusion.*`` binds them when no custom
+    function is set); sandbox calls in flight are bounded by ``max_concurrent`` per
+    process (``reward_model.sandbox_fusion.max_concurrent``). verl's ``concurrent_semaphore``
+    (a multiprocessing semaphore) is not used: pass ``max_concurrent`` instead.
+    """
+    if concurrent_semaphore is not None:
+        raise TypeError(
+            "default_compute_score: concurrent_semaphore is verl's cross-process semaphore; "
+            "agentrl bounds sandbox calls per process: pass max_concurrent=N instead"
+        )
+    if sandbox_fusion_url and data_source in code_exec.DATA_SOURCES:
+        options: dict[str, Any] = {"sandbox_fusion_url": sandbox_fusion_url}
+        if memory_limit_mb is not None:
+            options["memory_limit_mb"] = int(memory_limit_mb)
+        if max_concurrent is not None:
+            options["max_concurrent"] = int(max_concurrent)
+        return code_exec.compute_score(data_source, solution_str, ground_truth, extra_info,
+                                       **options)
     try:
         scorer = SCORERS.get(data_source)
     except UnknownNameError:
