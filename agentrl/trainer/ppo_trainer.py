@@ -42,12 +42,12 @@ from tqdm.auto import tqdm
 from agentrl.algos import apply_kl_penalty, compute_advantage, get_kl_controller
 from agentrl.config import ConfigError
 from agentrl.data import create_rl_dataset, create_train_dataloader, create_val_dataloader
-from agentrl.trainer.balance import balance_batch
 from agentrl.distributed import InProcessWorkerGroup, RayWorkerGroup, ResourcePool, WorkerSpec
 from agentrl.models.tokenizer import load_tokenizer
 from agentrl.protocol import DataProto, to_object_array
 from agentrl.reward import load_reward_manager
 from agentrl.trainer import checkpointing as ckpt
+from agentrl.trainer.balance import balance_batch
 from agentrl.trainer.metrics import (
     compute_data_metrics,
     compute_rollout_logprob_gap,
