@@ -38,7 +38,8 @@ class SandboxConfig:
     )
     max_code_bytes: int = _opt(1 << 20, "largest code + stdin + files of one request, bytes")
     tmpfs_size_mb: int = _opt(
-        64, "size of the private tmpfs on the workdir and on /tmp (with a mount namespace)"
+        64, "the run's disk budget: one private tmpfs shared by the workdir, /tmp, /var/tmp, "
+            "/dev/shm and /run/lock (with a mount namespace)"
     )
     python_executable: str = _opt(
         "",
@@ -51,7 +52,22 @@ class SandboxConfig:
     workdir_root: str = _opt("", "where run directories are staged; empty: the system temp dir")
     network_namespace: bool = _opt(True, "cut the network with a new network namespace")
     pid_namespace: bool = _opt(True, "a new pid namespace: the run sees and outlives none else")
-    mount_namespace: bool = _opt(True, "private tmpfs /tmp, /var/tmp, /dev/shm, workdir, /proc")
+    mount_namespace: bool = _opt(
+        True, "host file systems read-only; one private tmpfs for /tmp, /var/tmp, /dev/shm, "
+              "/run/lock and the workdir; a private /proc")
+    ipc_namespace: bool = _opt(True, "a new IPC namespace: SysV shared memory of the run's own")
+    seccomp: bool = _opt(
+        True, "a seccomp filter denying new namespaces, ptrace, mount, bpf, kexec, perf, "
+              "keyrings to user code")
+    cgroup: bool = _opt(
+        True, "a cgroup per run (root, cgroup v1 or v2) limiting the memory and processes of "
+              "all its processes together")
+    max_queue: int = _opt(
+        16, "requests waiting for a free run slot; one more is answered 503 at once")
+    max_files: int = _opt(64, "files one request may send")
+    max_body_bytes: int = _opt(
+        8 << 20, "largest HTTP request body, bytes (base64 files included); larger: 413")
+    body_timeout: float = _opt(30.0, "seconds to receive a whole request body; slower: 408")
     require_isolation: bool = _opt(
         False, "refuse to start unless network, pid namespace and a separate user all work"
     )
@@ -70,6 +86,10 @@ class SandboxConfig:
             "max_code_bytes",
             "tmpfs_size_mb",
             "uid_base",
+            "max_queue",
+            "max_files",
+            "max_body_bytes",
+            "body_timeout",
         )
         for name in positive:
             if getattr(self, name) <= 0:

@@ -1,8 +1,9 @@
 """Find out, once at start-up, which isolation this machine allows the sandbox.
 
-Each wanted mechanism (network, pid and mount namespaces; a per-run uid when the server is
-root, an unprivileged user namespace when it is not) is tried with a real run of a small
-probe program through ``launcher.py``. What the kernel refuses is switched off, with the
+Each wanted mechanism (network, pid, mount and IPC namespaces, a read-only view of the
+host's file systems, the seccomp filter; a per-run uid when the server is root, an
+unprivileged user namespace when it is not) is tried with a real run of a small probe
+program through ``launcher.py``; per-run cgroups are checked by creating one. What the kernel refuses is switched off, with the
 reason in ``Isolation.notes``; ``GET /health`` and every ``/run_code`` response show the
 result. The interpreter for user code is chosen here too: the server's own when the sandbox
 user can run it (a root server's Python may live under /root, which a dropped uid cannot
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import sys
 
+from envs.sandbox.cgroups import detect_cgroups
 from envs.sandbox.config import SandboxConfig
 from envs.sandbox.spec import (
     LAUNCHER_ENV,
@@ -32,12 +34,13 @@ from envs.sandbox.spec import (
 logger = logging.getLogger(__name__)
 
 PROBE_CODE = """
-import json, os, socket
+import ctypes, json, os, socket
 print(json.dumps({
     "uid": os.getuid(),
     "pid": os.getpid(),
     "interfaces": sorted(name for _, name in socket.if_nameindex()),
     "foreign_tmp": [n for n in os.listdir("/tmp") if n != os.path.basename(os.getcwd())],
+    "unshare_denied": ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0,
 }))
 """
 PROBE_TIMEOUT = 20.0
@@ -47,11 +50,13 @@ class IsolationUnavailableError(RuntimeError):
     """``require_isolation`` is set and the machine does not allow it."""
 
 
-def _probe(config: SandboxConfig, namespaces: dict, python: str, uid: int | None):
+def _probe(config: SandboxConfig, namespaces: dict, python: str, uid: int | None,
+           seccomp: bool = False):
     """One probe run; returns ``(facts, setup_events, error)``."""
     workdir = stage_workdir(config, PROBE_CODE, {})
     status_r, status_w = os.pipe()
-    spec = build_spec(config, namespaces, python, workdir, uid, PROBE_TIMEOUT, 256, status_w)
+    spec = build_spec(config, namespaces, python, workdir, uid, PROBE_TIMEOUT, 256, status_w,
+                      seccomp=seccomp)
     spec["rlimits"].pop("RLIMIT_AS")  # the probe must not fail for a small address space
     try:
         proc = subprocess.run(
@@ -90,7 +95,7 @@ def _python_candidates(config: SandboxConfig) -> list[str]:
 
 
 def _choose_python(config: SandboxConfig, uid: int | None) -> str:
-    no_namespaces = {"net": False, "pid": False, "mount": False, "user": False}
+    no_namespaces = {"net": False, "pid": False, "mount": False, "ipc": False, "user": False}
     failures = []
     for python in _python_candidates(config):
         facts, _, error = _probe(config, no_namespaces, python, uid)
@@ -106,6 +111,7 @@ def _choose_namespaces(config, python, uid, root, notes) -> tuple[dict, dict | N
         "net": config.network_namespace,
         "pid": config.pid_namespace,
         "mount": config.mount_namespace,
+        "ipc": config.ipc_namespace,
     }
 
     def with_user(ns: dict) -> dict:
@@ -136,7 +142,8 @@ def probe_isolation(config: SandboxConfig) -> Isolation:
     root = os.geteuid() == 0
     uid = config.uid_base if root else None
     notes: list[str] = []
-    for name in ("network_namespace", "pid_namespace", "mount_namespace"):
+    for name in ("network_namespace", "pid_namespace", "mount_namespace", "ipc_namespace",
+                 "seccomp", "cgroup"):
         if not getattr(config, name):
             notes.append(f"{name} switched off by the config")
     if not root:
@@ -145,7 +152,23 @@ def probe_isolation(config: SandboxConfig) -> Isolation:
     namespaces, facts, events = _choose_namespaces(config, python, uid, root, notes)
     if facts is None:
         raise RuntimeError("the sandbox cannot run Python code: " + "; ".join(notes))
-    private_proc = any(e.get("private_proc") for e in events if e.get("event") == "setup")
+    seccomp = False
+    if config.seccomp:
+        filtered, filtered_events, error = _probe(config, namespaces, python, uid, seccomp=True)
+        seccomp = filtered is not None and filtered["unshare_denied"]
+        if seccomp:
+            facts, events = filtered, filtered_events
+        else:
+            notes.append(f"seccomp filter unavailable: {error or 'unshare was not denied'}")
+    setup = {k: v for e in events if e.get("event") == "setup" for k, v in e.items()}
+    private_proc = bool(setup.get("private_proc"))
+    read_only_host = namespaces["mount"] and bool(setup.get("read_only_host"))
+    if namespaces["mount"] and not read_only_host:
+        notes.append("host file systems stay writable inside runs (no mount_setattr): "
+                     f"{setup.get('reason', 'unknown')}")
+    cgroup_version, cgroup_note = detect_cgroups(config, root)
+    if cgroup_note:
+        notes.append(cgroup_note)
     isolation = Isolation(
         network=namespaces["net"] and facts["interfaces"] == ["lo"],
         pid_namespace=namespaces["pid"] and facts["pid"] == 2,
@@ -156,6 +179,10 @@ def probe_isolation(config: SandboxConfig) -> Isolation:
         user_namespace=namespaces["user"],
         python=python,
         notes=tuple(notes),
+        ipc_namespace=namespaces["ipc"],
+        read_only_host=read_only_host,
+        seccomp=seccomp,
+        cgroup=cgroup_version,
     )
     logger.info("sandbox isolation: %s python=%s", isolation.as_dict(), python)
     for note in notes:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from envs.sandbox.cgroups import CgroupManager
 from envs.sandbox.config import SandboxConfig
 from envs.sandbox.spec import (
     LAUNCHER_ENV,
@@ -153,14 +154,40 @@ class _Observed:
     elapsed: float
 
 
+class QueueFullError(RuntimeError):
+    """Every run slot is busy and ``max_queue`` requests already wait for one."""
+
+
 class SandboxRunner:
-    """Runs code under ``config``'s limits with the isolation the machine allows."""
+    """Runs code under ``config``'s limits with the isolation the machine allows.
+
+    At most ``max_concurrent`` runs execute and ``max_queue`` wait; one more request raises
+    ``QueueFullError`` at once. A cancelled ``run`` (a client that went away) ends its run.
+    """
 
     def __init__(self, config: SandboxConfig, isolation: Isolation) -> None:
         self.config = config
         self.isolation = isolation
         self._semaphore = asyncio.Semaphore(config.max_concurrent)
         self._free_slots = list(range(config.max_concurrent))
+        self.waiting = 0  # requests queued for a slot
+        self._cgroups: CgroupManager | None = None
+        if isolation.cgroup is not None:
+            try:
+                self._cgroups = CgroupManager.create()
+            except OSError as e:
+                logger.warning("sandbox: per-run cgroups off: %s", e)
+
+    @property
+    def busy(self) -> int:
+        """Runs executing now."""
+        return self.config.max_concurrent - len(self._free_slots)
+
+    def close(self) -> None:
+        """Remove this runner's cgroups (runs still going are killed)."""
+        if self._cgroups is not None:
+            self._cgroups.close()
+            self._cgroups = None
 
     async def run(
         self,
@@ -170,21 +197,38 @@ class SandboxRunner:
         stdin: str | None = None,
         files: dict[str, bytes] | None = None,
     ) -> RunResult:
-        """Run ``code`` as ``python -u main.py``; waits while ``max_concurrent`` runs are busy."""
+        """Run ``code`` as ``python -u main.py``; waits while ``max_concurrent`` runs are busy
+        (raises ``QueueFullError`` when ``max_queue`` already wait)."""
         memory = min(memory_limit_mb or self.config.memory_limit_mb, self.config.memory_limit_mb)
-        async with self._semaphore:
+        if self._semaphore.locked() and self.waiting >= self.config.max_queue:
+            raise QueueFullError(
+                f"all {self.config.max_concurrent} run slots are busy and "
+                f"{self.waiting} requests wait (max_queue={self.config.max_queue}); retry later"
+            )
+        self.waiting += 1
+        try:
+            await self._semaphore.acquire()
+        finally:
+            self.waiting -= 1
+        try:
             slot = self._free_slots.pop()
             try:
                 return await self._run(slot, code, run_timeout, memory, stdin, files or {})
             finally:
                 self._free_slots.append(slot)
+        finally:
+            self._semaphore.release()
 
     async def _run(self, slot, code, run_timeout, memory_mb, stdin, files) -> RunResult:
         # Per-run uid (root server): its RLIMIT_NPROC count is the run's alone.
         uid = self.config.uid_base + slot if self.isolation.separate_user else None
         start = time.monotonic()
         workdir = stage_workdir(self.config, code, files)
+        cgroup = None
         try:
+            if self._cgroups is not None:
+                # + the launcher and the init, which are the sandbox's, not the run's
+                cgroup = self._cgroups.make(slot, memory_mb, self.config.max_processes + 2)
             spec = build_spec(
                 self.config,
                 self.isolation.namespaces(),
@@ -194,16 +238,25 @@ class SandboxRunner:
                 run_timeout,
                 memory_mb,
                 status_fd=-1,  # set by _supervise
+                seccomp=self.isolation.seccomp,
+                server_pid=os.getpid(),
+                cgroup_procs=cgroup.procs_files() if cgroup is not None else (),
             )
             with _stdin_file(stdin) as stdin_fd:
                 observed, events = await self._supervise(spec, stdin_fd, run_timeout, start)
-            return _classify(observed, events, run_timeout, self.config)
+            result = _classify(observed, events, run_timeout, self.config)
+            if cgroup is not None and cgroup.oom_killed():
+                result.message = (f"the run went over its memory limit of {memory_mb} MiB "
+                                  f"(all its processes together) and was killed")
+            return result
         except OSError as e:
             logger.exception("sandbox run failed to start")
             problem = f"could not start the sandbox launcher: {e}"
             elapsed = round(time.monotonic() - start, 4)
             return RunResult("Error", None, "", "", elapsed, message=problem, sandbox_error=problem)
         finally:
+            if cgroup is not None:
+                cgroup.close()
             shutil.rmtree(workdir, ignore_errors=True)
 
     async def _supervise(self, spec, stdin_fd, run_timeout, start) -> tuple[_Observed, list]:

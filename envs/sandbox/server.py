@@ -16,22 +16,29 @@ thread (tests, benchmarks).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import logging
 import re
+from collections.abc import Coroutine
+from typing import Any
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from envs.sandbox.cleanup import clean_up_after_crashed_servers
 from envs.sandbox.config import SandboxConfig
 from envs.sandbox.isolation import check_required, probe_isolation
-from envs.sandbox.runner import RunResult, SandboxRunner
+from envs.sandbox.runner import QueueFullError, RunResult, SandboxRunner
 from envs.sandbox.spec import CODE_FILE, Isolation
 
 logger = logging.getLogger(__name__)
 
 LANGUAGES = ("python", "python3")
+DISCONNECT_POLL_SECONDS = 0.25
 FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -54,7 +61,11 @@ def _bad_request(message: str, status_code: int = 400) -> HTTPException:
     return HTTPException(status_code=status_code, detail=message)
 
 
-def _decode_files(files: dict[str, str | None]) -> dict[str, bytes]:
+def _decode_files(files: dict[str, str | None], config: SandboxConfig) -> dict[str, bytes]:
+    if len(files) > config.max_files:
+        raise _bad_request(
+            f"files: {len(files)} files, over max_files={config.max_files}", status_code=413
+        )
     decoded = {}
     for name, content in files.items():
         if not FILE_NAME.match(name) or name == CODE_FILE:
@@ -89,12 +100,13 @@ def _check_request(req: RunCodeRequest, config: SandboxConfig) -> tuple[float, d
         )
     if req.fetch_files:
         raise _bad_request("fetch_files is not supported: the run's directory is private")
-    files = _decode_files(req.files)
+    files = _decode_files(req.files, config)
     size = _utf8_size(req.code, "code") + _utf8_size(req.stdin or "", "stdin")
-    size += sum(len(d) for d in files.values())
+    size += sum(len(d) + len(name.encode()) for name, d in files.items())
     if size > config.max_code_bytes:
         raise _bad_request(
-            f"code + stdin + files is {size} bytes, over max_code_bytes={config.max_code_bytes}",
+            f"code + stdin + files (names included) is {size} bytes, over "
+            f"max_code_bytes={config.max_code_bytes}",
             status_code=413,
         )
     return run_timeout, files
@@ -129,10 +141,18 @@ def _response(result: RunResult, isolation: Isolation) -> dict:
 def create_app(config: SandboxConfig | None = None, isolation: Isolation | None = None) -> FastAPI:
     """The FastAPI app. Probes the machine's isolation (well under a second) unless given."""
     config = (config or SandboxConfig()).validate()
+    clean_up_after_crashed_servers(config)
     isolation = isolation or probe_isolation(config)
     check_required(config, isolation)
     runner = SandboxRunner(config, isolation)
-    app = FastAPI(title="agentrl sandbox", description="SandboxFusion-compatible Python runner")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        yield
+        runner.close()
+
+    app = FastAPI(title="agentrl sandbox", description="SandboxFusion-compatible Python runner",
+                  lifespan=lifespan)
     app.state.runner = runner
 
     @app.get("/health")
@@ -144,15 +164,46 @@ def create_app(config: SandboxConfig | None = None, isolation: Isolation | None 
             "notes": list(isolation.notes),
             "python": isolation.python,
             "limits": config.limits(),
+            "busy_slots": runner.busy,
+            "queue_depth": runner.waiting,
         }
 
     @app.post("/run_code")
-    async def run_code(req: RunCodeRequest) -> dict:
+    async def run_code(req: RunCodeRequest, request: Request) -> dict:
         run_timeout, files = _check_request(req, config)
         memory = req.memory_limit_MB if req.memory_limit_MB and req.memory_limit_MB > 0 else None
-        result = await runner.run(req.code, run_timeout, memory, req.stdin, files)
+        try:
+            result = await _unless_disconnected(
+                request, runner.run(req.code, run_timeout, memory, req.stdin, files)
+            )
+        except QueueFullError as e:
+            raise _bad_request(str(e), status_code=503) from e
+        if result is None:  # the client went away: its run was cancelled
+            return JSONResponse({"detail": "client disconnected"}, status_code=499)
         if result.sandbox_error is not None:
             logger.warning("sandbox could not run the code: %s", result.sandbox_error)
         return _response(result, isolation)
 
     return app
+
+
+async def _unless_disconnected(request: Request, work: Coroutine) -> Any:
+    """Await ``work``; if the client disconnects first, cancel it (the run is killed) and
+    return None. A tool that gave up (its own timeout) closes its connection, so abandoned
+    runs stop at once instead of holding a slot."""
+    task = asyncio.ensure_future(work)
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=DISCONNECT_POLL_SECONDS)
+            if not task.done() and await request.is_disconnected():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                logger.info("sandbox: client disconnected, its run was stopped")
+                return None
+        return task.result()
+    finally:
+        if not task.done():  # this handler itself was cancelled
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

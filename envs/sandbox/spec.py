@@ -32,19 +32,24 @@ class Isolation:
 
     network: bool  # a network namespace with only a loopback device of its own
     pid_namespace: bool  # the run sees only its own processes; all die with it
-    mount_namespace: bool  # private tmpfs /tmp, /var/tmp, /dev/shm and workdir
+    mount_namespace: bool  # private tmpfs /tmp, /var/tmp, /dev/shm, /run/lock and workdir
     private_proc: bool  # /proc shows only the run's processes
     unprivileged_user: bool  # user code does not run as root
     separate_user: bool  # ... nor as the server's user: a per-run uid (server is root)
     user_namespace: bool  # namespaces come from an unprivileged user namespace
     python: str  # interpreter that runs the user code
     notes: tuple[str, ...] = ()  # why something is unavailable
+    ipc_namespace: bool = False  # SysV IPC (shared memory, semaphores) of the run's own
+    read_only_host: bool = False  # every host mount is read-only inside the run
+    seccomp: bool = False  # the syscall filter is loaded before the user code starts
+    cgroup: str | None = None  # "v1" | "v2": memory and pids limits cover the whole run
 
     def namespaces(self) -> dict[str, bool]:
         return {
             "net": self.network,
             "pid": self.pid_namespace,
             "mount": self.mount_namespace,
+            "ipc": self.ipc_namespace,
             "user": self.user_namespace,
         }
 
@@ -56,6 +61,10 @@ class Isolation:
             "private_proc": self.private_proc,
             "unprivileged_user": self.unprivileged_user,
             "separate_user": self.separate_user,
+            "ipc_namespace": self.ipc_namespace,
+            "read_only_host": self.read_only_host,
+            "seccomp": self.seccomp,
+            "cgroup": self.cgroup is not None,
         }
 
 
@@ -97,6 +106,10 @@ def build_spec(
     run_timeout: float,
     memory_limit_mb: int,
     status_fd: int,
+    *,
+    seccomp: bool = False,
+    server_pid: int | None = None,
+    cgroup_procs: tuple[str, ...] = (),
 ) -> dict:
     """The JSON the launcher reads (see launcher.py)."""
     return {
@@ -109,6 +122,9 @@ def build_spec(
         "namespaces": namespaces,
         "tmpfs_size_mb": config.tmpfs_size_mb,
         "status_fd": status_fd,
+        "seccomp": seccomp,
+        "server_pid": server_pid,  # the launcher dies with this process
+        "cgroup_procs": list(cgroup_procs),  # cgroup.procs files the launcher joins first
     }
 
 
@@ -117,9 +133,19 @@ def launcher_argv(spec: dict) -> list[str]:
     return [sys.executable, "-I", str(LAUNCHER), json.dumps(spec)]
 
 
+STAGING_PREFIX = "agentrl-sandbox-"
+
+
+def staging_root(config: SandboxConfig) -> str:
+    return config.workdir_root or tempfile.gettempdir()
+
+
 def stage_workdir(config: SandboxConfig, code: str, files: dict[str, bytes]) -> str:
-    """A fresh directory holding main.py and the request's files."""
-    workdir = tempfile.mkdtemp(prefix="agentrl-sandbox-", dir=config.workdir_root or None)
+    """A fresh directory holding main.py and the request's files; its name carries the
+    server's pid (``agentrl-sandbox-<pid>-...``), so a restarted server can tell a dead
+    predecessor's leftovers from a live server's runs."""
+    workdir = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-",
+                               dir=staging_root(config))
     Path(workdir, CODE_FILE).write_text(code, encoding="utf-8")
     for name, data in files.items():
         Path(workdir, name).write_bytes(data)

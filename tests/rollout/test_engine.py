@@ -193,7 +193,10 @@ def test_output_keys_shapes_and_reward_manager(tiny_tokenizer):
     assert torch.nonzero(out.batch["step_rewards"][0]).squeeze(-1).tolist() == [call_end]
     assert out.batch["step_rewards"][0, call_end].item() == 0.5
 
-    cfg = load_config()
+    cfg = load_config()  # verl's reward: the score alone
+    manager = load_reward_manager(cfg.reward_model, cfg.custom_reward_function, tiny_tokenizer)
+    assert manager(out).sum(-1).tolist() == [1.0, 1.0, 0.0, 0.0]
+    cfg = load_config(overrides=["reward_model.tool_reward_weight=1"])
     manager = load_reward_manager(cfg.reward_model, cfg.custom_reward_function, tiny_tokenizer)
     scored = manager(out, return_dict=True)
     totals = scored["reward_tensor"].sum(-1).tolist()
@@ -201,7 +204,8 @@ def test_output_keys_shapes_and_reward_manager(tiny_tokenizer):
     last = int(torch.nonzero(out.batch["attention_mask"][0, P:]).max())
     assert scored["reward_tensor"][0, last].item() == 1.25
     # with step_reward_weight the step reward (0.5 x 2) joins at the end of the calling turn
-    cfg = load_config(overrides=["reward_model.step_reward_weight=2"])
+    cfg = load_config(overrides=["reward_model.step_reward_weight=2",
+                                 "reward_model.tool_reward_weight=1"])
     manager = load_reward_manager(cfg.reward_model, cfg.custom_reward_function, tiny_tokenizer)
     scored = manager(out, return_dict=True)
     assert scored["reward_tensor"].sum(-1).tolist() == [2.25, 2.25, 0.25, 0.25]

@@ -31,4 +31,4 @@ def test_limits_are_the_numeric_fields():
     limits = SandboxConfig(max_processes=7).limits()
     assert limits["max_processes"] == 7
     assert "python_executable" not in limits and "network_namespace" not in limits
-    assert len(limits) == 12
+    assert len(limits) == 16

@@ -116,7 +116,12 @@ def test_health_reports_isolation_and_limits(server):
         "private_proc",
         "unprivileged_user",
         "separate_user",
+        "ipc_namespace",
+        "read_only_host",
+        "seccomp",
+        "cgroup",
     }
+    assert (health["busy_slots"], health["queue_depth"]) == (0, 0)
     assert health["limits"]["max_processes"] == MAX_PROCESSES
     assert health["limits"]["max_output_bytes"] == MAX_OUTPUT
 
@@ -264,11 +269,14 @@ print(json.dumps(result))
 """
     body, _ = _run(server, code)
     result = json.loads(body["run_result"]["stdout"])
-    # Denied either way: PermissionError on a visible directory, FileNotFoundError when the
-    # directory lies under a path the sandbox replaces with a private mount (/tmp).
-    assert result["/etc/agentrl_sandbox_probe"] == "PermissionError"
-    assert result["/root/agentrl_sandbox_probe"] == "PermissionError"
-    assert result[targets[2]] in ("PermissionError", "FileNotFoundError")
+    # Denied either way: OSError (EROFS) where the host's file systems are read-only inside
+    # the run, PermissionError on a visible directory, FileNotFoundError when the directory
+    # lies under a path the sandbox replaces with a private mount (/tmp).
+    denied = ("OSError", "PermissionError") if server["health"]["isolation"][
+        "read_only_host"] else ("PermissionError",)
+    assert result["/etc/agentrl_sandbox_probe"] in denied
+    assert result["/root/agentrl_sandbox_probe"] in denied
+    assert result[targets[2]] in (*denied, "FileNotFoundError")
     assert result["inside"] == "ok"
     for path in targets:
         assert not os.path.exists(path)
