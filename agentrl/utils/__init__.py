@@ -1,1 +1,2 @@
-"""Small shared helpers: HTTP with retries, serving an app in a thread, jsonl/parquet I/O."""
+"""Small shared helpers: HTTP with retries, HTTP input limits for our servers, serving an app
+in a thread, jsonl/parquet I/O."""

@@ -29,6 +29,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentrl.utils.http_limits import harden
 from envs.sandbox.cleanup import clean_up_after_crashed_servers
 from envs.sandbox.config import SandboxConfig
 from envs.sandbox.isolation import check_required, probe_isolation
@@ -153,6 +154,9 @@ def create_app(config: SandboxConfig | None = None, isolation: Isolation | None 
 
     app = FastAPI(title="agentrl sandbox", description="SandboxFusion-compatible Python runner",
                   lifespan=lifespan)
+    # bodies over max_body_bytes: 413; not received within body_timeout: 408; unparsable
+    # bodies: 400 saying what is wrong (agentrl/utils/http_limits.py)
+    harden(app, max_body_bytes=config.max_body_bytes, body_timeout=config.body_timeout)
     app.state.runner = runner
 
     @app.get("/health")

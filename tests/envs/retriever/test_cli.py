@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from envs.retriever import cli
 from envs.retriever.sample import sample_corpus, write_corpus
@@ -38,9 +39,32 @@ def test_arguments_defaults():
     )
 
 
+def test_limit_defaults():
+    args = parse("--index-dir", "d")
+    limits = (args.max_queries, args.max_query_chars, args.search_workers)
+    assert limits == (1024, 4096, None)
+    assert (args.max_body_bytes, args.body_timeout) == (8 * 1024 * 1024, 30.0)
+
+
 def test_run_errors_without_serving(tmp_path):
     assert cli.run(parse("--index-dir", str(tmp_path / "none"))) == 1
     assert cli.run(parse("--index-dir", str(tmp_path), "--topk", "0")) == 2
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--max-queries", "0", "--max-queries must be >= 1, got 0"),
+        ("--max-query-chars", "0", "--max-query-chars must be >= 1, got 0"),
+        ("--max-body-bytes", "0", "--max-body-bytes must be >= 1, got 0"),
+        ("--search-workers", "0", "--search-workers must be >= 1, got 0"),
+        ("--body-timeout", "0", "--body-timeout must be > 0 seconds, got 0"),
+    ],
+)
+def test_bad_limits_are_refused_before_loading(tmp_path, caplog, option, value, message):
+    # The index dir does not exist: a refused option must return 2 before looking at it.
+    assert cli.run(parse("--index-dir", str(tmp_path / "none"), option, value)) == 2
+    assert message in caplog.text
 
 
 def test_agentrl_retriever_command_serves_queries(tmp_path):
