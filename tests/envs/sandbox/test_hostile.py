@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
@@ -58,7 +59,8 @@ class Server:
             except httpx.TransportError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.proc.kill()
-                    raise RuntimeError(f"server did not start: {self.proc.stderr.read()!r}")
+                    raise RuntimeError(
+                        f"server did not start: {self.proc.stderr.read()!r}") from None
                 time.sleep(0.1)
 
     def run(self, code: str, run_timeout: float = 5.0, **fields) -> dict:
@@ -347,10 +349,8 @@ def test_a_crashed_server_leaves_nothing_behind():
 
 
 def _run_ignoring_errors(server: Server, code: str) -> None:
-    try:
+    with contextlib.suppress(httpx.HTTPError):  # the server is killed under it
         httpx.post(f"{server.url}/run_code", json={"code": code, "run_timeout": 60}, timeout=90)
-    except httpx.HTTPError:
-        pass  # the server was killed under it
 
 
 def test_oversized_stalled_and_unparsable_bodies_are_answered_clearly():
