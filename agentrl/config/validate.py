@@ -228,6 +228,13 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     if multi_turn.tool_record_mode is not None and not multi_turn.tool_record_path:
         problems.append("actor_rollout_ref.rollout.multi_turn.tool_record_mode is "
                         f"{multi_turn.tool_record_mode} but tool_record_path is null")
+    if cfg.algorithm.filter_groups.enable and cfg.actor_rollout_ref.rollout.n < 2:
+        problems.append("algorithm.filter_groups.enable needs actor_rollout_ref.rollout.n >= 2 "
+                        f"(got {cfg.actor_rollout_ref.rollout.n}): a group of one sample "
+                        "never varies")
+    if cfg.algorithm.filter_groups.max_num_gen_batches < 0:
+        problems.append("algorithm.filter_groups.max_num_gen_batches must be >= 0 (0: no "
+                        f"limit), got {cfg.algorithm.filter_groups.max_num_gen_batches}")
     if cfg.data.sampler.class_path:
         if not cfg.data.sampler.class_name:
             problems.append("data.sampler.class_path is set but data.sampler.class_name is null")

@@ -48,6 +48,7 @@ from agentrl.protocol import DataProto, to_object_array
 from agentrl.reward import load_reward_manager
 from agentrl.trainer import checkpointing as ckpt
 from agentrl.trainer.balance import balance_batch
+from agentrl.trainer.dynamic_sampling import first_prompts, informative_rows
 from agentrl.trainer.metrics import (
     compute_data_metrics,
     compute_rollout_logprob_gap,
@@ -280,7 +281,7 @@ class PPOTrainer:
             while self.global_steps < self.total_training_steps:
                 batch_dict = next(batches)
                 self.global_steps += 1
-                metrics = self.train_step(batch_dict)
+                metrics = self.train_step(batch_dict, batches)
                 metrics |= self._after_step()
                 self.tracking.log(metrics, step=self.global_steps)
                 history.append(metrics)
@@ -319,30 +320,23 @@ class PPOTrainer:
                 self.save_checkpoint()
         return metrics | compute_timing_metrics(timing)
 
-    def train_step(self, batch_dict: dict[str, Any]) -> dict[str, float]:
-        """One step on one batch of prompts: rollout -> reward -> advantage -> update."""
+    def train_step(
+        self, batch_dict: dict[str, Any], more_batches: Iterator[dict[str, Any]] | None = None
+    ) -> dict[str, float]:
+        """One step on one batch of prompts: rollout -> reward -> advantage -> update.
+
+        With ``algorithm.filter_groups`` (DAPO's dynamic sampling) further batches are drawn
+        from ``more_batches`` until enough prompts have samples that disagree."""
         cfg, step, timing = self.config, self.global_steps, {}
         metrics: dict[str, float] = {}
-        batch = DataProto.from_single_dict(batch_dict)
-        batch.non_tensor_batch["uid"] = to_object_array(
-            [f"{step}-{i}" for i in range(len(batch))], "uid"
-        )
-        batch.meta_info.update(
-            temperature=float(cfg.actor_rollout_ref.rollout.temperature), global_steps=step
-        )
         with timer("step", timing):
-            with timer("gen", timing):
-                data = self.actor_rollout_wg.generate_sequences(batch)
-            if cfg.algorithm.adv_estimator == "remax":
-                with timer("gen_max", timing):
-                    data.batch["reward_baselines"] = self._greedy_baseline(batch, len(data))
-            isolate_failed(data)
+            data = self._generate_and_score(batch_dict, step, timing)
+            if cfg.algorithm.filter_groups.enable:
+                data, sampling_metrics = self._dynamic_sampling(data, more_batches, step, timing)
+                metrics |= sampling_metrics
             if cfg.trainer.balance_batch:
                 data, balance_metrics = balance_batch(data, self.n_workers)
                 metrics |= balance_metrics
-            with timer("reward", timing):
-                scored = self.reward_fn(data, return_dict=True)
-                data.batch["token_level_scores"] = scored["reward_tensor"]
             with timer("old_log_prob", timing):
                 data = data.union(self.actor_rollout_wg.compute_log_prob(data))
             metrics |= compute_rollout_logprob_gap(data)
@@ -361,7 +355,7 @@ class PPOTrainer:
                 with timer("update_actor", timing):
                     metrics |= self.actor_rollout_wg.update_actor(data).meta_info["metrics"]
         if cfg.trainer.rollout_data_dir:
-            self._dump(Path(cfg.trainer.rollout_data_dir), data, scored["reward_extra_info"])
+            self._dump(Path(cfg.trainer.rollout_data_dir), data)
         metrics |= {k: float(v) for k, v in data.meta_info.get("metrics", {}).items()}
         metrics |= {k: float(v) for k, v in data.meta_info.get("timing", {}).items()}
         metrics |= compute_data_metrics(data, use_critic=self.use_critic)
@@ -373,6 +367,74 @@ class PPOTrainer:
         if callable(getattr(sampler, "update", None)):  # a curriculum (data.sampler)
             sampler.update(batch=data)
         return metrics
+
+    def _generate_and_score(
+        self, batch_dict: dict[str, Any], step: int, timing: dict[str, float], round_: int = 0
+    ) -> DataProto:
+        """Roll out one batch of prompts and score it: ``token_level_scores``, and the score
+        function's extra keys per row in ``non_tensor_batch["reward_extra_info"]``."""
+        cfg = self.config
+        batch = DataProto.from_single_dict(batch_dict)
+        prefix = f"{step}" if round_ == 0 else f"{step}.{round_}"
+        batch.non_tensor_batch["uid"] = to_object_array(
+            [f"{prefix}-{i}" for i in range(len(batch))], "uid"
+        )
+        batch.meta_info.update(
+            temperature=float(cfg.actor_rollout_ref.rollout.temperature), global_steps=step
+        )
+        with timer("gen", timing):
+            data = self.actor_rollout_wg.generate_sequences(batch)
+        if cfg.algorithm.adv_estimator == "remax":
+            with timer("gen_max", timing):
+                data.batch["reward_baselines"] = self._greedy_baseline(batch, len(data))
+        isolate_failed(data)
+        with timer("reward", timing):
+            scored = self.reward_fn(data, return_dict=True)
+            data.batch["token_level_scores"] = scored["reward_tensor"]
+            extra = scored["reward_extra_info"]
+            data.non_tensor_batch["reward_extra_info"] = to_object_array(
+                [{k: v[i] for k, v in extra.items()} for i in range(len(data))],
+                "reward_extra_info",
+            )
+        return data
+
+    def _dynamic_sampling(
+        self,
+        data: DataProto,
+        more_batches: Iterator[dict[str, Any]] | None,
+        step: int,
+        timing: dict[str, float],
+    ) -> tuple[DataProto, dict[str, float]]:
+        """Keep the prompts whose samples disagree; generate more batches until
+        ``train_batch_size`` such prompts are collected, then trim to exactly that many."""
+        groups = self.config.algorithm.filter_groups
+        target = int(self.config.data.train_batch_size)
+        kept: list[DataProto] = []
+        n_kept = n_seen = rounds = 0
+        while True:
+            rounds += 1
+            keep, kept_now, seen_now = informative_rows(data, groups.metric)
+            kept.append(data[keep])
+            n_kept, n_seen = n_kept + kept_now, n_seen + seen_now
+            if n_kept >= target:
+                break
+            if 0 < groups.max_num_gen_batches <= rounds or more_batches is None:
+                raise RuntimeError(
+                    f"step {step}: {rounds} generation batches gave {n_kept} of the {target} "
+                    f"prompts whose samples differ in {groups.metric!r} "
+                    f"(algorithm.filter_groups.max_num_gen_batches="
+                    f"{groups.max_num_gen_batches}); raise it (0: no limit), or check that "
+                    "the task is neither solved nor hopeless for the policy"
+                )
+            logger.info("step %d: %d of %d prompts with varied %s after %d batches; "
+                        "generating another", step, n_kept, target, groups.metric, rounds)
+            data = self._generate_and_score(next(more_batches), step, timing, round_=rounds)
+        merged = first_prompts(DataProto.concat(kept), target)
+        return merged, {
+            "train/num_gen_batches": float(rounds),
+            "train/num_prompts_kept": float(n_kept),
+            "train/kept_prompt_ratio": n_kept / max(n_seen, 1),
+        }
 
     def _greedy_baseline(self, batch: DataProto, n_rows: int) -> torch.Tensor:
         """ReMax's baseline: the reward of one greedy sample per prompt (B * n,)."""
@@ -446,7 +508,7 @@ class PPOTrainer:
         decode = self.tokenizer.decode
         return decode(prompt, skip_special_tokens=True), decode(response, skip_special_tokens=True)
 
-    def _dump(self, directory: Path, data: DataProto, extra: dict[str, list]) -> None:
+    def _dump(self, directory: Path, data: DataProto) -> None:
         """Append one jsonl row per trajectory to ``directory/{global_step}.jsonl`` (what
         ``agentrl report`` shows): step, uid, input, output (decoded), score (the total
         reward), request_state, the reward manager's extra keys, and the trajectory:
@@ -463,7 +525,7 @@ class PPOTrainer:
                 prompt, response, loss_mask = self._trajectory_ids(data, i)
                 metrics = columns.get("rollout_metrics", absent)[i] or {}
                 row = {
-                    **{k: v[i] for k, v in extra.items()},  # the score function's keys
+                    **(columns.get("reward_extra_info", absent)[i] or {}),  # the score's keys
                     "step": self.global_steps,
                     "uid": columns["uid"][i],
                     "input": self.tokenizer.decode(prompt, skip_special_tokens=True),

@@ -8,6 +8,7 @@
 #     bash recipes/retool/run_gpu.sh [key.sub=value ...]      # extra config overrides
 #
 # Environment (default):
+#   CONFIG                 recipes/retool/gpu_config.yaml (recipes/dapo/gpu_config.yaml: DAPO)
 #   MODEL_PATH             Qwen/Qwen2.5-7B-Instruct (better: a cold-start SFT checkpoint, README.md)
 #   DATA_DIR               $HOME/data/retool: train.parquet, test.parquet from
 #                          examples/data_preprocess/retool.py
@@ -51,7 +52,7 @@ start_service sandbox "$SANDBOX_LOG" "$SANDBOX_URL/health" "$SANDBOX_START_TIMEO
   -- "${sandbox_cmd[@]}" --host 127.0.0.1 --port "$SANDBOX_PORT" \
   ${sandbox_args[@]+"${sandbox_args[@]}"}
 
-run_trainer "${train_cmd[@]}" --config recipes/retool/gpu_config.yaml \
+run_trainer "${train_cmd[@]}" --config "${CONFIG:-recipes/retool/gpu_config.yaml}" \
   actor_rollout_ref.model.path="$MODEL_PATH" \
   data.train_files="$DATA_DIR/train.parquet" \
   data.val_files="$DATA_DIR/test.parquet" \

@@ -33,3 +33,21 @@ def test_script_without_out_dir_prints_its_usage(task, argv):
     done = subprocess.run(["bash", ROOT / SCRIPTS[task], *argv], capture_output=True, text=True)
     assert done.returncode == 2
     assert f"usage: bash {SCRIPTS[task]} OUT_DIR" in done.stderr
+
+
+def test_dapo_script_runs_the_calculator_task_with_dapo_overrides_that_load(tmp_path):
+    from agentrl.config import load_config
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "agentrl"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/args\n')
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "AGENTRL_VENV": str(venv)}
+    subprocess.run(["bash", ROOT / "recipes/dapo/run_cpu.sh", "out", "--seed", "2"],
+                   cwd=tmp_path, env=env, check=True)  # fmt: skip
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[:7] == ["quickstart", "--task", "calculator", "--out-dir", "out", "--seed", "2"]
+    cfg = load_config(ROOT / "recipes/quickstart/config.yaml", args[7:])
+    assert cfg.algorithm.filter_groups.enable and cfg.reward_model.reward_manager == "dapo"
+    assert cfg.actor_rollout_ref.actor.clip_ratio_high == 0.28
