@@ -8,6 +8,11 @@ verl's layout, under ``trainer.default_local_dir``::
     global_step_10/data.pt    the driver's state: data loader position, global step, KL coef
     latest_checkpointed_iteration.txt   "10", written last, so it names a complete checkpoint
 
+A step is written under ``global_step_10.partial`` and renamed to ``global_step_10`` once
+every part is on disk; the marker moves after the rename. A process killed in the middle
+of a save leaves only a ``.partial`` directory, which nothing resumes from and the next save
+removes: the previous checkpoint stays the one that resumes.
+
 ``trainer.resume_mode``: ``auto`` resumes from the step the marker names (a fresh start when
 there is none), ``disable`` always starts fresh, ``resume_path`` resumes from
 ``trainer.resume_from_path`` (a ``global_step_N`` directory) and fails when it is not one.
@@ -27,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 DATA_FILE = "data.pt"
+PARTIAL_SUFFIX = ".partial"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
@@ -37,6 +43,36 @@ class CheckpointError(ValueError):
 def step_dir(root: str | Path, step: int) -> Path:
     """``root/global_step_{step}``."""
     return Path(root) / f"global_step_{step}"
+
+
+def partial_dir(root: str | Path, step: int) -> Path:
+    """Where step ``step`` is written before it is complete."""
+    return Path(root) / f"global_step_{step}{PARTIAL_SUFFIX}"
+
+
+def remove_partial(root: str | Path) -> list[Path]:
+    """Delete the ``.partial`` directories an interrupted save left; returns them."""
+    removed = sorted(Path(root).glob(f"global_step_*{PARTIAL_SUFFIX}"))
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    if removed:
+        logger.warning("removed incomplete checkpoints of an interrupted save: %s",
+                       ", ".join(str(p) for p in removed))
+    return removed
+
+
+def commit(root: str | Path, step: int) -> Path:
+    """Rename the complete ``.partial`` directory of ``step`` to ``global_step_{step}``
+    (replacing an older one of the same step), then point the latest marker at it."""
+    final = step_dir(root, step)
+    if final.exists():  # the same step saved again (a resumed run): replace it whole
+        old = final.with_name(final.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        shutil.rmtree(old, ignore_errors=True)
+    partial_dir(root, step).rename(final)
+    mark_latest(root, step)
+    return final
 
 
 def step_of(path: str | Path) -> int:

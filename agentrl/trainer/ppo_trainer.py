@@ -564,18 +564,20 @@ class PPOTrainer:
         return Path(str(self.config.trainer.default_local_dir)).resolve()
 
     def save_checkpoint(self) -> Path:
-        """Write ``global_step_N/{actor,critic,data.pt}``, mark it latest, rotate old ones."""
+        """Write ``global_step_N/{actor,critic,data.pt}`` (under a ``.partial`` name until
+        complete), mark it latest, rotate old ones."""
         trainer, step = self.config.trainer, self.global_steps
-        path = ckpt.step_dir(self.checkpoint_root, step)
-        path.mkdir(parents=True, exist_ok=True)
-        self.actor_rollout_wg.save_checkpoint(str(path / "actor"), global_step=step)
+        ckpt.remove_partial(self.checkpoint_root)
+        partial = ckpt.partial_dir(self.checkpoint_root, step)
+        partial.mkdir(parents=True, exist_ok=True)
+        self.actor_rollout_wg.save_checkpoint(str(partial / "actor"), global_step=step)
         if self.use_critic:
-            self.critic_wg.save_checkpoint(str(path / "critic"), global_step=step)
+            self.critic_wg.save_checkpoint(str(partial / "critic"), global_step=step)
         state = {"global_step": step, "dataloader": self.train_dataloader.state_dict()}
         if self.kl_ctrl is not None:
             state["kl_coef"] = float(self.kl_ctrl.value)
-        ckpt.save_trainer_state(path, state)
-        ckpt.mark_latest(self.checkpoint_root, step)
+        ckpt.save_trainer_state(partial, state)
+        path = ckpt.commit(self.checkpoint_root, step)
         ckpt.rotate(self.checkpoint_root, "actor", trainer.max_actor_ckpt_to_keep)
         ckpt.rotate(self.checkpoint_root, "critic", trainer.max_critic_ckpt_to_keep)
         logger.info("saved checkpoint %s", path)
