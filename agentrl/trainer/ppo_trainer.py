@@ -483,14 +483,16 @@ class PPOTrainer:
             out.batch["token_level_scores"] = scored["reward_tensor"]
             scores = scored["reward_tensor"].sum(-1).tolist()
             extra = scored["reward_extra_info"]
+            per_row = [{k: v[j] for k, v in extra.items()} for j in range(len(out))]
+            out.non_tensor_batch["reward_extra_info"] = to_object_array(
+                per_row, "reward_extra_info"
+            )
             sources += [str(s) for s in out.non_tensor_batch.get(key, ["unknown"] * len(out))]
             uids += list(out.non_tensor_batch["uid"])
-            rows += [
-                {"reward": s, **{k: v[j] for k, v in extra.items()}} for j, s in enumerate(scores)
-            ]
+            rows += [{"reward": s, **row} for s, row in zip(scores, per_row, strict=True)]
             self._log_generations(out, scores)
             if self.config.trainer.validation_data_dir:
-                self._dump(Path(self.config.trainer.validation_data_dir), out, extra)
+                self._dump(Path(self.config.trainer.validation_data_dir), out)
         names = list(dict.fromkeys(name for row in rows for name in row))
         variables = {name: [row.get(name) for row in rows] for name in names}
         return process_validation_metrics(sources, uids, variables)
