@@ -34,6 +34,9 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
     "actor_rollout_ref.rollout.multi_turn.max_new_tokens_per_turn": int,
     "data.path": (str, list),
     "data.sampler.class_path": str,
+    **{f"trainer.alerts.{key}": (float, int) for key in (
+        "tool_call_rate_drop", "parse_error_rate", "tool_error_rate", "truncation_rate",
+        "response_length_collapse", "entropy_floor", "tokenization_drift_rate")},
     "data.sampler.class_name": str,
     "data.output_path": str,
     "critic.ppo_micro_batch_size": int,
@@ -120,6 +123,7 @@ NOT_YET: dict[str, tuple[tuple[Any, ...], str]] = {
 
 # Keys that must be >= 1 (when not null).
 POSITIVE: tuple[str, ...] = (
+    "trainer.alerts.window",
     "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
     "data.val_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size",
     "actor_rollout_ref.actor.ppo_epochs", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",

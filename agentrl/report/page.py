@@ -129,6 +129,26 @@ def _viewer_section(sources: dict[str, list[dict[str, Any]]], empty_note: str) -
     )
 
 
+def alerts_section(metrics: list[dict[str, Any]]) -> str:
+    """The steps where behaviour alerts fired (``alerts/<rule>`` = 1 in metrics.jsonl), as a
+    table of rule -> steps; empty when none fired."""
+    fired: dict[str, list[int]] = {}
+    for row in metrics:
+        for key, value in row.items():
+            if key.startswith("alerts/") and key != "alerts/active" and value == 1.0:
+                fired.setdefault(key[len("alerts/"):], []).append(int(row["step"]))
+    if not fired:
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(rule)}</td><td>{len(steps)}</td>"
+        f"<td>{html.escape(', '.join(map(str, steps)))}</td></tr>"
+        for rule, steps in sorted(fired.items())
+    )
+    return ('<section id="alerts"><h2>Behaviour alerts</h2><table><tr><th>rule</th>'
+            f"<th>steps</th><th>at</th></tr>{rows}</table>"
+            "<p>See trainer.alerts in docs/trainer.md for what each rule watches.</p></section>")
+
+
 def _summary(run: RunInputs) -> str:
     steps = [row["step"] for row in run.metrics]
     parts = [f"{len(steps)} logged steps" + (f" ({steps[0]}..{steps[-1]})" if steps else "")]
@@ -164,6 +184,7 @@ def render_page(
         f"<p>{_summary(run)}; generated {generated}</p></header>"
         + (f'<ul class="notes" id="notes">{notes_html}</ul>' if notes else "")
         + evaluation_table(run.evaluation)
+        + alerts_section(run.metrics)
         + _plots_section(plots, bool(run.metrics))
         + _viewer_section(sources, empty_viewer_note)
         + f'<script type="application/json" id="report-data">{embed_json(data)}</script>'

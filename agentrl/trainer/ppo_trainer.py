@@ -47,6 +47,7 @@ from agentrl.models.tokenizer import load_tokenizer
 from agentrl.protocol import DataProto, to_object_array
 from agentrl.reward import load_reward_manager
 from agentrl.trainer import checkpointing as ckpt
+from agentrl.trainer.alerts import BehaviourMonitor
 from agentrl.trainer.balance import balance_batch
 from agentrl.trainer.dynamic_sampling import first_prompts, informative_rows
 from agentrl.trainer.metrics import (
@@ -146,6 +147,7 @@ class PPOTrainer:
             if config.algorithm.use_kl_in_reward
             else None
         )
+        self.monitor = BehaviourMonitor(config.trainer.alerts)
         self.tracking = Tracking(
             config.trainer.project_name,
             config.trainer.experiment_name,
@@ -282,11 +284,19 @@ class PPOTrainer:
                 batch_dict = next(batches)
                 self.global_steps += 1
                 metrics = self.train_step(batch_dict, batches)
-                metrics |= self._after_step()
+                alerts, alert_metrics = self.monitor.observe(self.global_steps, metrics)
+                metrics |= alert_metrics
+                stop = bool(alerts) and self.config.trainer.alerts.stop_on_alert
+                metrics |= self._after_step(force_save=stop)
                 self.tracking.log(metrics, step=self.global_steps)
                 history.append(metrics)
                 bar.set_postfix(progress_postfix(metrics), refresh=False)
                 bar.update(1)
+                if stop:
+                    logger.error(
+                        "stopping at step %d (trainer.alerts.stop_on_alert): %s; a checkpoint "
+                        "was saved", self.global_steps, "; ".join(a.rule for a in alerts))
+                    break
         return history
 
     def _save_config(self) -> None:
@@ -303,8 +313,9 @@ class PPOTrainer:
         while True:  # the loader moves to the next epoch by itself
             yield from self.train_dataloader
 
-    def _after_step(self) -> dict[str, float]:
-        """Validation and checkpoint when due (every N steps, and after the last step)."""
+    def _after_step(self, force_save: bool = False) -> dict[str, float]:
+        """Validation and checkpoint when due (every N steps, after the last step, and when
+        ``force_save``)."""
         trainer, step = self.config.trainer, self.global_steps
         last = step >= self.total_training_steps
         timing: dict[str, float] = {}
@@ -315,7 +326,7 @@ class PPOTrainer:
             with timer("testing", timing):
                 self.val_metrics = self.validate()
             metrics |= self.val_metrics
-        if last or (trainer.save_freq > 0 and step % trainer.save_freq == 0):
+        if force_save or last or (trainer.save_freq > 0 and step % trainer.save_freq == 0):
             with timer("save_checkpoint", timing):
                 self.save_checkpoint()
         return metrics | compute_timing_metrics(timing)
@@ -578,6 +589,7 @@ class PPOTrainer:
         state = {"global_step": step, "dataloader": self.train_dataloader.state_dict()}
         if self.kl_ctrl is not None:
             state["kl_coef"] = float(self.kl_ctrl.value)
+        state["alerts"] = self.monitor.state_dict()
         ckpt.save_trainer_state(partial, state)
         path = ckpt.commit(self.checkpoint_root, step)
         ckpt.rotate(self.checkpoint_root, "actor", trainer.max_actor_ckpt_to_keep)
@@ -603,6 +615,7 @@ class PPOTrainer:
         self.train_dataloader.load_state_dict(state["dataloader"])
         if self.kl_ctrl is not None and "kl_coef" in state:
             self.kl_ctrl.value = state["kl_coef"]
+        self.monitor.load_state_dict(state.get("alerts", {}))
         self.global_steps = int(state["global_step"])
         logger.info("resumed from %s at global step %d", path, self.global_steps)
         return self.global_steps

@@ -28,3 +28,16 @@ def test_evaluation_table_shows_each_model_with_standard_errors(synthetic):
     assert cells["eval_rl"] == ["0.625 ± 0.060", "-", "1.000", "-"]
     assert cells["control"] == ["0.094 ± 0.036", "-", "0.000", "-"]
     assert evaluation_table({"timing_s": {"total": 1.0}}) == ""
+
+
+def test_alerts_section_lists_the_steps_each_rule_fired():
+    from agentrl.report.page import alerts_section
+
+    rows = [{"step": 1, "alerts/truncation": 0.0, "alerts/active": 0.0},
+            {"step": 2, "alerts/truncation": 1.0, "alerts/tool_call_collapse": 1.0,
+             "alerts/active": 2.0},
+            {"step": 3, "alerts/truncation": 1.0, "alerts/active": 1.0}]
+    section = alerts_section(rows)
+    assert "<td>truncation</td><td>2</td><td>2, 3</td>" in section
+    assert "<td>tool_call_collapse</td><td>1</td><td>2</td>" in section
+    assert "active" not in section and alerts_section(rows[:1]) == ""
