@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -138,39 +138,119 @@ def compute_throughput_metrics(data: Any, timing: dict[str, float], n_workers: i
     }
 
 
+def merge_batch_metrics(batches: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """One set of rollout metrics from several batches': maxima of ``*/max``, minima of
+    ``*/min``, means of ``*/mean`` and rates, sums of the counts."""
+    merged: dict[str, float] = {}
+    for key in dict.fromkeys(k for batch in batches for k in batch):
+        values = [float(batch[key]) for batch in batches if key in batch]
+        if key.endswith("/max"):
+            merged[key] = max(values)
+        elif key.endswith("/min"):
+            merged[key] = min(values)
+        elif key.endswith(("/mean", "_rate", "_s")):
+            merged[key] = float(np.mean(values))
+        else:
+            merged[key] = float(sum(values))
+    return merged
+
+
+BOOTSTRAP_SAMPLES = 1000
+
+
+def bootstrap_metric(
+    data: Sequence[Any], subset_size: int, reduce_fns: Sequence[Any], seed: int = 42,
+    n_bootstrap: int = BOOTSTRAP_SAMPLES,
+) -> list[tuple[float, float]]:
+    """verl's bootstrap: ``n_bootstrap`` draws of ``subset_size`` items with replacement;
+    ``(mean, std)`` of each reduce function over the draws."""
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(data), size=(n_bootstrap, subset_size))
+    results = [[fn([data[i] for i in row]) for row in draws] for fn in reduce_fns]
+    return [(float(np.mean(r)), float(np.std(r))) for r in results]
+
+
+def majority_value(samples: Sequence[tuple[float, Any]]) -> float:
+    """The value of the most common prediction (ties: the first seen), for maj@n."""
+    counts: dict[Any, int] = {}
+    for _, pred in samples:
+        counts[pred] = counts.get(pred, 0) + 1
+    winner = max(counts, key=counts.__getitem__)
+    return next(value for value, pred in samples if pred == winner)
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, bool | int | float | np.number) and not isinstance(value, str)
+
+
+def _sizes(n: int) -> list[int]:
+    """2, 4, 8, ... below n, then n (verl's sample counts for best@ / worst@ / maj@)."""
+    sizes, k = [], 2
+    while k < n:
+        sizes.append(k)
+        k *= 2
+    return [*sizes, n]
+
+
 def process_validation_metrics(
     data_sources: Sequence[str],
     uids: Sequence[str],
-    variables: dict[str, Sequence[float]],
-    core_variables: Sequence[str] = ("reward", "acc"),
+    variables: dict[str, Sequence[Any]],
+    seed: int = 42,
 ) -> dict[str, float]:
-    """Validation metrics per data source and variable (one value per trajectory each).
+    """Validation metrics per data source and variable (one value per trajectory each), as
+    verl computes them.
 
-    Trajectories with the same uid answer the same prompt (n samples); for each prompt we
-    take the mean of its n values (and with n > 1 its std, best and worst), then average over
-    the prompts of the data source: ``{section}/{data_source}/{var}/mean@{n}``,
-    ``std@{n}``, ``best@{n}/mean``, ``worst@{n}/mean``. ``section`` is ``val-core`` for the
-    core variables' ``mean@n`` and ``best@n/mean``, else ``val-aux``. verl estimates best@n
-    by bootstrap; here it is the exact maximum over the n samples.
+    Trajectories with the same uid answer the same prompt (n samples). Per prompt and
+    numeric variable: ``mean@n``; with n > 1 also ``std@n`` and, for k = 2, 4, ... < n and
+    k = n, bootstrap estimates (1000 draws of k samples with replacement) of
+    ``best@k/{mean,std}`` and ``worst@k/{mean,std}``, and, when the score function returns
+    a ``pred`` (the extracted answer), ``maj@k/{mean,std}``: the variable's value at the
+    majority answer. Each is averaged over the prompts of the data source:
+    ``{section}/{data_source}/{var}/{name}``. ``section`` is ``val-core`` for the core
+    variable (``acc`` when the score function returns it, else ``reward``) at the largest
+    n (``mean@n``, ``best@n/mean``, ``maj@n/mean``), else ``val-aux``.
     """
-    groups: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    groups: dict[tuple[str, str], dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for i, (source, uid) in enumerate(zip(data_sources, uids, strict=True)):
         for var, values in variables.items():
-            value = values[i]
-            if isinstance(value, bool | int | float | np.number) and not isinstance(value, str):
-                groups[(source, uid)][var].append(float(value))
+            groups[(source, uid)][var].append(values[i])
     per_source: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    numeric_vars: dict[str, set[str]] = defaultdict(set)
     for (source, _), per_var in groups.items():
+        preds = per_var.get("pred")
         for var, values in per_var.items():
+            if not values or not all(_numeric(v) for v in values):
+                continue
+            numeric_vars[source].add(var)
+            values = [float(v) for v in values]
             n = len(values)
             per_source[(source, var, f"mean@{n}")].append(float(np.mean(values)))
-            if n > 1:
-                per_source[(source, var, f"std@{n}")].append(float(np.std(values)))
-                per_source[(source, var, f"best@{n}/mean")].append(float(np.max(values)))
-                per_source[(source, var, f"worst@{n}/mean")].append(float(np.min(values)))
+            if n == 1:
+                continue
+            per_source[(source, var, f"std@{n}")].append(float(np.std(values)))
+            for k in _sizes(n):
+                (best, best_std), (worst, worst_std) = bootstrap_metric(
+                    values, k, [np.max, np.min], seed)
+                per_source[(source, var, f"best@{k}/mean")].append(best)
+                per_source[(source, var, f"best@{k}/std")].append(best_std)
+                per_source[(source, var, f"worst@{k}/mean")].append(worst)
+                per_source[(source, var, f"worst@{k}/std")].append(worst_std)
+                if preds is not None and var != "pred":
+                    ((maj, maj_std),) = bootstrap_metric(
+                        list(zip(values, preds, strict=True)), k, [majority_value], seed)
+                    per_source[(source, var, f"maj@{k}/mean")].append(maj)
+                    per_source[(source, var, f"maj@{k}/std")].append(maj_std)
+    largest: dict[tuple[str, str], int] = defaultdict(int)
+    for source, var, name in per_source:
+        if name.startswith("mean@"):
+            largest[(source, var)] = max(largest[(source, var)], int(name[len("mean@"):]))
     metrics: dict[str, float] = {}
     for (source, var, name), values in sorted(per_source.items()):
-        core = var in core_variables and (name.startswith("mean@") or name.startswith("best@"))
+        n = largest[(source, var)]
+        core_var = "acc" if "acc" in numeric_vars[source] else "reward"
+        core = var == core_var and name in (
+            f"mean@{n}", f"best@{n}/mean", f"maj@{n}/mean")
         section = "val-core" if core else "val-aux"
         metrics[f"{section}/{source}/{var}/{name}"] = float(np.mean(values))
     return metrics

@@ -56,6 +56,7 @@ from agentrl.trainer.metrics import (
     compute_throughput_metrics,
     compute_timing_metrics,
     failed_rows,
+    merge_batch_metrics,
     process_validation_metrics,
     timer,
 )
@@ -483,6 +484,7 @@ class PPOTrainer:
         sources: list[str] = []
         uids: list[str] = []
         rows: list[dict[str, Any]] = []
+        rollout: list[dict[str, float]] = []  # each batch's rollout metrics
         for i, batch_dict in enumerate(self.val_dataloader):
             batch = DataProto.from_single_dict(batch_dict)
             batch.non_tensor_batch["uid"] = to_object_array(
@@ -490,6 +492,7 @@ class PPOTrainer:
             )
             batch.meta_info.update(validate=True, global_steps=self.global_steps)
             out = self.actor_rollout_wg.generate_sequences(batch)
+            rollout.append(dict(out.meta_info.get("metrics", {})))
             scored = self.val_reward_fn(out, return_dict=True)
             out.batch["token_level_scores"] = scored["reward_tensor"]
             scores = scored["reward_tensor"].sum(-1).tolist()
@@ -506,7 +509,8 @@ class PPOTrainer:
                 self._dump(Path(self.config.trainer.validation_data_dir), out)
         names = list(dict.fromkeys(name for row in rows for name in row))
         variables = {name: [row.get(name) for row in rows] for name in names}
-        return process_validation_metrics(sources, uids, variables)
+        metrics = process_validation_metrics(sources, uids, variables)
+        return metrics | {f"val-aux/{k}": v for k, v in merge_batch_metrics(rollout).items()}
 
     def _log_generations(self, data: DataProto, scores: list[float]) -> None:
         for i in range(min(int(self.config.trainer.log_val_generations), len(data))):

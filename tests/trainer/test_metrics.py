@@ -95,18 +95,32 @@ def test_validation_metrics_per_source_and_prompt():
     variables = {
         "reward": [1.0, 0.0, 1.0, 1.0, 0.0, 0.5],
         "acc": [True, False, True, True, False, False],
-        "pred": ["1", "2", "3", "4", "5", "6"],  # not a number: ignored
+        "note": ["x", "y", "z", "w", "v", "u"],  # not a number: ignored
     }
     m = process_validation_metrics(sources, uids, variables)
-    assert m["val-core/gsm8k/reward/mean@2"] == 0.75  # prompts: 0.5 and 1.0
-    assert m["val-core/gsm8k/reward/best@2/mean"] == 1.0
-    assert m["val-aux/gsm8k/reward/worst@2/mean"] == 0.5
+    assert m["val-core/gsm8k/acc/mean@2"] == 0.75  # prompts: 0.5 and 1.0; acc is the core
+    assert m["val-aux/gsm8k/reward/mean@2"] == 0.75
     assert m["val-aux/gsm8k/reward/std@2"] == 0.25  # std 0.5 and 0
-    assert m["val-core/gsm8k/acc/mean@2"] == 0.75
-    assert m["val-core/nq/reward/mean@2"] == 0.25
-    assert not any("pred" in k for k in m)
+    # bootstrap best@2 of [1, 0]: 3/4 of the draws hold a 1; of [1, 1]: always 1
+    assert m["val-core/gsm8k/acc/best@2/mean"] == pytest.approx((0.75 + 1.0) / 2, abs=0.03)
+    assert m["val-aux/gsm8k/acc/worst@2/mean"] == pytest.approx((0.25 + 1.0) / 2, abs=0.03)
+    assert m["val-aux/nq/reward/mean@2"] == 0.25 and "val-core/nq/acc/mean@2" in m
+    assert not any("note" in k for k in m)
     single = process_validation_metrics(["x", "x"], ["a", "b"], {"reward": [1.0, 0.0]})
     assert single == {"val-core/x/reward/mean@1": 0.5}
+
+
+def test_majority_vote_and_sample_sizes_follow_verl():
+    # one prompt, 4 samples: answers 7, 7, 3, 7; only the 7s are right
+    m = process_validation_metrics(["s"] * 4, ["p"] * 4, {
+        "acc": [1.0, 1.0, 0.0, 1.0], "pred": ["7", "7", "3", "7"]})
+    names = {k.split("/acc/")[1] for k in m}
+    assert {"mean@4", "std@4", "best@2/mean", "best@4/mean", "maj@2/mean", "maj@4/mean",
+            "maj@4/std", "worst@4/std"} <= names
+    assert m["val-core/s/acc/maj@4/mean"] > 0.8  # the majority answer is almost always 7
+    assert m["val-core/s/acc/mean@4"] == 0.75
+    assert process_validation_metrics(["s"] * 4, ["p"] * 4, {
+        "acc": [1.0, 1.0, 0.0, 1.0], "pred": ["7", "7", "3", "7"]}) == m  # seeded
 
 
 def test_rollout_logprob_gap_over_the_models_tokens_only():
@@ -123,3 +137,16 @@ def test_rollout_logprob_gap_over_the_models_tokens_only():
         torch.log(torch.tensor(0.5 / 0.4)).item()))
     assert compute_rollout_logprob_gap(data.select(batch_keys=["old_log_probs",
                                                                "response_mask"])) == {}
+
+
+def test_rollout_metrics_of_several_batches_merge_by_kind():
+    from agentrl.trainer.metrics import merge_batch_metrics
+
+    merged = merge_batch_metrics([
+        {"rollout/requests": 4, "rollout/turns/max": 3, "rollout/turns/mean": 2.0,
+         "rollout/tool_call_rate": 0.5},
+        {"rollout/requests": 2, "rollout/turns/max": 5, "rollout/turns/mean": 1.0,
+         "rollout/tool_call_rate": 1.0},
+    ])
+    assert merged == {"rollout/requests": 6.0, "rollout/turns/max": 5.0,
+                      "rollout/turns/mean": 1.5, "rollout/tool_call_rate": 0.75}

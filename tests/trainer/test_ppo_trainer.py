@@ -133,7 +133,7 @@ def test_validation_before_during_and_only(make_config, trainer_data, tmp_path):
     history = run_train(cfg)
     logged = _read_jsonl(tmp_path / "ckpt" / "metrics.jsonl")
     assert [row["step"] for row in logged] == [0, 1]  # before training, then after step 1
-    key = "val-core/agentrl/arithmetic/reward/mean@1"
+    key = "val-aux/agentrl/arithmetic/reward/mean@1"  # acc is the core variable
     for row, step in ((logged[0], 0), (logged[1], 1)):
         dumped = _read_jsonl(tmp_path / "val" / f"{step}.jsonl")
         assert len(dumped) == 4  # 4 test prompts, val_kwargs.n = 1
@@ -142,6 +142,7 @@ def test_validation_before_during_and_only(make_config, trainer_data, tmp_path):
             np.mean([r["acc"] for r in dumped])
         )
     assert history[0][key] == logged[1][key]
+    assert logged[1]["val-aux/rollout/requests"] == 4  # the validation rollout's own metrics
 
     only = PPOTrainer(
         make_config(
