@@ -395,7 +395,7 @@ class PPOTrainer:
             temperature=float(cfg.actor_rollout_ref.rollout.temperature), global_steps=step
         )
         with timer("gen", timing):
-            data = self.actor_rollout_wg.generate_sequences(batch)
+            data = self._rollout(batch, step, round_)
         if cfg.algorithm.adv_estimator == "remax":
             with timer("gen_max", timing):
                 data.batch["reward_baselines"] = self._greedy_baseline(batch, len(data))
@@ -408,6 +408,35 @@ class PPOTrainer:
                 [{k: v[i] for k, v in extra.items()} for i in range(len(data))],
                 "reward_extra_info",
             )
+        return data
+
+    def _rollout(self, batch: DataProto, step: int, round_: int) -> DataProto:
+        """Generate, or with ``rollout.skip_rollout`` (verl's RolloutSkip) replay the batch an
+        earlier run dumped for this step to ``rollout.skip_dump_dir`` (dumping it the first
+        time), so training can be debugged without inference."""
+        rollout = self.config.actor_rollout_ref.rollout
+        if not rollout.skip_rollout:
+            return self.actor_rollout_wg.generate_sequences(batch)
+        name = f"step_{step}.pt" if round_ == 0 else f"step_{step}_{round_}.pt"
+        path = Path(str(rollout.skip_dump_dir)) / name
+        if path.is_file():
+            data = DataProto.load_from_disk(path)
+            expected = len(batch) * int(rollout.n)
+            same_rows = "index" not in batch.non_tensor_batch or sorted(
+                set(map(str, data.non_tensor_batch.get("index", [])))
+            ) == sorted(set(map(str, batch.non_tensor_batch["index"])))
+            if len(data) != expected or not same_rows:
+                raise RuntimeError(
+                    f"{path} holds {len(data)} trajectories of other prompts than step {step}'s "
+                    f"{len(batch)} x n={rollout.n}: it was dumped by a run with another data "
+                    "order or batch size; point rollout.skip_dump_dir elsewhere"
+                )
+            logger.info("step %d: replaying the rollout dumped in %s (rollout.skip_rollout)",
+                        step, path)
+            return data
+        data = self.actor_rollout_wg.generate_sequences(batch)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data.save_to_disk(path)
         return data
 
     def _dynamic_sampling(
