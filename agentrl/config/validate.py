@@ -75,6 +75,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "critic.optim.warmup_style": ("constant", "cosine"),
     "actor_rollout_ref.actor.fsdp_config.model_dtype": ("fp32", "bf16", "fp16"),
     "critic.model.fsdp_config.model_dtype": ("fp32", "bf16", "fp16"),
+    "reward_model.model.fsdp_config.model_dtype": ("fp32", "bf16", "fp16"),
     "actor_rollout_ref.ref.fsdp_config.model_dtype": ("fp32", "bf16", "fp16"),
     "actor_rollout_ref.rollout.name": ("hf", "sglang"),
     "actor_rollout_ref.rollout.load_balance": ("least_loaded", "round_robin"),
@@ -111,8 +112,6 @@ NOT_YET: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ((1,), _NO_SP),
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ((1,), _NO_SP),
     "critic.ulysses_sequence_parallel_size": ((1,), _NO_SP),
-    "reward_model.enable": ((False,), "a learned reward-model worker is not built yet (score "
-                                      "with custom_reward_function)"),
     "actor_rollout_ref.hybrid_engine": ((True,), "actor and rollout always share processes "
                                                  "(colocated) for now"),
     "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template": (
@@ -239,6 +238,8 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     if cfg.algorithm.filter_groups.max_num_gen_batches < 0:
         problems.append("algorithm.filter_groups.max_num_gen_batches must be >= 0 (0: no "
                         f"limit), got {cfg.algorithm.filter_groups.max_num_gen_batches}")
+    if cfg.reward_model.enable and not cfg.reward_model.model.path:
+        problems.append("reward_model.enable is true but reward_model.model.path is null")
     if cfg.data.sampler.class_path:
         if not cfg.data.sampler.class_name:
             problems.append("data.sampler.class_path is set but data.sampler.class_name is null")

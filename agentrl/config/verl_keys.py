@@ -85,7 +85,8 @@ _DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32",
            "fp16": "fp16", "float16": "fp16", "half": "fp16"}
 _DTYPE_KEYS = [
     f"{prefix}.fsdp_config.{leaf}"
-    for prefix in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")
+    for prefix in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model",
+                   "reward_model.model")
     for leaf in ("model_dtype", "mixed_precision.param_dtype", "mixed_precision.reduce_dtype",
                  "mixed_precision.buffer_dtype")
 ]

@@ -26,6 +26,10 @@ added where they stand, for turn-level credit assignment.
 In a multi-turn trajectory that ended with a tool response that last token is a tool token;
 the advantage estimators credit it to the last assistant token before it.
 
+When the batch has ``rm_scores`` (``reward_model.enable``: a learned reward model scored it,
+agentrl/workers/reward_model.py), they are the reward, as in verl: ``compute_score`` is not
+called.
+
 Subclasses implement ``score(samples)`` and may override ``shape_reward``. Register them by
 name with ``register_reward_manager``.
 """
@@ -126,6 +130,12 @@ class RewardManager:
     # ------------------------------------------------------------------ the call
 
     def __call__(self, data: Any, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
+        if "rm_scores" in data.batch.keys():  # a learned reward model scored the batch: as
+            rm_scores = data.batch["rm_scores"].float()  # in verl, its score is the reward
+            if not return_dict:
+                return rm_scores
+            return {"reward_tensor": rm_scores,
+                    "reward_extra_info": {"rm_score": rm_scores.sum(-1).tolist()}}
         samples = self.decode(data)
         results = self.score(samples)
         if len(results) != len(samples):

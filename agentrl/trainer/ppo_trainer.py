@@ -63,6 +63,7 @@ from agentrl.trainer.metrics import (
 from agentrl.trainer.tracking import Tracking
 from agentrl.utils.seeding import seed_everything
 from agentrl.workers import ActorRolloutRefWorker, CriticWorker
+from agentrl.workers.reward_model import RewardModelWorker
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +161,7 @@ class PPOTrainer:
         self.group: Any = None
         self.actor_rollout_wg: Any = None
         self.critic_wg: Any = None
+        self.rm_wg: Any = None
         self._pool: ResourcePool | None = None
         self._ray_temp_dir: str | None = None
         self._checkpoint_loaded = False
@@ -226,6 +228,9 @@ class PPOTrainer:
         }
         if self.use_critic:
             specs["critic"] = WorkerSpec(CriticWorker, wcfg.critic, seed=int(cfg.trainer.seed))
+        if cfg.reward_model.enable:
+            specs["reward_model"] = WorkerSpec(RewardModelWorker, wcfg.reward_model,
+                                               seed=int(cfg.trainer.seed))
         if self.worker_group_kind() == "in_process":
             self.group = InProcessWorkerGroup(specs, dist_timeout_s=float(cfg.trainer.dist_timeout))
         else:
@@ -235,6 +240,9 @@ class PPOTrainer:
         if self.use_critic:
             self.critic_wg = self.group.role("critic")
             self.critic_wg.init_model()
+        if cfg.reward_model.enable:
+            self.rm_wg = self.group.role("reward_model")
+            self.rm_wg.init_model()
 
     def _ray_group(self, specs: dict[str, WorkerSpec]) -> RayWorkerGroup:
         import ray
@@ -401,6 +409,8 @@ class PPOTrainer:
                 data.batch["reward_baselines"] = self._greedy_baseline(batch, len(data))
         isolate_failed(data)
         with timer("reward", timing):
+            if self.rm_wg is not None:
+                data = data.union(self.rm_wg.compute_rm_score(data))
             scored = self.reward_fn(data, return_dict=True)
             data.batch["token_level_scores"] = scored["reward_tensor"]
             extra = scored["reward_extra_info"]
@@ -522,6 +532,8 @@ class PPOTrainer:
             batch.meta_info.update(validate=True, global_steps=self.global_steps)
             out = self.actor_rollout_wg.generate_sequences(batch)
             rollout.append(dict(out.meta_info.get("metrics", {})))
+            if self.rm_wg is not None:
+                out = out.union(self.rm_wg.compute_rm_score(out))
             scored = self.val_reward_fn(out, return_dict=True)
             out.batch["token_level_scores"] = scored["reward_tensor"]
             scores = scored["reward_tensor"].sum(-1).tolist()

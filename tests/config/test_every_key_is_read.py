@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 GATED = {
     "actor_rollout_ref.model.lora_alpha": "actor_rollout_ref.model.lora_rank",
     "actor_rollout_ref.model.target_modules": "actor_rollout_ref.model.lora_rank",
-    "reward_model.model.input_tokenizer": "reward_model.enable",
 }
 
 
