@@ -34,6 +34,7 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
     "actor_rollout_ref.rollout.multi_turn.max_new_tokens_per_turn": int,
     "data.path": (str, list),
     "data.sampler.class_path": str,
+    "actor_rollout_ref.model.target_modules": (str, list),
     **{f"trainer.alerts.{key}": (float, int) for key in (
         "tool_call_rate_drop", "parse_error_rate", "tool_error_rate", "truncation_rate",
         "response_length_collapse", "entropy_floor", "tokenization_drift_rate")},
@@ -102,8 +103,6 @@ LIST_CHOICES: dict[str, tuple[str, ...]] = {
 _NO_SP = "sequence parallelism is not supported yet"
 _NO_COMPILE = "torch.compile is not wired into the workers yet"
 NOT_YET: dict[str, tuple[tuple[Any, ...], str]] = {
-    "actor_rollout_ref.model.lora_rank": ((0,), "LoRA is not supported yet (the full model "
-                                                "would train)"),
     "actor_rollout_ref.model.enable_activation_offload": (
         (False,), "activation offload is not implemented (enable_gradient_checkpointing "
                   "saves activation memory)"),

@@ -108,11 +108,13 @@ class ActorRolloutRefWorker(Worker):
         actor_cfg = cfg.actor
         if self.is_actor or self.is_rollout:
             module = build_sharded_model(
-                cfg.model, actor_cfg.fsdp_config, AutoModelForCausalLM, mesh, self.device
+                cfg.model, actor_cfg.fsdp_config, AutoModelForCausalLM, mesh, self.device,
+                lora=int(cfg.model.lora_rank) > 0,
             )
             optimizer = None
-            if self.is_actor:
-                optimizer = build_optimizer(module.parameters(), actor_cfg.optim)
+            if self.is_actor:  # with LoRA only the adapters train
+                trainable = [p for p in module.parameters() if p.requires_grad]
+                optimizer = build_optimizer(trainable, actor_cfg.optim)
                 self.lr_scheduler = build_lr_scheduler(optimizer, actor_cfg.optim)
             self.actor = PPOActor(
                 module,

@@ -33,6 +33,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from agentrl.workers.fsdp import full_state_dict
+from agentrl.workers.lora import base_model, full_state_dict_of_adapters, is_lora
 
 logger = logging.getLogger(__name__)
 
@@ -187,10 +188,13 @@ def export_hf(
     path = Path(path)
     if bucket_bytes is not None:
         return _export_streamed(path, model, tokenizer, bucket_bytes)
-    weights = full_state_dict(model, rank0_only=True)
+    weights = full_state_dict(model, rank0_only=True)  # LoRA: merged into the base weights
     if _rank() == 0:
         path.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(path, state_dict=weights)
+        base_model(model).save_pretrained(path, state_dict=weights)
+        if is_lora(model):  # the adapters alone too, for peft users
+            adapter = {k: v for k, v in full_state_dict_of_adapters(model).items()}
+            model.save_pretrained(path / "lora_adapter", state_dict=adapter)
         if tokenizer is not None:
             tokenizer.save_pretrained(path)
     _barrier()
@@ -209,8 +213,8 @@ def _export_streamed(
     writer = _rank() == 0
     if writer:
         path.mkdir(parents=True, exist_ok=True)
-        model.config.save_pretrained(path)
-        generation_config = getattr(model, "generation_config", None)
+        base_model(model).config.save_pretrained(path)
+        generation_config = getattr(base_model(model), "generation_config", None)
         if generation_config is not None:
             generation_config.save_pretrained(path)
     files: list[Path] = []

@@ -149,9 +149,15 @@ def build_sharded_model(
     mesh: DeviceMesh,
     device: torch.device,
     config_fields: dict[str, Any] | None = None,
+    lora: bool = False,
 ) -> torch.nn.Module:
-    """Load, shard and move a model to ``device``; see the module docstring."""
+    """Load, shard and move a model to ``device``; see the module docstring. With ``lora``
+    the loaded model gets LoRA adapters first (agentrl/workers/lora.py)."""
     model = load_model(model_cfg, auto_cls, fsdp_cfg.model_dtype, config_fields)
+    if lora:
+        from agentrl.workers.lora import apply_lora
+
+        model = apply_lora(model, model_cfg)
     shard_model(
         model, mesh, mixed_precision_policy(fsdp_cfg, device), bool(fsdp_cfg.reshard_after_forward)
     )
@@ -164,12 +170,34 @@ def full_state_dict(model: torch.nn.Module, rank0_only: bool = False) -> dict[st
     A collective: every rank must call it. With ``rank0_only`` the other ranks get ``{}``
     (less memory, for an export written by rank 0).
     """
+    from agentrl.workers.lora import is_lora, merged_weights
+
+    if is_lora(model):  # the merged policy under the base model's names
+        merged = {name: t.to("cpu", copy=True) for name, t in merged_weights(model)}
+        return merged if not rank0_only or not dist.is_initialized() or dist.get_rank() == 0 else {}
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     if not rank0_only or not dist.is_initialized() or dist.get_world_size() == 1:
         options = StateDictOptions(full_state_dict=True, cpu_offload=False)
         state = get_model_state_dict(model, options=options)
         return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
     return get_model_state_dict(model, options=options)
+
+
+def _named_full_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every weight, gathered, once (tied weights under their first name); a LoRA model's
+    merged, under the base model's names."""
+    from agentrl.workers.lora import is_lora, merged_weights
+
+    if is_lora(model):
+        yield from merged_weights(model)
+        return
+    seen: set[int] = set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        yield name, full.detach()
 
 
 def iter_full_weights(
@@ -187,13 +215,7 @@ def iter_full_weights(
     """
     bucket: dict[str, torch.Tensor] = {}
     size = 0
-    seen: set[int] = set()
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        if id(tensor) in seen:
-            continue
-        seen.add(id(tensor))
-        full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
-        full = full.detach()
+    for name, full in _named_full_weights(model):
         nbytes = full.numel() * full.element_size()
         if bucket and size + nbytes > bucket_bytes:
             yield bucket

@@ -21,8 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # leaf -> the refused key that gates it (validate.NOT_YET)
 GATED = {
-    "actor_rollout_ref.model.lora_alpha": "actor_rollout_ref.model.lora_rank",
-    "actor_rollout_ref.model.target_modules": "actor_rollout_ref.model.lora_rank",
 }
 
 

@@ -113,7 +113,9 @@ def test_registry_backed_choices_follow_the_registries():
 
 
 @pytest.mark.parametrize("override, fragment", [
-    ("actor_rollout_ref.model.lora_rank=8", "lora_rank is 8: LoRA is not supported yet"),
+    ("actor_rollout_ref.rollout.multi_turn.use_inference_chat_template=true",
+     "training chat template"),
+    ("actor_rollout_ref.hybrid_engine=false", "always share processes"),
     ("actor_rollout_ref.model.enable_activation_offload=true", "activation offload"),
     ("actor_rollout_ref.actor.use_torch_compile=true", "actor.use_torch_compile is True"),
     ("actor_rollout_ref.ref.use_torch_compile=true", "ref.use_torch_compile is True"),
@@ -125,5 +127,5 @@ def test_verl_features_not_here_yet_are_refused_not_ignored(override, fragment):
     with pytest.raises(ConfigError, match=fragment):
         load_config(overrides=[override])
     load_config(overrides=[override.split("=")[0] + "=" + {
-        "lora_rank": "0", "ulysses_sequence_parallel_size": "1"}.get(
+        "hybrid_engine": "true", "ulysses_sequence_parallel_size": "1"}.get(
         override.split("=")[0].rsplit(".", 1)[1], "false")])  # the default passes
