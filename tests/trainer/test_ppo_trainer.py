@@ -338,6 +338,11 @@ def test_two_ray_workers_fit_two_steps(make_config):
         assert m["perf/throughput"] == pytest.approx(
             m["perf/total_num_tokens"] / (2 * m["timing_s/step"])
         )
+        # trainer.balance_batch (default on): the 2 ranks' token counts after reordering
+        # are never further apart than before, and within one trajectory of each other
+        spread = m["global_seqlen/balanced_max"] - m["global_seqlen/balanced_min"]
+        assert spread <= m["global_seqlen/minmax_diff"]
+        assert spread <= cfg.data.max_prompt_length + cfg.data.max_response_length
     import ray
 
     assert not ray.is_initialized()  # the trainer shut down the Ray it started
