@@ -47,8 +47,11 @@ def test_tool_and_reward_files_written_for_verl_load(tmp_path, caplog):
     assert score("openai/gsm8k", "so #### 42", "42") == 1.0
     assert score("qa", "<answer>The Paris</answer>", "paris") == 1.0
     assert load_object(f"{tmp_path}/my_reward.py:strict")("#### 7", "8") == 0.0
-    mapped = caplog.text
-    assert "verl.tools.base_tool -> agentrl.tools.base" in mapped
+    # logged once per process: here, or by an earlier test that imported it first
+    from agentrl import verl_compat
+
+    assert ("verl.tools.base_tool -> agentrl.tools.base" in caplog.text
+            or "verl.tools.base_tool" in verl_compat._FINDER.logged)
 
 
 def test_stock_verl_tool_classes_map_to_agentrls():
