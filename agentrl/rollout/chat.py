@@ -32,6 +32,7 @@ _BASE_USER = [
 ]
 _BASE = [*_BASE_USER, {"role": "assistant", "content": "Hello."}]
 _SENTINEL = "<<agentrl-sentinel-31f7>>"
+_MAX_VERBATIM_SHAPES = 256  # cached (role, name, ...) shapes of one-message deltas
 
 
 class TemplateError(ValueError):
@@ -67,6 +68,10 @@ class ChatRenderer:
         self._base_user_text = base_user
         self._base_text = self.render(_BASE)
         self._turn_end_cuts = self._cut_points(self.turn_end)
+        # role -> (text before, text after) the content of a one-message delta, where the
+        # template writes that role's content verbatim (checked with probes): such a delta
+        # is a concatenation, not a template render (the common tool-response turn)
+        self._verbatim: dict[tuple[str, bool], tuple[str, str] | None] = {}
 
     # ------------------------------------------------------------------ rendering
 
@@ -100,7 +105,52 @@ class ChatRenderer:
         return self.encode(self.render(messages, True, tools))
 
     def delta_text(self, new_messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
-        """The text the template adds for `new_messages` after an assistant turn."""
+        """The text the template adds for `new_messages` after an assistant turn.
+
+        One plain `{"role", "content": str}` message of a role whose content the template
+        writes verbatim is concatenated from cached pieces instead of rendered (the same
+        text; the trajectory's sanity check compares with a full render at the end)."""
+        if len(new_messages) == 1:
+            message = new_messages[0]
+            content = message.get("content")
+            fields = tuple(sorted((k, v) for k, v in message.items() if k != "content"))
+            if isinstance(content, str) and all(isinstance(v, str) for _, v in fields):
+                pieces = self._verbatim_pieces(fields, add_generation_prompt)
+                if pieces is not None:
+                    return pieces[0] + content + pieces[1]
+        return self._render_delta(new_messages, add_generation_prompt)
+
+    def _verbatim_pieces(
+        self, fields: tuple[tuple[str, str], ...], add_generation_prompt: bool
+    ) -> tuple[str, str] | None:
+        key = (fields, add_generation_prompt)
+        if key not in self._verbatim:
+            if len(self._verbatim) >= _MAX_VERBATIM_SHAPES:  # many tool names: stop caching
+                return None
+            self._verbatim[key] = self._probe_verbatim(dict(fields), add_generation_prompt)
+        return self._verbatim[key]
+
+    def _probe_verbatim(
+        self, fields: dict[str, str], add_generation_prompt: bool
+    ) -> tuple[str, str] | None:
+        """The text around the content of a message with these other `fields` (role, tool
+        name), if the template writes any content verbatim (probed with a sentinel and
+        contents that trimming, escaping or markup handling would change); else None."""
+        try:
+            with_sentinel = self._render_delta(
+                [{**fields, "content": _SENTINEL}], add_generation_prompt)
+        except Exception:  # a message the template does not take: no fast path
+            return None
+        if with_sentinel.count(_SENTINEL) != 1:
+            return None
+        before, after = with_sentinel.split(_SENTINEL)
+        for probe in ("  padded \n\t", "{{ x }} {% if %} <tool_call> </think>\n\n", ""):
+            rendered = self._render_delta([{**fields, "content": probe}], add_generation_prompt)
+            if rendered != before + probe + after:
+                return None
+        return before, after
+
+    def _render_delta(self, new_messages: Sequence[dict], add_generation_prompt: bool) -> str:
         full = self.render([*_BASE, *new_messages], add_generation_prompt)
         return self._suffix(
             self._base_text,

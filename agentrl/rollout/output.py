@@ -36,16 +36,25 @@ from agentrl.rollout.request import AsyncRolloutRequest, RequestState
 def _pad(
     rows: Sequence[Sequence[float]], length: int, value: float, left: bool, dtype: torch.dtype
 ) -> torch.Tensor:
-    out = torch.full((len(rows), length), value, dtype=dtype)  # (B, length)
+    """(B, length): each row cut to ``length`` (keeping its end when ``left``) and padded
+    with ``value`` on the left or the right; filled in numpy, one tensor at the end."""
+    out = np.full((len(rows), length), value, dtype=np.int64 if dtype == torch.long else np.float32)
     for i, row in enumerate(rows):
-        row = list(row)[-length:] if left else list(row)[:length]
-        if not row:
+        n = min(len(row), length)
+        if n == 0:
             continue
         if left:
-            out[i, length - len(row) :] = torch.tensor(row, dtype=dtype)
+            out[i, length - n :] = row[len(row) - n :]
         else:
-            out[i, : len(row)] = torch.tensor(row, dtype=dtype)
-    return out
+            out[i, :n] = row[:n]
+    return torch.from_numpy(out).to(dtype)
+
+
+def _length_mask(lengths: Sequence[int], length: int, left: bool) -> torch.Tensor:
+    """(B, length) long: 1 on the first (or, with ``left``, the last) ``lengths[i]`` places."""
+    counts = torch.tensor(list(lengths), dtype=torch.long).clamp(max=length)[:, None]  # (B, 1)
+    positions = torch.arange(length)[None, :]  # (1, length)
+    return (positions >= length - counts if left else positions < counts).long()
 
 
 def build_output(
@@ -63,11 +72,9 @@ def build_output(
     prompts = _pad(
         [r.input_ids[: r.prompt_length] for r in requests], P, pad_token_id, True, torch.long
     )  # (B, P)
-    prompt_mask = _pad([[1] * r.prompt_length for r in requests], P, 0, True, torch.long)
+    prompt_mask = _length_mask([r.prompt_length for r in requests], P, left=True)  # (B, P)
     responses = _pad([r.response_ids for r in requests], R, pad_token_id, False, torch.long)
-    response_attention = _pad(
-        [[1] * r.response_length for r in requests], R, 0, False, torch.long
-    )  # (B, R)
+    response_attention = _length_mask([r.response_length for r in requests], R, left=False)
     response_mask = _pad(
         [r.loss_mask[r.prompt_length :] for r in requests], R, 0, False, torch.long
     )  # (B, R)

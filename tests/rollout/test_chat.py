@@ -104,3 +104,31 @@ def test_not_prefix_stable_template_is_rejected(tiny_model_dir):
         r"before it \(at character 0: '2<\|im_start\|>system",
     ):
         ChatRenderer(tokenizer)
+
+
+def test_one_message_deltas_are_concatenated_exactly_as_rendered(tiny_tokenizer):
+    renderer = ChatRenderer(tiny_tokenizer)
+    contents = ["done", "", "  spaced \n\t", "{{ not jinja }} {% raw %}", "<tool_call>x</tool_call>",
+                "line\n\nbreaks\n", "ünïcödé ✓"]
+    for content in contents:
+        for message in ({"role": "tool", "name": "calc", "content": content},
+                        {"role": "user", "content": content}):
+            for prompt in (True, False):
+                assert renderer.delta_text([message], prompt) == renderer._render_delta(
+                    [message], prompt)
+    assert renderer._verbatim  # the fast path was taken
+    # two messages, or content that is not a string, are always rendered
+    two = [{"role": "tool", "content": "a"}, {"role": "tool", "content": "b"}]
+    assert renderer.delta_text(two) == renderer._render_delta(two, True)
+
+
+def test_a_template_that_trims_content_gets_no_fast_path(tiny_tokenizer):
+    import copy
+
+    trimming = copy.deepcopy(tiny_tokenizer)
+    trimming.chat_template = tiny_tokenizer.chat_template.replace(
+        "message.content", "(message.content | trim)")
+    renderer = ChatRenderer(trimming)
+    message = {"role": "tool", "name": "calc", "content": "  padded  "}
+    assert renderer.delta_text([message]) == renderer._render_delta([message], True)
+    assert all(v is None for v in renderer._verbatim.values())
