@@ -183,7 +183,7 @@ def test_health_answers_at_once_while_searches_block(index):
             assert health["search_workers"] == 2
             start = time.monotonic()
             assert httpx.get(base_url + "/health", timeout=5).status_code == 200
-            assert time.monotonic() - start < 0.5
+            assert time.monotonic() - start < 2.0  # not behind the blocked searches (seconds each)
             assert not any(f.done() for f in futures)
         finally:
             release.set()

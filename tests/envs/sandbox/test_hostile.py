@@ -264,7 +264,7 @@ def test_a_disconnected_client_stops_its_run_and_the_queue_is_bounded(server):
     started = time.monotonic()
     full = httpx.post(f"{server.url}/run_code", json={"code": "print(1)"}, timeout=10)
     assert full.status_code == 503 and "max_queue=2" in full.json()["detail"]
-    assert time.monotonic() - started < 1.0  # answered at once, not queued
+    assert time.monotonic() - started < 3.0  # answered at once, not after a 30 s run
     for sock in socks:  # every client gives up
         sock.close()
     deadline = time.monotonic() + 5
