@@ -122,6 +122,7 @@ NOT_YET: dict[str, tuple[tuple[Any, ...], str]] = {
 # Keys that must be >= 1 (when not null).
 POSITIVE: tuple[str, ...] = (
     "trainer.alerts.window",
+    "actor_rollout_ref.rollout.agent_workers",
     "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
     "data.val_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size",
     "actor_rollout_ref.actor.ppo_epochs", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
@@ -237,6 +238,12 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     if cfg.algorithm.filter_groups.max_num_gen_batches < 0:
         problems.append("algorithm.filter_groups.max_num_gen_batches must be >= 0 (0: no "
                         f"limit), got {cfg.algorithm.filter_groups.max_num_gen_batches}")
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.agent_workers > 1 and rollout.name != "sglang":
+        problems.append(
+            f"actor_rollout_ref.rollout.agent_workers is {rollout.agent_workers} but "
+            f"rollout.name is {rollout.name}: agent workers reach the inference servers over "
+            "HTTP (name=sglang; agentrl serve on CPU); the hf engine lives in the trainer")
     if cfg.reward_model.enable and not cfg.reward_model.model.path:
         problems.append("reward_model.enable is true but reward_model.model.path is null")
     if cfg.data.sampler.class_path:

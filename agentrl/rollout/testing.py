@@ -194,3 +194,14 @@ def make_tools() -> dict[str, RecordingTool]:
     }
 
 
+
+
+def scripted_backend_factory(scripts: dict[int, list[str]]):
+    """A picklable ``make_backend(tokenizer)`` for agent workers in other processes."""
+    import functools
+
+    return functools.partial(_scripted_backend, scripts)
+
+
+def _scripted_backend(scripts: dict[int, list[str]], tokenizer) -> ScriptedBackend:
+    return ScriptedBackend(tokenizer, scripts)

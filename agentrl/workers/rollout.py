@@ -28,6 +28,7 @@ and resumed before the next weight sync, so training has the GPU to itself (slee
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import shutil
 import tempfile
@@ -86,6 +87,26 @@ def _barrier() -> None:
         dist.barrier()
 
 
+def configured_tools(
+    tool_config_path: str | None, record_mode: str | None, record_path: str | None
+) -> dict[str, Any]:
+    """The tools of ``multi_turn.tool_config_path`` (wrapped for record/replay)."""
+    if not tool_config_path:
+        return {}
+    from agentrl.tools import load_tools, wrap_tools
+
+    return wrap_tools(load_tools(tool_config_path), record_mode, record_path)
+
+
+def configured_interactions(interaction_config_path: str | None) -> dict[str, Any]:
+    """The interactions of ``multi_turn.interaction_config_path``."""
+    if not interaction_config_path:
+        return {}
+    from agentrl.interactions.loader import load_interactions
+
+    return load_interactions(interaction_config_path)
+
+
 class HybridRollout:
     """Backend + engine + weight sync of one rank; ``config`` is ``actor_rollout_ref``."""
 
@@ -106,6 +127,9 @@ class HybridRollout:
         self._own_weights_dir = weights_dir is None
         self.weights_dir = Path(weights_dir or tempfile.mkdtemp(prefix="agentrl_weights_"))
         self.backend = create_backend(self.rollout_cfg, config.model.path, tokenizer, seed=seed)
+        self.sharded = None
+        if int(self.rollout_cfg.agent_workers) > 1:
+            self.sharded = self._sharded_engine(config, chat_template_kwargs)
         self.engine = AsyncRolloutEngine(
             self.rollout_cfg,
             tokenizer,
@@ -122,20 +146,39 @@ class HybridRollout:
 
     def _tools(self) -> dict[str, Any]:
         multi_turn = self.rollout_cfg.multi_turn
-        if not multi_turn.tool_config_path:
-            return {}
-        from agentrl.tools import load_tools, wrap_tools
-
-        tools = load_tools(multi_turn.tool_config_path)
-        return wrap_tools(tools, multi_turn.tool_record_mode, multi_turn.tool_record_path)
+        return configured_tools(multi_turn.tool_config_path, multi_turn.tool_record_mode,
+                                multi_turn.tool_record_path)
 
     def _interactions(self) -> dict[str, Any]:
-        path = self.rollout_cfg.multi_turn.interaction_config_path
-        if not path:
-            return {}
-        from agentrl.interactions.loader import load_interactions
+        return configured_interactions(self.rollout_cfg.multi_turn.interaction_config_path)
 
-        return load_interactions(path)
+    def _sharded_engine(self, config: Any, chat_template_kwargs: Any) -> Any:
+        """``agent_workers`` engines in Ray actors, each with its own SGLang client of this
+        rank's servers (launched above when ``server_urls`` was empty) and its own tools."""
+        from omegaconf import OmegaConf
+
+        from agentrl.rollout.backends.factory import create_backend
+        from agentrl.rollout.backends.sglang import SGLangBackend
+        from agentrl.rollout.sharded import ShardedRolloutEngine
+
+        if not isinstance(self.backend, SGLangBackend):
+            raise ValueError("actor_rollout_ref.rollout.agent_workers > 1 needs rollout.name="
+                             "sglang: the agent workers reach the inference servers over HTTP")
+        rollout = OmegaConf.to_container(self.rollout_cfg, resolve=True)
+        rollout.update(server_urls=list(self.backend.server_urls),
+                       control_urls=list(self.backend.control_urls))
+        multi_turn = rollout["multi_turn"]
+        return ShardedRolloutEngine(
+            int(rollout["agent_workers"]),
+            OmegaConf.create(rollout),
+            {"path": config.model.path, "trust_remote_code": bool(config.model.trust_remote_code),
+             "chat_template": config.model.custom_chat_template},
+            functools.partial(create_backend, rollout, config.model.path),
+            functools.partial(configured_tools, multi_turn["tool_config_path"],
+                              multi_turn["tool_record_mode"], multi_turn["tool_record_path"]),
+            functools.partial(configured_interactions, multi_turn["interaction_config_path"]),
+            chat_template_kwargs,
+        )
 
     @property
     def kind(self) -> str:
@@ -151,6 +194,8 @@ class HybridRollout:
         """Roll out ``prompts``; the engine is woken first and put to sleep after on GPU."""
         self._wake()
         try:
+            if self.sharded is not None:
+                return self.sharded.generate_sequences(prompts)
             return self.loop.run(self.engine.agenerate_sequences(prompts))
         finally:
             if self.release_after_generation:
@@ -197,7 +242,9 @@ class HybridRollout:
         _barrier()  # no rank generates before every server has the new weights
 
     def close(self) -> None:
-        """Stop the backend (and servers it launched), then the loop thread."""
+        """Stop the agent workers, the backend (and servers it launched), the loop thread."""
+        if self.sharded is not None:
+            self.sharded.close()
         closer = getattr(self.backend, "aclose", None)
         if closer is not None:
             try:

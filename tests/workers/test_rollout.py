@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -123,3 +124,42 @@ def test_sglang_servers_load_the_exported_directory(varied_model_dir, tmp_path):
         finally:
             rollout.close()
     assert (tmp_path / "weights").is_dir()  # a directory it was given is not removed
+
+
+@pytest.mark.slow
+def test_agent_workers_roll_out_from_the_same_servers(varied_model_dir, tmp_path):
+    pytest.importorskip("ray")
+    from agentrl.distributed.testing import ray_session
+    from agentrl.rollout.backends.hf import HFBackend
+    from agentrl.rollout.backends.serve import create_app
+    from agentrl.utils.serving import serve_in_thread
+
+    server_backend = HFBackend.from_pretrained(varied_model_dir)
+    app = create_app(server_backend, model_path=str(varied_model_dir))
+    tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
+    prompts = DataProto.from_dict(non_tensors={"raw_prompt": [
+        [{"role": "user", "content": text}] for text in ("2+3=?", "hello there", "a b c")
+    ]}, meta_info={"validate": True})
+    with ray_session(num_cpus=2), serve_in_thread(app, startup_timeout=30) as url:
+        config = _config(
+            varied_model_dir,
+            "actor_rollout_ref.rollout.name=sglang",
+            f"actor_rollout_ref.rollout.server_urls=[{url}]",
+            "actor_rollout_ref.rollout.request_timeout=60",
+            "actor_rollout_ref.rollout.agent_workers=2",
+        )
+        rollout = HybridRollout(config, tokenizer, weights_dir=tmp_path / "weights")
+        try:
+            assert rollout.sharded is not None and len(rollout.sharded.workers) == 2
+            before = rollout.generate_sequences(prompts)
+            assert before.meta_info["metrics"]["rollout/requests"] == 3
+            original = AutoModelForCausalLM.from_pretrained(varied_model_dir)
+            assert all(t == g[: len(t)] for t, g in zip(
+                response_tokens(before), greedy_continuations(original, before, R), strict=True))
+            trained = _perturbed(varied_model_dir)
+            rollout.update_weights(trained, step=1)  # the servers' weights: every worker's
+            after = rollout.generate_sequences(prompts)
+            assert all(t == g[: len(t)] for t, g in zip(
+                response_tokens(after), greedy_continuations(trained, after, R), strict=True))
+        finally:
+            rollout.close()

@@ -1,0 +1,150 @@
+"""Rollout across worker processes (``actor_rollout_ref.rollout.agent_workers: N``).
+
+One ``AsyncRolloutEngine`` spends its own CPU on every generation and tool event (rendering,
+tokenizing, parsing, bookkeeping); with thousands of multi-turn requests in flight that, not
+the inference servers, sets the step time. ``ShardedRolloutEngine`` runs N engines in N Ray
+actors (``AgentWorker``), gives each a contiguous slice of the batch's prompts, and merges
+their outputs back in the original order, with the same metrics a single engine reports:
+
+    engine = ShardedRolloutEngine(2, rollout_cfg, tokenizer_source, make_backend, make_tools)
+    out = engine.generate_sequences(batch)     # as AsyncRolloutEngine.generate_sequences
+
+Every worker builds its own backend client to the same inference endpoints (``make_backend``:
+a picklable callable taking the tokenizer; the trainer passes an SGLang client of the servers
+it launched) and its own tool and interaction instances (``make_tools``,
+``make_interactions``): tools that keep shared state between requests must keep it outside
+the process (a server, a file), as verl's agent-loop workers require too. N = 1 never
+starts an actor: the trainer then uses the in-process engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from agentrl.protocol import DataProto
+
+logger = logging.getLogger(__name__)
+
+
+class AgentWorker:
+    """One process's engine (the body of a Ray actor; see the module docstring)."""
+
+    def __init__(
+        self,
+        rollout_config: Any,
+        tokenizer_source: Mapping[str, Any],
+        make_backend: Callable[[Any], Any],
+        make_tools: Callable[[], dict] | None = None,
+        make_interactions: Callable[[], dict] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        from agentrl.models.tokenizer import load_tokenizer
+        from agentrl.rollout.engine import AsyncRolloutEngine
+        from agentrl.workers.rollout import LoopThread
+
+        tokenizer = load_tokenizer(**dict(tokenizer_source))
+        self.loop = LoopThread("agentrl-agent-worker")
+        self.backend = make_backend(tokenizer)
+        self.engine = AsyncRolloutEngine(
+            rollout_config, tokenizer, self.backend,
+            tools=make_tools() if make_tools else None,
+            interactions=make_interactions() if make_interactions else None,
+            chat_template_kwargs=chat_template_kwargs,
+        )  # fmt: skip
+
+    def generate(self, batch: DataProto) -> DataProto:
+        return self.loop.run(self.engine.agenerate_sequences(batch))
+
+    def close(self) -> None:
+        aclose = getattr(self.backend, "aclose", None)
+        if aclose is not None:
+            self.loop.run(aclose())
+        self.loop.close()
+
+
+def shard_rows(n_rows: int, n_shards: int) -> list[np.ndarray]:
+    """Contiguous, near-equal row slices (the first ones one row longer); empty ones dropped."""
+    return [part for part in np.array_split(np.arange(n_rows), n_shards) if len(part)]
+
+
+def merge_shard_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The metrics one engine would report for the whole batch, from its shards': counts
+    summed, means and rates weighted by the shard's requests, maxima and minima kept."""
+    weights = [float(part.get("rollout/requests", 0.0)) for part in parts]
+    total = sum(weights) or 1.0
+    merged: dict[str, float] = {}
+    for key in dict.fromkeys(k for part in parts for k in part):
+        values = [(float(part[key]), w) for part, w in zip(parts, weights, strict=True)
+                  if key in part]
+        if key.endswith("/max"):
+            merged[key] = max(v for v, _ in values)
+        elif key.endswith("/min"):
+            merged[key] = min(v for v, _ in values)
+        elif key.endswith(("/mean", "_rate")):
+            merged[key] = sum(v * w for v, w in values) / total
+        elif key == "rollout/wall_s":
+            merged[key] = max(v for v, _ in values)  # the shards run side by side
+        else:
+            merged[key] = sum(v for v, _ in values)
+    return merged
+
+
+class ShardedRolloutEngine:
+    """N ``AgentWorker`` Ray actors behind ``generate_sequences`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        n_workers: int,
+        rollout_config: Any,
+        tokenizer_source: Mapping[str, Any],
+        make_backend: Callable[[Any], Any],
+        make_tools: Callable[[], dict] | None = None,
+        make_interactions: Callable[[], dict] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        import ray
+
+        if n_workers < 2:
+            raise ValueError(f"agent_workers must be >= 2 to shard, got {n_workers}")
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False)
+        remote = ray.remote(num_cpus=0)(AgentWorker)  # event-loop processes, not compute
+        self.workers = [
+            remote.remote(rollout_config, dict(tokenizer_source), make_backend, make_tools,
+                          make_interactions, dict(chat_template_kwargs or {}))
+            for _ in range(n_workers)
+        ]  # fmt: skip
+        logger.info("rollout sharded over %d agent workers", n_workers)
+
+    def generate_sequences(self, batch: DataProto) -> DataProto:
+        """Each worker rolls out a slice of the prompts; outputs merged in input order."""
+        import ray
+
+        shards = shard_rows(len(batch), len(self.workers))
+        futures = [worker.generate.remote(batch[rows])
+                   for worker, rows in zip(self.workers, shards, strict=False)]
+        outputs = ray.get(futures)
+        merged = DataProto.concat(outputs)
+        merged.meta_info["metrics"] = merge_shard_metrics(
+            [out.meta_info.get("metrics", {}) for out in outputs])
+        merged.meta_info["timing"] = merge_shard_metrics(
+            [out.meta_info.get("timing", {}) for out in outputs])
+        return merged
+
+    def close(self) -> None:
+        import ray
+
+        for worker in self.workers:
+            try:
+                ray.get(worker.close.remote(), timeout=30)
+            except Exception as err:  # noqa: BLE001 - shutting down regardless
+                logger.warning("closing an agent worker failed: %s", err)
+            ray.kill(worker)
+        self.workers = []
+
+
+__all__ = ["AgentWorker", "ShardedRolloutEngine", "merge_shard_metrics", "shard_rows"]
