@@ -204,8 +204,8 @@ async def turn_synchronous(engine: AsyncRolloutEngine, batch: DataProto) -> Data
     return engine.collect(requests, batch, time.perf_counter() - started)
 
 
-def make_engine(tokenizer, backend, workload: Workload, args) -> AsyncRolloutEngine:
-    cfg = load_config(
+def make_engine_config(args):
+    return load_config(
         overrides=[
             "data.max_prompt_length=1024",
             "data.max_response_length=4096",
@@ -213,9 +213,12 @@ def make_engine(tokenizer, backend, workload: Workload, args) -> AsyncRolloutEng
             f"actor_rollout_ref.rollout.max_concurrent_requests={args.requests}",
             "actor_rollout_ref.rollout.multi_turn.max_concurrent_tool_calls=1024",
         ]
-    )
+    ).actor_rollout_ref.rollout
+
+
+def make_engine(tokenizer, backend, workload: Workload, args) -> AsyncRolloutEngine:
     return AsyncRolloutEngine(
-        cfg.actor_rollout_ref.rollout, tokenizer, backend, {"wait": WaitTool(workload.latency)}
+        make_engine_config(args), tokenizer, backend, {"wait": WaitTool(workload.latency)}
     )
 
 
@@ -228,6 +231,66 @@ def prompts(n: int) -> DataProto:
             "tools_kwargs": [{} for _ in range(n)],
         }
     )
+
+
+def _latency_backend(workload: Workload, args: argparse.Namespace, tokenizer):
+    """An agent worker's backend: the latency model with its share of the capacity."""
+    shared = argparse.Namespace(**{**vars(args), "capacity": max(1, args.capacity // args.agent_workers)})
+    return LatencyModelBackend(tokenizer, workload, shared)
+
+
+def _wait_tools(latency: dict[str, float]) -> dict[str, BaseTool]:
+    return {"wait": WaitTool(latency)}
+
+
+def busy_from_output(out: DataProto, args: argparse.Namespace) -> dict[str, float]:
+    """Each request's generation service time, recomputed from its trajectory (the latency
+    model's formula: the tokens before each model turn not yet prefilled, that turn's output
+    tokens), for runs whose backends live in other processes."""
+    P = out.batch["prompts"].shape[1]
+    busy = {}
+    for i in range(len(out)):
+        mask = out.batch["response_mask"][i].tolist()
+        length = int(out.batch["attention_mask"][i, P:].sum())
+        new = int(out.batch["attention_mask"][i, :P].sum())  # the prompt, before call 1
+        total, position = 0.0, 0
+        while position < length:
+            start = position
+            while position < length and mask[position] == 1:
+                position += 1
+            total += args.call_overhead + new * args.prefill_s + (position - start) * args.decode_s
+            start = position
+            while position < length and mask[position] == 0:
+                position += 1
+            new = position - start  # the tool turn and the next generation prompt
+        busy[f"row-{i}"] = total
+    return busy
+
+
+def run_sharded(args, workload: Workload):
+    """(a) with ``--agent-workers`` engines in Ray actors; wall time and the output."""
+    import functools
+
+    import ray
+
+    from agentrl.rollout.sharded import ShardedRolloutEngine
+
+    ray.init(include_dashboard=False, num_cpus=max(2, args.agent_workers))
+    cfg = make_engine_config(args)
+    engine = ShardedRolloutEngine(
+        args.agent_workers, cfg, {"path": str(args.model_dir)},
+        functools.partial(_latency_backend, workload, args),
+        functools.partial(_wait_tools, workload.latency),
+    )  # fmt: skip
+    try:
+        started = time.perf_counter()
+        out = engine.generate_sequences(prompts(args.requests))
+        wall = time.perf_counter() - started
+    finally:
+        engine.close()
+        ray.shutdown()
+    assert out.meta_info["metrics"]["rollout/failed"] == 0, out.meta_info["metrics"]
+    return wall, out
 
 
 def run_mode(args, tokenizer, workload: Workload, synchronous: bool):
@@ -272,7 +335,12 @@ def main() -> None:
     parser.add_argument("--decode-s", type=float, default=2e-3, help="seconds per output token")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model-dir", default=None, help="hf: model dir (default: tiny model)")
+    parser.add_argument("--agent-workers", type=int, default=1,
+                        help="latency: run (a) over this many engine processes (Ray actors), "
+                             "each with capacity / N of the latency model")
     args = parser.parse_args()
+    if args.agent_workers > 1 and args.backend != "latency":
+        parser.error("--agent-workers > 1 needs --backend latency")
 
     from agentrl.models.tiny import make_tiny_model
 
@@ -287,7 +355,12 @@ def main() -> None:
         f"max {max(workload.latency.values()):.3f} s; backend {args.backend}"
     )
 
-    wall_async, backend, _ = run_mode(args, tokenizer, workload, synchronous=False)
+    if args.agent_workers > 1:
+        wall_async, out = run_sharded(args, workload)
+        busy = busy_from_output(out, args)
+    else:
+        wall_async, backend, out = run_mode(args, tokenizer, workload, synchronous=False)
+        busy = backend.busy
     wall_sync, _, _ = run_mode(args, tokenizer, workload, synchronous=True)
     print(f"(a) async engine      {wall_async:8.2f} s")
     print(f"(b) turn-synchronous  {wall_sync:8.2f} s")
@@ -297,9 +370,9 @@ def main() -> None:
         for key, seconds in workload.latency.items():
             conversation = key.split("-")[0]
             tools[conversation] = tools.get(conversation, 0.0) + seconds
-        own = {r: busy + tools.get(r.split("-")[1], 0.0) for r, busy in backend.busy.items()}
+        own = {r: b + tools.get(r.split("-")[1], 0.0) for r, b in busy.items()}
         critical = max(own.values())
-        throughput_bound = sum(backend.busy.values()) / args.capacity
+        throughput_bound = sum(busy.values()) / args.capacity
         bound = max(critical, throughput_bound)
         print(
             f"lower bound           {bound:8.2f} s   (critical path {critical:.2f} s, "
@@ -313,7 +386,8 @@ def main() -> None:
         per_event_ms = max(wall_async - bound, 0.0) / events * 1000
         print(f"engine cost per event {per_event_ms:8.3f} ms ({events} events)")
         print(json.dumps({
-            "requests": args.requests, "async_s": round(wall_async, 3),
+            "requests": args.requests, "agent_workers": args.agent_workers,
+            "async_s": round(wall_async, 3),
             "bound_s": round(bound, 3), "async_over_bound": round(wall_async / bound, 3),
             "turn_sync_s": round(wall_sync, 3), "per_event_ms": round(per_event_ms, 4),
         }))

@@ -56,6 +56,10 @@ class AgentWorker:
             chat_template_kwargs=chat_template_kwargs,
         )  # fmt: skip
 
+    def ready(self) -> bool:
+        """True once built (the constructor raised otherwise)."""
+        return True
+
     def generate(self, batch: DataProto) -> DataProto:
         return self.loop.run(self.engine.agenerate_sequences(batch))
 
@@ -118,6 +122,7 @@ class ShardedRolloutEngine:
                           make_interactions, dict(chat_template_kwargs or {}))
             for _ in range(n_workers)
         ]  # fmt: skip
+        ray.get([worker.ready.remote() for worker in self.workers])  # a bad tool fails here
         logger.info("rollout sharded over %d agent workers", n_workers)
 
     def generate_sequences(self, batch: DataProto) -> DataProto:
