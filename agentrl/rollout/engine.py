@@ -154,6 +154,17 @@ class AsyncRolloutEngine:
         `on_request_done(request)` is called as each request finishes (progress bars).
         """
         started = time.perf_counter()
+        requests = await self.arollout(batch, on_request_done)
+        return self.collect(requests, batch, time.perf_counter() - started)
+
+    async def arollout(
+        self,
+        batch: DataProto,
+        on_request_done: Callable[[AsyncRolloutRequest], None] | None = None,
+    ) -> list[AsyncRolloutRequest]:
+        """The finished requests of `batch` (n per row), before they are padded into a
+        DataProto (`collect`): agent workers send these, far smaller than the padded
+        tensors, and the driver collects them."""
         ctx = self.new_context(bool(batch.meta_info.get("validate", False)), on_request_done)
         requests = self.build_requests(batch, ctx.n)
         if self.deterministic:
@@ -163,7 +174,7 @@ class AsyncRolloutEngine:
         if rate > 0:
             await self._abort_stragglers(tasks, ctx, keep=math.ceil((1 - rate) * len(tasks)))
         await asyncio.gather(*tasks)
-        return self.collect(requests, batch, time.perf_counter() - started)
+        return requests
 
     @staticmethod
     async def _abort_stragglers(tasks: list[asyncio.Future], ctx: BatchContext, keep: int) -> None:

@@ -4,7 +4,9 @@ One ``AsyncRolloutEngine`` spends its own CPU on every generation and tool event
 tokenizing, parsing, bookkeeping); with thousands of multi-turn requests in flight that, not
 the inference servers, sets the step time. ``ShardedRolloutEngine`` runs N engines in N Ray
 actors (``AgentWorker``), gives each a contiguous slice of the batch's prompts, and merges
-their outputs back in the original order, with the same metrics a single engine reports:
+their finished requests (unpadded token lists, far smaller than the padded tensors) back in
+the original order, padded once by the driver, with exactly the metrics one engine reports
+(they are computed over all the requests):
 
     engine = ShardedRolloutEngine(2, rollout_cfg, tokenizer_source, make_backend, make_tools)
     out = engine.generate_sequences(batch)     # as AsyncRolloutEngine.generate_sequences
@@ -20,7 +22,8 @@ starts an actor: the trainer then uses the in-process engine.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -60,8 +63,13 @@ class AgentWorker:
         """True once built (the constructor raised otherwise)."""
         return True
 
-    def generate(self, batch: DataProto) -> DataProto:
-        return self.loop.run(self.engine.agenerate_sequences(batch))
+    def rollout(self, batch: DataProto, first_row: int) -> list[Any]:
+        """The finished requests of a slice whose first row is ``first_row`` of the whole
+        batch (their row ids made global), unpadded: the driver pads them all at once."""
+        requests = self.loop.run(self.engine.arollout(batch))
+        for request in requests:
+            request.batch_data_id += first_row
+        return requests
 
     def close(self) -> None:
         aclose = getattr(self.backend, "aclose", None)
@@ -75,26 +83,11 @@ def shard_rows(n_rows: int, n_shards: int) -> list[np.ndarray]:
     return [part for part in np.array_split(np.arange(n_rows), n_shards) if len(part)]
 
 
-def merge_shard_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """The metrics one engine would report for the whole batch, from its shards': counts
-    summed, means and rates weighted by the shard's requests, maxima and minima kept."""
-    weights = [float(part.get("rollout/requests", 0.0)) for part in parts]
-    total = sum(weights) or 1.0
-    merged: dict[str, float] = {}
-    for key in dict.fromkeys(k for part in parts for k in part):
-        values = [(float(part[key]), w) for part, w in zip(parts, weights, strict=True)
-                  if key in part]
-        if key.endswith("/max"):
-            merged[key] = max(v for v, _ in values)
-        elif key.endswith("/min"):
-            merged[key] = min(v for v, _ in values)
-        elif key.endswith(("/mean", "_rate")):
-            merged[key] = sum(v * w for v, w in values) / total
-        elif key == "rollout/wall_s":
-            merged[key] = max(v for v, _ in values)  # the shards run side by side
-        else:
-            merged[key] = sum(v for v, _ in values)
-    return merged
+class _NoBackend:
+    """The collector engine's backend: it never generates."""
+
+    async def generate(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the sharded rollout's collector does not generate")
 
 
 class ShardedRolloutEngine:
@@ -112,6 +105,9 @@ class ShardedRolloutEngine:
     ) -> None:
         import ray
 
+        from agentrl.models.tokenizer import load_tokenizer
+        from agentrl.rollout.engine import AsyncRolloutEngine
+
         if n_workers < 2:
             raise ValueError(f"agent_workers must be >= 2 to shard, got {n_workers}")
         if not ray.is_initialized():
@@ -123,22 +119,24 @@ class ShardedRolloutEngine:
             for _ in range(n_workers)
         ]  # fmt: skip
         ray.get([worker.ready.remote() for worker in self.workers])  # a bad tool fails here
+        # an engine with no tools and no backend calls, for its `collect` (padding, metrics)
+        self.collector = AsyncRolloutEngine(
+            rollout_config, load_tokenizer(**dict(tokenizer_source)), _NoBackend(),
+            chat_template_kwargs=chat_template_kwargs,
+        )  # fmt: skip
         logger.info("rollout sharded over %d agent workers", n_workers)
 
     def generate_sequences(self, batch: DataProto) -> DataProto:
         """Each worker rolls out a slice of the prompts; outputs merged in input order."""
         import ray
 
+        started = time.perf_counter()
         shards = shard_rows(len(batch), len(self.workers))
-        futures = [worker.generate.remote(batch[rows])
+        futures = [worker.rollout.remote(batch[rows], int(rows[0]))
                    for worker, rows in zip(self.workers, shards, strict=False)]
-        outputs = ray.get(futures)
-        merged = DataProto.concat(outputs)
-        merged.meta_info["metrics"] = merge_shard_metrics(
-            [out.meta_info.get("metrics", {}) for out in outputs])
-        merged.meta_info["timing"] = merge_shard_metrics(
-            [out.meta_info.get("timing", {}) for out in outputs])
-        return merged
+        requests = [request for part in ray.get(futures) for request in part]
+        # the same padding and metrics as one engine's collect, over all the requests
+        return self.collector.collect(requests, batch, time.perf_counter() - started)
 
     def close(self) -> None:
         import ray
@@ -152,4 +150,4 @@ class ShardedRolloutEngine:
         self.workers = []
 
 
-__all__ = ["AgentWorker", "ShardedRolloutEngine", "merge_shard_metrics", "shard_rows"]
+__all__ = ["AgentWorker", "ShardedRolloutEngine", "shard_rows"]

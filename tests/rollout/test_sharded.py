@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agentrl.rollout import AsyncRolloutEngine
-from agentrl.rollout.sharded import ShardedRolloutEngine, merge_shard_metrics, shard_rows
+from agentrl.rollout.sharded import ShardedRolloutEngine, shard_rows
 from agentrl.rollout.testing import (
     ScriptedBackend,
     call_text,
@@ -28,18 +28,9 @@ SCRIPTS = {
 }
 
 
-def test_shards_are_contiguous_and_metrics_merge_as_one_engine():
+def test_shards_are_contiguous_and_near_equal():
     assert [s.tolist() for s in shard_rows(5, 2)] == [[0, 1, 2], [3, 4]]
     assert [s.tolist() for s in shard_rows(1, 3)] == [[0]]
-    merged = merge_shard_metrics([
-        {"rollout/requests": 3, "rollout/tool_call_rate": 1.0, "rollout/turns/max": 2,
-         "rollout/turns/mean": 2.0, "rollout/wall_s": 4.0},
-        {"rollout/requests": 1, "rollout/tool_call_rate": 0.0, "rollout/turns/max": 5,
-         "rollout/turns/mean": 1.0, "rollout/wall_s": 3.0},
-    ])
-    assert merged == {"rollout/requests": 4.0, "rollout/tool_call_rate": 0.75,
-                      "rollout/turns/max": 5.0, "rollout/turns/mean": 1.75,
-                      "rollout/wall_s": 4.0}
 
 
 @pytest.fixture(scope="module")
