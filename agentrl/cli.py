@@ -14,6 +14,7 @@ runs, so `agentrl --help` stays fast and one command's heavy imports never slow 
     agentrl quickstart --out-dir outputs/quickstart
     agentrl generate --config X.yaml data.path=IN.parquet data.output_path=OUT.jsonl
     agentrl report RUN_DIR
+    agentrl gateway --model MODEL_DIR --port P [key=value ...]
     agentrl COMMAND --help
 """
 
@@ -41,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "write RUN_DIR/report.html: training plots and a trajectory viewer"),
     "serve": ("agentrl.rollout.backends.serve_cli",
               "serve a model with the hf engine behind SGLang's HTTP API"),
+    "gateway": ("agentrl.gateway.cli",
+                "an OpenAI-compatible endpoint in front of the policy that records every call"),
     "retriever": ("envs.retriever.cli", "serve a BM25 (or dense) retrieval index, Search-R1 API"),
     "sandbox": ("envs.sandbox.cli", "serve a resource-limited Python sandbox, SandboxFusion API"),
 }

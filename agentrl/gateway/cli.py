@@ -1,0 +1,61 @@
+"""`agentrl gateway --model MODEL_DIR --port P [key=value ...]`: serve the OpenAI-compatible
+gateway (agentrl/gateway/server.py) in front of the configured backend.
+
+The backend is `actor_rollout_ref.rollout` of the config (`hf`: the model in this process;
+`sglang`: servers), the tool-call format `multi_turn.format`, the default completion budget
+`data.max_response_length`. Agents use `http://HOST:P/sessions/<episode id>/v1` as their
+OpenAI base URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from agentrl.config import ConfigError, load_config
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="Hugging Face model directory")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8300, help="port (default 8300)")
+    parser.add_argument("overrides", nargs="*", help="config overrides key.sub=value")
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+    from omegaconf import OmegaConf
+
+    from agentrl.gateway.server import create_app
+    from agentrl.models.tokenizer import load_tokenizer
+    from agentrl.rollout.backends.factory import create_backend
+
+    try:
+        cfg = load_config(overrides=[*args.overrides, f"actor_rollout_ref.model.path={args.model}"])
+    except ConfigError as err:
+        sys.stderr.write(f"{err}\n")
+        return 2
+    model = cfg.actor_rollout_ref.model
+    tokenizer = load_tokenizer(args.model, trust_remote_code=bool(model.trust_remote_code),
+                               chat_template=model.custom_chat_template)
+    rollout = cfg.actor_rollout_ref.rollout
+    backend = create_backend(rollout, args.model, tokenizer, seed=int(cfg.trainer.seed))
+    app = create_app(
+        backend, tokenizer, model_name=Path(args.model).name,
+        tool_format=rollout.multi_turn.format,
+        chat_template_kwargs=OmegaConf.to_container(cfg.data.apply_chat_template_kwargs),
+        default_max_tokens=int(cfg.data.max_response_length),
+    )  # fmt: skip
+    logger.info("gateway on http://%s:%d/sessions/<id>/v1", args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    from agentrl.cli import run_command
+
+    sys.exit(run_command("gateway"))

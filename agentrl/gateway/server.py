@@ -1,0 +1,205 @@
+"""The OpenAI-compatible gateway: any agent code that speaks the OpenAI chat API runs
+against the training policy, and every call is recorded token-exact for training.
+
+    app = create_app(backend, tokenizer, model_name="policy")   # uvicorn.run(app, port=...)
+    client = openai.AsyncOpenAI(base_url=f"{url}/sessions/episode-1/v1", api_key="x")
+
+Routes (the session id is part of the base URL, so unmodified clients work):
+
+- ``POST /sessions/{id}/v1/chat/completions``: ``messages``, ``tools``, ``tool_choice``
+  (``auto`` | ``none``), ``temperature``, ``top_p``, ``max_tokens`` /
+  ``max_completion_tokens``, ``stream``. The gateway renders the chat template itself, calls
+  the backend with token ids, parses tool calls with the rollout engine's parser
+  (``multi_turn.format``) and answers in OpenAI's format: ``tool_calls`` with ids,
+  ``finish_reason`` ``tool_calls`` / ``stop`` / ``length``, ``usage``. With ``stream`` the
+  answer comes as server-sent events (one content chunk, then the finish).
+- ``GET /sessions/{id}/v1/models``: the served model.
+- ``GET /sessions/{id}``: ``{"trajectories": [{"token_ids", "loss_mask", "log_probs",
+  "prompt_length"}], "reward", "rewrites"}`` (agentrl/gateway/sessions.py).
+- ``POST /sessions/{id}/reward``: ``{"reward": R}``.
+
+Not supported yet, refused with a 400 naming the field: ``n`` > 1, ``stop`` sequences, a
+``tool_choice`` other than ``auto`` / ``none``. Malformed requests get OpenAI-style errors
+``{"error": {"message", "type": "invalid_request_error", "param"}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentrl.gateway.sessions import Session, normalize_message
+from agentrl.rollout.chat import ChatRenderer
+from agentrl.rollout.parsers import ParseResult, get_tool_parser
+
+DEFAULT_MAX_TOKENS = 512
+
+
+class ChatRequest(BaseModel):
+    """The fields of OpenAI's chat-completions request that the gateway reads."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    stream: bool = False
+    n: int = 1
+
+
+def _openai_error(message: str, param: str | None = None, status: int = 400) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {
+        "message": message, "type": "invalid_request_error", "param": param, "code": None}})
+
+
+class _Refused(HTTPException):
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(400, detail={"message": message, "param": param})
+
+
+def create_app(
+    backend: Any,
+    tokenizer: Any,
+    *,
+    model_name: str = "agentrl-policy",
+    tool_format: str = "hermes",
+    chat_template_kwargs: dict[str, Any] | None = None,
+    default_max_tokens: int = DEFAULT_MAX_TOKENS,
+) -> FastAPI:
+    """The gateway app in front of ``backend`` (an agentrl ``GenerationBackend``)."""
+    renderer = ChatRenderer(tokenizer, dict(chat_template_kwargs or {}))
+    sessions: dict[str, Session] = {}
+    locks: dict[str, asyncio.Lock] = {}
+    app = FastAPI(title="agentrl gateway")
+    app.state.sessions = sessions
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Any, exc: RequestValidationError) -> JSONResponse:
+        error = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in error.get("loc", ()) if p != "body"]
+        return _openai_error(f"{'.'.join(loc) or 'body'}: {error.get('msg', 'invalid')}",
+                             ".".join(loc) or None)
+
+    @app.exception_handler(_Refused)
+    async def _refused(_: Any, exc: _Refused) -> JSONResponse:
+        return _openai_error(exc.detail["message"], exc.detail["param"])
+
+    @app.get("/sessions/{session_id}/v1/models")
+    async def models(session_id: str) -> dict:
+        return {"object": "list", "data": [
+            {"id": model_name, "object": "model", "created": 0, "owned_by": "agentrl"}]}
+
+    @app.get("/sessions/{session_id}")
+    async def get_session(session_id: str) -> dict:
+        if session_id not in sessions:
+            raise HTTPException(404, detail=f"no session {session_id!r}")
+        return sessions[session_id].as_dict()
+
+    @app.post("/sessions/{session_id}/reward")
+    async def set_reward(session_id: str, body: dict[str, Any]) -> dict:
+        reward = body.get("reward")
+        if isinstance(reward, bool) or not isinstance(reward, int | float):
+            return _openai_error("reward must be a number", "reward")
+        sessions.setdefault(session_id, Session(session_id)).reward = float(reward)
+        return {"reward": float(reward)}
+
+    @app.post("/sessions/{session_id}/v1/chat/completions")
+    async def chat(session_id: str, request: ChatRequest) -> Any:
+        _check(request)
+        session = sessions.setdefault(session_id, Session(session_id))
+        lock = locks.setdefault(session_id, asyncio.Lock())
+        async with lock:
+            completion = await _complete(session, request)
+        if request.stream:
+            return StreamingResponse(_stream(completion), media_type="text/event-stream")
+        return completion
+
+    async def _complete(session: Session, request: ChatRequest) -> dict[str, Any]:
+        tools = [t for t in (request.tools or []) if isinstance(t, dict)]
+        schemas = [t for t in tools if t.get("type") == "function"]
+        segment = session.prepare(renderer, request.messages, schemas)
+        prompt_tokens = len(segment.token_ids)
+        max_new = request.max_completion_tokens or request.max_tokens or default_max_tokens
+        greedy = request.temperature == 0
+        params: dict[str, Any] = {
+            "temperature": 0.0 if greedy else request.temperature,
+            "top_p": 1.0 if greedy else request.top_p, "top_k": -1,
+            "max_new_tokens": int(max_new), "skip_special_tokens": False, "no_stop_trim": True,
+        }
+        if tokenizer.eos_token_id is not None:
+            params["stop_token_ids"] = [tokenizer.eos_token_id]
+        call_id = f"{session.session_id}-{uuid.uuid4().hex[:8]}"
+        out = await backend.generate(list(segment.token_ids), params, call_id)
+        segment.append(list(out.output_ids), 1, out.output_log_probs)
+        content, segment.pending_suffix = renderer.split_turn_end(renderer.decode(out.output_ids))
+        parsed = (get_tool_parser(tool_format, schemas).parse(content)
+                  if schemas and request.tool_choice != "none" else ParseResult(content, []))
+        calls = [c for c in parsed.calls if c.error is None]
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            text = parsed.normal_text
+            message["content"] = (text[:-1] if text.endswith("\n") else text) or None
+            message["tool_calls"] = [
+                {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                 "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                for c in calls
+            ]
+        segment.messages = [*segment.messages, normalize_message(message)]
+        finish = "length" if out.finish_reason == "length" else (
+            "tool_calls" if calls else "stop")
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion",
+            "created": int(time.time()), "model": model_name,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish,
+                         "logprobs": None}],
+            "usage": {"prompt_tokens": prompt_tokens,
+                      "completion_tokens": len(out.output_ids),
+                      "total_tokens": prompt_tokens + len(out.output_ids)},
+        }
+
+    return app
+
+
+def _check(request: ChatRequest) -> None:
+    if request.n != 1:
+        raise _Refused("n > 1 is not supported: make n requests", "n")
+    if request.stop:
+        raise _Refused("stop sequences are not supported yet", "stop")
+    if request.tool_choice not in (None, "auto", "none"):
+        raise _Refused("tool_choice must be auto or none here", "tool_choice")
+
+
+async def _stream(completion: dict[str, Any]):
+    """The completion as OpenAI's server-sent chunks: the whole delta, then the finish."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [{**call, "index": i} for i, call in enumerate(message["tool_calls"])]
+    base = {k: completion[k] for k in ("id", "created", "model")}
+    for chunk in (
+        {**base, "object": "chat.completion.chunk",
+         "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**base, "object": "chat.completion.chunk",
+         "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
+         "usage": completion["usage"]},
+    ):
+        yield f"data: {json.dumps(chunk)}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+__all__ = ["ChatRequest", "create_app"]

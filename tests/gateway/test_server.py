@@ -1,0 +1,148 @@
+"""The gateway with the official openai client against a scripted backend: token-exact
+recording, tool responses masked out, history rewrites, streaming, OpenAI-style errors."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from agentrl.gateway import create_app
+from agentrl.rollout.testing import ScriptedBackend, call_text
+from agentrl.utils.serving import serve_in_thread
+
+openai = pytest.importorskip("openai")
+
+CALCULATOR = {"type": "function", "function": {
+    "name": "calculator", "description": "Evaluate an arithmetic expression.",
+    "parameters": {"type": "object", "properties": {"text": {"type": "string"}},
+                   "required": ["text"]}}}
+# conversation 0: a tool call, then the answer
+SCRIPTS = {0: [call_text("calculator", "6*7") + "<|im_end|>", "It is 42.<|im_end|>"],
+           1: ["Sure.<|im_end|>"]}
+
+
+@pytest.fixture
+def gateway(tiny_tokenizer):
+    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
+    app = create_app(backend, tiny_tokenizer, model_name="policy")
+    with serve_in_thread(app) as url:
+        yield url, backend
+
+
+def _outputs(backend, conversation: int) -> list[list[int]]:
+    """The backend's output ids for a conversation, in call order."""
+    return [ids for (k, _), calls in backend.outputs.items() if k == conversation
+            for ids in calls]
+
+
+def _client(url: str, session: str):
+    return openai.OpenAI(base_url=f"{url}/sessions/{session}/v1", api_key="unused")
+
+
+def test_a_tool_loop_through_the_openai_client_is_recorded_token_exact(gateway):
+    url, backend = gateway
+    client = _client(url, "ep-1")
+    assert [m.id for m in client.models.list().data] == ["policy"]
+    messages = [{"role": "user", "content": "What is 6*7? conv-0"}]
+    first = client.chat.completions.create(model="policy", messages=messages,
+                                           tools=[CALCULATOR])
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "calculator"
+    assert json.loads(call.function.arguments) == {"text": "6*7"}
+    messages.append(choice.message)  # the SDK's own message object, as agents do
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": "42"})
+    second = client.chat.completions.create(model="policy", messages=messages,
+                                            tools=[CALCULATOR])
+    assert second.choices[0].finish_reason == "stop"
+    assert second.choices[0].message.content == "It is 42."
+    assert second.usage.completion_tokens == len(_outputs(backend, 0)[1])
+    httpx.post(f"{url}/sessions/ep-1/reward", json={"reward": 1.0}).raise_for_status()
+
+    recorded = httpx.get(f"{url}/sessions/ep-1").json()
+    assert recorded["reward"] == 1.0 and recorded["rewrites"] == 0
+    (trajectory,) = recorded["trajectories"]
+    ids, mask = trajectory["token_ids"], trajectory["loss_mask"]
+    trained = [t for t, m in zip(ids, mask, strict=True) if m == 1]
+    outputs = _outputs(backend, 0)  # exactly the backend's output ids, in order
+    assert trained == outputs[0] + outputs[1]
+    # the tool response is in the trajectory, masked out
+    tool_span = [t for t, m in zip(ids[trajectory["prompt_length"]:],
+                                   mask[trajectory["prompt_length"]:], strict=True) if m == 0]
+    assert "42" in backend.tokenizer.decode(tool_span)
+    assert len(trajectory["log_probs"]) == len(ids)
+
+
+def test_a_history_rewrite_starts_a_new_segment(gateway):
+    url, _ = gateway
+    client = _client(url, "ep-2")
+    messages = [{"role": "user", "content": "Hello conv-1"}]
+    reply = client.chat.completions.create(model="policy", messages=messages)
+    # the agent edits its earlier message instead of extending the conversation
+    edited = [{"role": "user", "content": "Hello again conv-1"}, reply.choices[0].message,
+              {"role": "user", "content": "and now? conv-1"}]
+    client.chat.completions.create(model="policy", messages=edited)
+    recorded = httpx.get(f"{url}/sessions/ep-2").json()
+    assert recorded["rewrites"] == 1 and len(recorded["trajectories"]) == 2
+
+
+def test_streaming_answers_with_chunks(gateway):
+    url, _ = gateway
+    client = _client(url, "ep-3")
+    stream = client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "Hi conv-1"}], stream=True)
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Sure."
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "user", "content": "x"}], "temperature": -1}, "temperature"),
+    ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
+    ({"messages": [{"role": "user", "content": "x"}], "stop": ["\n"]}, "stop"),
+])
+def test_bad_requests_get_openai_style_errors(gateway, body, param):
+    url, _ = gateway
+    resp = httpx.post(f"{url}/sessions/ep-4/v1/chat/completions", json=body)
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert httpx.get(f"{url}/sessions/nope").status_code == 404
+
+
+@pytest.mark.slow
+def test_the_gateway_command_serves_the_model(tiny_model_dir, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from agentrl.rollout.backends.launcher import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "--log-level", "WARNING",
+                             "gateway", "--model", str(tiny_model_dir), "--port", str(port),
+                             "data.max_response_length=8"], stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                httpx.get(f"{url}/sessions/x/v1/models", timeout=2).raise_for_status()
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None, proc.stderr.read()
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        reply = _client(url, "cli").chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], temperature=0)
+        assert reply.usage.completion_tokens <= 8
+        (trajectory,) = httpx.get(f"{url}/sessions/cli").json()["trajectories"]
+        assert sum(trajectory["loss_mask"]) == reply.usage.completion_tokens
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        proc.stderr.close()
