@@ -34,6 +34,7 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
     "actor_rollout_ref.rollout.multi_turn.max_new_tokens_per_turn": int,
     "data.path": (str, list),
     "data.sampler.class_path": str,
+    "actor_rollout_ref.rollout.agent_function": str,
     "actor_rollout_ref.model.target_modules": (str, list),
     **{f"trainer.alerts.{key}": (float, int) for key in (
         "tool_call_rate_drop", "parse_error_rate", "tool_error_rate", "truncation_rate",
@@ -239,6 +240,9 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
         problems.append("algorithm.filter_groups.max_num_gen_batches must be >= 0 (0: no "
                         f"limit), got {cfg.algorithm.filter_groups.max_num_gen_batches}")
     rollout = cfg.actor_rollout_ref.rollout
+    if rollout.agent_function and rollout.agent_workers > 1:
+        problems.append("actor_rollout_ref.rollout.agent_function runs in the trainer's "
+                        "gateway: agent_workers must be 1")
     if rollout.agent_workers > 1 and rollout.name != "sglang":
         problems.append(
             f"actor_rollout_ref.rollout.agent_workers is {rollout.agent_workers} but "

@@ -130,14 +130,23 @@ class HybridRollout:
         self.sharded = None
         if int(self.rollout_cfg.agent_workers) > 1:
             self.sharded = self._sharded_engine(config, chat_template_kwargs)
-        self.engine = AsyncRolloutEngine(
-            self.rollout_cfg,
-            tokenizer,
-            self.backend,
-            tools=self._tools(),
-            interactions=self._interactions(),
-            chat_template_kwargs=chat_template_kwargs,
-        )
+        if self.rollout_cfg.agent_function:  # agent mode: a user's function per sample
+            from agentrl.gateway.agent_rollout import AgentRollout, load_agent_function
+
+            self.engine = AgentRollout(
+                self.rollout_cfg, tokenizer, self.backend,
+                load_agent_function(str(self.rollout_cfg.agent_function)),
+                chat_template_kwargs=chat_template_kwargs,
+            )  # fmt: skip
+        else:
+            self.engine = AsyncRolloutEngine(
+                self.rollout_cfg,
+                tokenizer,
+                self.backend,
+                tools=self._tools(),
+                interactions=self._interactions(),
+                chat_template_kwargs=chat_template_kwargs,
+            )
         self.awake = True
         # sleep after generation only where there is device memory to give back
         self.release_after_generation = bool(

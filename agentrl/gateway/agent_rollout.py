@@ -1,0 +1,178 @@
+"""Agent rollout mode: train any agent function written against the OpenAI client.
+
+    actor_rollout_ref.rollout.agent_function: my_agents.py:run      # or pkg.module.run
+    actor_rollout_ref.rollout.agent_timeout: 300
+
+    async def run(task: dict, client: openai.AsyncOpenAI) -> float | dict:
+        reply = await client.chat.completions.create(model="policy", messages=task["raw_prompt"])
+        return 1.0 if "42" in reply.choices[0].message.content else 0.0
+
+For each sample ``AgentRollout`` opens a gateway session (the gateway runs in process, the
+client reaches it through ``httpx.ASGITransport``, no socket), hands the function a client
+bound to it and the row's fields (``raw_prompt``, ``reward_model``, ``extra_info``, ...),
+awaits the reward (a number, a dict with ``score``, or None to use the one posted to
+``/sessions/{id}/reward``) and turns the session's last segment into the trajectory the
+trainer consumes: the model's exact tokens with loss mask 1, everything else 0, the reward
+as ``rm_scores`` on the last response token (the reward managers return it as the reward).
+An exception, a timeout, or a function that never calls the model fails only its sample
+(FAILED, zero loss mask, counted in ``rollout/agent_errors``); history rewrites are counted
+in ``rollout/agent_rewrites``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import torch
+
+from agentrl.gateway.server import create_app
+from agentrl.protocol import DataProto
+from agentrl.rollout.engine import AsyncRolloutEngine
+from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
+
+logger = logging.getLogger(__name__)
+
+AgentFunction = Callable[[dict, Any], Awaitable[Any]]
+
+
+def _reward(result: Any, posted: float | None) -> float:
+    if result is None:
+        if posted is None:
+            raise ValueError("the agent returned None and posted no reward")
+        return float(posted)
+    if isinstance(result, dict):
+        if "score" not in result:
+            raise ValueError(f"the agent returned a dict without 'score': {sorted(result)}")
+        return float(result["score"])
+    return float(result)
+
+
+class AgentRollout:
+    """``agenerate_sequences`` by running ``agent_fn`` per sample (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: Any,
+        tokenizer: Any,
+        backend: Any,
+        agent_fn: AgentFunction,
+        *,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.agent_fn = agent_fn
+        self.timeout = float(config.agent_timeout)
+        self.app = create_app(
+            backend, tokenizer, model_name="policy", tool_format=config.multi_turn.format,
+            chat_template_kwargs=chat_template_kwargs,
+            default_max_tokens=int(config.response_length),
+        )  # fmt: skip
+        # the padding, truncation and metrics of the engine's output, for these requests
+        self.collector = AsyncRolloutEngine(config, tokenizer, backend,
+                                            chat_template_kwargs=chat_template_kwargs)
+
+    async def agenerate_sequences(self, batch: DataProto) -> DataProto:
+        import httpx
+
+        started = time.perf_counter()
+        validate = bool(batch.meta_info.get("validate", False))
+        n, _ = self.collector.sampling_params(validate)
+        batch_id = uuid.uuid4().hex[:8]
+        transport = httpx.ASGITransport(app=self.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway",
+                                     timeout=self.timeout + 30) as http:
+            episodes = [
+                self._episode(f"{batch_id}-{i}-{k}", i, k, self._task(batch, i), http)
+                for i in range(len(batch)) for k in range(n)
+            ]
+            done = await asyncio.gather(*episodes)
+        requests = [request for request, _ in done]
+        out = self.collector.collect(requests, batch, time.perf_counter() - started)
+        rewards = {(r.batch_data_id, r.rollout_offset): reward for r, reward in done}
+        order = sorted(requests, key=lambda r: (r.batch_data_id, r.rollout_offset))
+        response_attention = out.batch["attention_mask"][:, -out.batch["responses"].shape[1]:]
+        rm_scores = torch.zeros(out.batch["responses"].shape, dtype=torch.float32)
+        for row, request in enumerate(order):
+            positions = torch.nonzero(response_attention[row]).squeeze(-1)
+            if positions.numel():
+                rm_scores[row, positions[-1]] = rewards[(request.batch_data_id,
+                                                         request.rollout_offset)]
+        out.batch["rm_scores"] = rm_scores
+        out.meta_info["metrics"]["rollout/agent_errors"] = float(
+            sum(r.state == RequestState.FAILED for r in requests))
+        out.meta_info["metrics"]["rollout/agent_rewrites"] = float(
+            sum(r.reward_scores.get("rewrites", 0) for r in requests))
+        return out
+
+    @staticmethod
+    def _task(batch: DataProto, i: int) -> dict[str, Any]:
+        return {key: values[i] for key, values in batch.non_tensor_batch.items()}
+
+    async def _episode(self, session_id: str, row: int, offset: int, task: dict,
+                       http: Any) -> tuple[AsyncRolloutRequest, float]:
+        import openai
+
+        client = openai.AsyncOpenAI(base_url=f"http://gateway/sessions/{session_id}/v1",
+                                    api_key="agentrl", http_client=http, max_retries=0)
+        error: str | None = None
+        result: Any = None
+        try:
+            result = await asyncio.wait_for(self.agent_fn(dict(task), client), self.timeout)
+        except TimeoutError:
+            error = f"the agent did not finish within rollout.agent_timeout={self.timeout:g} s"
+        except Exception as err:  # the user's code: this sample fails, the batch goes on
+            error = f"the agent raised {type(err).__name__}: {err}"
+        session = self.app.state.sessions.pop(session_id, None)
+        request = AsyncRolloutRequest(
+            batch_data_id=row, rollout_offset=offset, request_id=session_id,
+            messages=[dict(m) for m in task.get("raw_prompt", [])], tool_schemas=[],
+            tools_kwargs={}, interaction_kwargs={},
+        )  # fmt: skip
+        reward = 0.0
+        if session is None or not session.segments:
+            error = error or "the agent never called the model"
+            prompt = self.collector.renderer.prompt_ids(request.messages, None)
+            request.append(list(prompt), 0)
+            request.prompt_length = len(prompt)
+        else:
+            segment = session.segments[-1]
+            request.messages = list(segment.messages)
+            request.input_ids = list(segment.token_ids)
+            request.attention_mask = [1] * len(segment.token_ids)
+            request.position_ids = list(range(len(segment.token_ids)))
+            request.loss_mask = list(segment.loss_mask)
+            request.rollout_log_probs = list(segment.log_probs)
+            request.prompt_length = segment.prompt_length
+            request.reward_scores = {"rewrites": session.rewrites}
+            if error is None:
+                try:
+                    reward = _reward(result, session.reward)
+                except (TypeError, ValueError) as err:
+                    error = str(err)
+        if error is None:
+            request.finish(FinishReason.STOP)
+        else:
+            request.fail(error)
+            reward = 0.0
+        budget, name = self.collector.response_budget(request)
+        request.finalize(self.collector.renderer, budget, name, "disable")
+        return request, reward
+
+
+def load_agent_function(path: str) -> AgentFunction:
+    """The agent function ``path`` names (``file.py:name`` or ``pkg.module.name``)."""
+    from agentrl.plugins import load_object
+
+    fn = load_object(path)
+    if not asyncio.iscoroutinefunction(fn):
+        raise TypeError(f"rollout.agent_function {path!r} must be an async function "
+                        "(async def run(task, client))")
+    return fn
+
+
+__all__ = ["AgentRollout", "load_agent_function"]

@@ -1,0 +1,58 @@
+"""Agent rollout mode: a user's agent function per sample, through the in-process gateway;
+a function that raises, hangs or never calls the model fails only its sample."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import torch
+
+from agentrl.gateway.agent_rollout import AgentRollout
+from agentrl.rollout.testing import ScriptedBackend, call_text, prompts_batch, rollout_config
+
+SCRIPTS = {0: [call_text("calculator", "6*7") + "<|im_end|>", "It is 42.<|im_end|>"],
+           1: ["x<|im_end|>"], 2: ["y<|im_end|>"], 3: ["z<|im_end|>"]}
+CALCULATOR = {"type": "function", "function": {
+    "name": "calculator", "description": "calc",
+    "parameters": {"type": "object", "properties": {"text": {"type": "string"}},
+                   "required": ["text"]}}}
+
+
+async def agent(task, client):
+    k = int(re.search(r"conv-(\d+)", task["raw_prompt"][0]["content"]).group(1))
+    if k == 1:
+        raise RuntimeError("tool server down")
+    if k == 2:
+        await asyncio.sleep(60)
+    if k == 3:
+        return 1.0  # never calls the model
+    messages = list(task["raw_prompt"])
+    reply = await client.chat.completions.create(model="policy", messages=messages,
+                                                 tools=[CALCULATOR])
+    call = reply.choices[0].message.tool_calls[0]
+    messages += [reply.choices[0].message,
+                 {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+    final = await client.chat.completions.create(model="policy", messages=messages,
+                                                 tools=[CALCULATOR])
+    return {"score": 1.0 if "42" in final.choices[0].message.content else 0.0}
+
+
+def test_agent_functions_become_trajectories_and_faults_fail_only_their_sample(tiny_tokenizer):
+    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
+    rollout = AgentRollout(rollout_config("agent_timeout=1"), tiny_tokenizer, backend, agent)
+    out = asyncio.run(rollout.agenerate_sequences(prompts_batch(4)))
+    states = list(out.non_tensor_batch["request_state"])
+    assert states == ["completed", "failed", "failed", "failed"]
+    metrics = out.meta_info["metrics"]
+    assert metrics["rollout/agent_errors"] == 3 and metrics["rollout/agent_rewrites"] == 0
+    # row 0: the model's exact tokens are the trained ones, the tool response masked out
+    outputs = [ids for (k, _), calls in backend.outputs.items() if k == 0 for ids in calls]
+    mask = out.batch["response_mask"][0].bool()
+    assert out.batch["responses"][0][mask].tolist() == outputs[0] + outputs[1]
+    assert "42" in tiny_tokenizer.decode(out.batch["responses"][0][~mask & (
+        out.batch["attention_mask"][0, -mask.shape[0]:].bool())].tolist())
+    # the reward sits on the last response token; failed samples train nothing
+    assert out.batch["rm_scores"][0].sum() == 1.0 and torch.count_nonzero(
+        out.batch["rm_scores"][1:]) == 0
+    assert out.batch["response_mask"][1:].sum() == 0
