@@ -6,7 +6,9 @@
         tool_schema: {type: function, function: {name: calculator, ...}}
 
 ``load_tools`` imports and builds every tool; ``load_tool_schemas`` returns the OpenAI schema
-dicts without importing anything (the dataset renders prompts with them). Both validate the
+dicts without importing anything (the dataset renders prompts with them). An entry of
+``type: mcp`` (a Model Context Protocol server, agentrl/tools/mcp.py) stands for every tool
+of that server: both functions ask the server for its tools. Both validate the
 same way and raise ``ToolConfigError`` naming the entry (its index and ``class_name``).
 A relative ``path/to/file.py`` in ``class_name`` is looked up in the current directory, then
 next to the YAML file.
@@ -131,10 +133,34 @@ def _check_schema(label: str, schema: OpenAIFunctionToolSchema) -> None:
         logger.warning("%s: required parameters %s are not in 'properties'", label, missing)
 
 
+def _expand_mcp(entries: list[Any]) -> list[Any]:
+    """``type: mcp`` entries as one native entry per tool of the server (agentrl/tools/mcp.py:
+    the server is asked for its tools here)."""
+    out: list[Any] = []
+    for i, entry in enumerate(entries):
+        if not (isinstance(entry, Mapping) and entry.get("type") == "mcp"):
+            out.append(entry)
+            continue
+        from agentrl.tools.mcp import mcp_entries
+
+        label = f"tool config entry {i} (type mcp)"
+        try:
+            expanded = mcp_entries(label, dict(entry))
+        except (ImportError, ValueError) as err:
+            raise ToolConfigError(str(err)) from err
+        except Exception as err:  # the server did not start or answer
+            raise ToolConfigError(f"{label}: listing the server's tools failed: "
+                                  f"{type(err).__name__}: {err}") from err
+        out.extend({"class_name": cls, "config": config, "tool_schema": schema}
+                   for cls, config, schema in expanded)
+    return out
+
+
 def _parse_all(
     source: ToolConfigSource,
 ) -> tuple[list[tuple[str, dict, OpenAIFunctionToolSchema]], Path | None]:
     entries, base_dir = _read_entries(source)
+    entries = _expand_mcp(entries)
     parsed = [_parse_entry(i, entry) for i, entry in enumerate(entries)]
     seen: dict[str, int] = {}
     for i, (_, _, schema) in enumerate(parsed):
