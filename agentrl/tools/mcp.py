@@ -87,10 +87,9 @@ class McpConnection:
             from mcp.client.streamable_http import streamable_http_client
 
             transport = streamable_http_client(self.url)
-        async with transport as streams:
-            async with ClientSession(streams[0], streams[1]) as session:
-                await session.initialize()
-                yield session
+        async with transport as streams, ClientSession(streams[0], streams[1]) as session:
+            await session.initialize()
+            yield session
 
     async def list_tools(self) -> list[Any]:
         """The server's tools (a short connection of its own)."""
