@@ -56,6 +56,11 @@ def _run_in_thread(coro: Coroutine[Any, Any, T], timeout: float) -> T:
     return result["value"]
 
 
+def _retrieve(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.debug("MCP connection ended: %r", task.exception())
+
+
 class McpConnection:
     """One MCP server (stdio command or streamable-HTTP URL); see the module docstring."""
 
@@ -119,14 +124,18 @@ class McpConnection:
         if self._task is None or self._task.done():
             self._queue, self._ready = asyncio.Queue(), asyncio.Event()
             self._task = asyncio.create_task(self._serve(), name=f"mcp-{self.label}")
+            self._task.add_done_callback(_retrieve)  # its error is the call's, not the loop's
         future = asyncio.get_running_loop().create_future()
         await self._queue.put((name, arguments, future))
         await asyncio.wait({future, self._task}, timeout=self.timeout,
                            return_when=asyncio.FIRST_COMPLETED)
         if future.done():
+            if future.exception() is not None:
+                self._task = None  # the connection may be tearing down: the next call starts anew
             return future.result()
         if self._task.done():
             error = self._task.exception() if not self._task.cancelled() else None
+            self._task = None
             raise ConnectionError(f"MCP server {self.label} is gone: {error!r}")
         future.cancel()
         raise TimeoutError(f"MCP server {self.label}: no answer within {self.timeout:g} s")
