@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up .venv (scripts/setup_env.sh) and run the main job on this machine's CPU:
 # `agentrl quickstart` (a nano model, SFT on an imperfect teacher, GRPO with the calculator,
-# held-out evaluation beside an SFT-only control, report.html). About 4 minutes on 2 cores.
+# held-out evaluation beside an SFT-only control, report.html). About 2-3 minutes on 2 cores.
 # Extra arguments go to `agentrl quickstart` (e.g. --seed 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
