@@ -409,15 +409,22 @@ class PPOTrainer:
                 data.batch["reward_baselines"] = self._greedy_baseline(batch, len(data))
         isolate_failed(data)
         with timer("reward", timing):
-            if self.rm_wg is not None:
-                data = data.union(self.rm_wg.compute_rm_score(data))
-            scored = self.reward_fn(data, return_dict=True)
-            data.batch["token_level_scores"] = scored["reward_tensor"]
-            extra = scored["reward_extra_info"]
-            data.non_tensor_batch["reward_extra_info"] = to_object_array(
-                [{k: v[i] for k, v in extra.items()} for i in range(len(data))],
-                "reward_extra_info",
-            )
+            data = self._score(data, self.reward_fn)
+        return data
+
+    def _score(self, data: DataProto, reward_fn: Any) -> DataProto:
+        """Add the reward model's score (when there is one), then score ``data`` with
+        ``reward_fn``: ``token_level_scores``, and the score function's extra keys per row
+        in ``non_tensor_batch["reward_extra_info"]``."""
+        if self.rm_wg is not None:
+            data = data.union(self.rm_wg.compute_rm_score(data))
+        scored = reward_fn(data, return_dict=True)
+        data.batch["token_level_scores"] = scored["reward_tensor"]
+        extra = scored["reward_extra_info"]
+        data.non_tensor_batch["reward_extra_info"] = to_object_array(
+            [{k: v[i] for k, v in extra.items()} for i in range(len(data))],
+            "reward_extra_info",
+        )
         return data
 
     def _rollout(self, batch: DataProto, step: int, round_: int) -> DataProto:
@@ -532,16 +539,9 @@ class PPOTrainer:
             batch.meta_info.update(validate=True, global_steps=self.global_steps)
             out = self.actor_rollout_wg.generate_sequences(batch)
             rollout.append(dict(out.meta_info.get("metrics", {})))
-            if self.rm_wg is not None:
-                out = out.union(self.rm_wg.compute_rm_score(out))
-            scored = self.val_reward_fn(out, return_dict=True)
-            out.batch["token_level_scores"] = scored["reward_tensor"]
-            scores = scored["reward_tensor"].sum(-1).tolist()
-            extra = scored["reward_extra_info"]
-            per_row = [{k: v[j] for k, v in extra.items()} for j in range(len(out))]
-            out.non_tensor_batch["reward_extra_info"] = to_object_array(
-                per_row, "reward_extra_info"
-            )
+            out = self._score(out, self.val_reward_fn)
+            scores = out.batch["token_level_scores"].sum(-1).tolist()
+            per_row = list(out.non_tensor_batch["reward_extra_info"])
             sources += [str(s) for s in out.non_tensor_batch.get(key, ["unknown"] * len(out))]
             uids += list(out.non_tensor_batch["uid"])
             rows += [{"reward": s, **row} for s, row in zip(scores, per_row, strict=True)]
