@@ -46,3 +46,13 @@ def varied_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFact
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local 2-CPU Ray session for the tests of one module (skipped without Ray)."""
+    pytest.importorskip("ray")
+    from agentrl.distributed.testing import ray_session
+
+    with ray_session(num_cpus=2):
+        yield

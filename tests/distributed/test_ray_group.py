@@ -8,17 +8,10 @@ import pytest
 import torch
 
 from agentrl.distributed import RayWorkerGroup, ResourcePool, WorkerError, WorkerSpec
-from agentrl.distributed.testing import CounterWorker, EchoWorker, ray_session
+from agentrl.distributed.testing import CounterWorker, EchoWorker
 from agentrl.protocol import DataProto
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    pytest.importorskip("ray")
-    with ray_session(num_cpus=2):
-        yield
 
 
 @pytest.fixture

@@ -33,15 +33,6 @@ def test_shards_are_contiguous_and_near_equal():
     assert [s.tolist() for s in shard_rows(1, 3)] == [[0]]
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    pytest.importorskip("ray")
-    from agentrl.distributed.testing import ray_session
-
-    with ray_session(num_cpus=2):
-        yield
-
-
 @pytest.mark.slow
 def test_two_agent_workers_give_the_same_trajectories_as_one(ray_cluster, tiny_model_dir,
                                                              tiny_tokenizer):

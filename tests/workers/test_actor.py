@@ -194,15 +194,6 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_model_dir, tiny_token
 # ------------------------------------------------------------------ two Ray workers
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    pytest.importorskip("ray")
-    from agentrl.distributed.testing import ray_session
-
-    with ray_session(num_cpus=2):
-        yield
-
-
 @pytest.mark.slow
 def test_two_ray_workers_with_fsdp2_match_one_process(ray_cluster, tiny_model_dir, tiny_tokenizer):
     data = _batch(tiny_tokenizer, n=8, seed=4)
