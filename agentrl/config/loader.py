@@ -36,6 +36,7 @@ from agentrl.config.verl_keys import (
     alias_of,
     is_inert,
     normalise_values,
+    parent_of,
     pop_inert_keys,
     rename_keys,
 )
@@ -156,12 +157,11 @@ def _apply_deletions(
         if override.kind != "delete" or is_inert(override.key):
             continue
         key = alias_of(override.key)
-        parent_key, _, leaf = key.rpartition(".")
-        parent = OmegaConf.select(merged, parent_key) if parent_key else merged
+        parent, leaf = parent_of(merged, key)
         if not isinstance(parent, DictConfig) or leaf not in parent:
             problems.append(f"override {override.text!r}: there is no key {key} to delete")
             continue
-        default_parent = OmegaConf.select(defaults, parent_key) if parent_key else defaults
+        default_parent, _ = parent_of(defaults, key)
         if not isinstance(default_parent, DictConfig) or leaf not in default_parent:
             del parent[leaf]
             continue

@@ -16,6 +16,8 @@ Two tables, applied by the loader (agentrl/config/loader.py):
 
 from __future__ import annotations
 
+from typing import Any
+
 from omegaconf import DictConfig, OmegaConf
 
 _PROFILER = "verl's profiler; profile agentrl with torch.profiler or py-spy"
@@ -103,18 +105,24 @@ VALUE_ALIASES: dict[str, dict[str, str]] = {
 }
 
 
+def parent_of(tree: DictConfig, key: str) -> tuple[Any, str]:
+    """The node holding dotted `key` in `tree` (None when there is none) and `key`'s last
+    part: `parent_of(cfg, "a.b.c")` is `(cfg.a.b, "c")`."""
+    parent_key, _, leaf = key.rpartition(".")
+    return (OmegaConf.select(tree, parent_key, default=None) if parent_key else tree), leaf
+
+
 def rename_keys(tree: DictConfig) -> list[tuple[str, str]]:
     """Move every `KEY_ALIASES` key present in `tree` to agentrl's name (a section is merged
     into agentrl's); return `(verl key, agentrl key)` for each move."""
     moved = []
     for old, new in KEY_ALIASES.items():
-        parent_key, _, leaf = old.rpartition(".")
-        parent = OmegaConf.select(tree, parent_key, default=None) if parent_key else tree
+        parent, leaf = parent_of(tree, old)
         if not isinstance(parent, DictConfig) or leaf not in parent:
             continue
         value = parent._get_node(leaf)
         del parent[leaf]
-        _prune_empty(tree, parent_key)  # an emptied verl-only section (ray_kwargs)
+        _prune_empty(tree, old.rpartition(".")[0])  # an emptied verl-only section (ray_kwargs)
         OmegaConf.update(tree, new, value, force_add=True, merge=True)
         moved.append((old, new))
     return moved
@@ -137,12 +145,11 @@ def pop_inert_keys(tree: DictConfig) -> list[tuple[str, str]]:
     """Remove every `INERT` key present in `tree`; return `(key, why)` for each."""
     removed = []
     for key, why in INERT.items():
-        parent_key, _, leaf = key.rpartition(".")
-        parent = OmegaConf.select(tree, parent_key, default=None) if parent_key else tree
+        parent, leaf = parent_of(tree, key)
         if isinstance(parent, DictConfig) and leaf in parent:
             del parent[leaf]
             removed.append((key, why))
-            _prune_empty(tree, parent_key)
+            _prune_empty(tree, key.rpartition(".")[0])
     return removed
 
 
@@ -150,13 +157,12 @@ def _prune_empty(tree: DictConfig, key: str) -> None:
     """Remove `key` and its parents while they are mappings left empty (verl-only sections
     such as `rollout.agent` once their inert keys are gone)."""
     while key:
-        parent_key, _, leaf = key.rpartition(".")
-        parent = OmegaConf.select(tree, parent_key) if parent_key else tree
+        parent, leaf = parent_of(tree, key)
         node = parent._get_node(leaf) if isinstance(parent, DictConfig) else None
         if not isinstance(node, DictConfig) or len(node) > 0:
             return
         del parent[leaf]
-        key = parent_key
+        key = key.rpartition(".")[0]
 
 
 def normalise_values(cfg: DictConfig) -> list[tuple[str, str, str]]:
@@ -178,6 +184,7 @@ __all__ = [
     "alias_of",
     "is_inert",
     "normalise_values",
+    "parent_of",
     "pop_inert_keys",
     "rename_keys",
 ]
