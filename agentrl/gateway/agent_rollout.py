@@ -28,10 +28,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import torch
-
 from agentrl.gateway.server import create_app
 from agentrl.protocol import DataProto
+from agentrl.reward.base import scores_on_last_token
 from agentrl.rollout.engine import AsyncRolloutEngine
 from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
 
@@ -94,15 +93,12 @@ class AgentRollout:
         requests = [request for request, _ in done]
         out = self.collector.collect(requests, batch, time.perf_counter() - started)
         rewards = {(r.batch_data_id, r.rollout_offset): reward for r, reward in done}
-        order = sorted(requests, key=lambda r: (r.batch_data_id, r.rollout_offset))
-        response_attention = out.batch["attention_mask"][:, -out.batch["responses"].shape[1]:]
-        rm_scores = torch.zeros(out.batch["responses"].shape, dtype=torch.float32)
-        for row, request in enumerate(order):
-            positions = torch.nonzero(response_attention[row]).squeeze(-1)
-            if positions.numel():
-                rm_scores[row, positions[-1]] = rewards[(request.batch_data_id,
-                                                         request.rollout_offset)]
-        out.batch["rm_scores"] = rm_scores
+        order = sorted(rewards)  # the output's row order
+        out.batch["rm_scores"] = scores_on_last_token(
+            [rewards[key] for key in order],
+            out.batch["attention_mask"],
+            out.batch["responses"].shape[1],
+        )
         out.meta_info["metrics"]["rollout/agent_errors"] = float(
             sum(r.state == RequestState.FAILED for r in requests))
         out.meta_info["metrics"]["rollout/agent_rewrites"] = float(

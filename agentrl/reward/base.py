@@ -52,6 +52,21 @@ logger = logging.getLogger(__name__)
 REWARD_MANAGERS: Registry[type] = Registry("reward manager")
 
 
+def scores_on_last_token(
+    scores: Sequence[float], attention_mask: torch.Tensor, response_length: int
+) -> torch.Tensor:
+    """(B, R) float32 zeros with row i's score on its last attended response token (a row
+    without response tokens gets none): how a trajectory's one score (a reward model's, an
+    agent function's) becomes ``rm_scores``."""
+    response_attention = attention_mask[:, -response_length:].bool()  # (B, R)
+    out = torch.zeros(response_attention.shape, dtype=torch.float32)
+    for row, score in enumerate(scores):
+        positions = torch.nonzero(response_attention[row]).squeeze(-1)
+        if positions.numel():
+            out[row, positions[-1]] = score
+    return out
+
+
 def register_reward_manager(name: str) -> Callable[[type], type]:
     """Class decorator registering a reward manager under ``name`` (duplicates raise)."""
     return REWARD_MANAGERS.register(name)

@@ -30,6 +30,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from agentrl.distributed import Dispatch, Worker, register
 from agentrl.protocol import DataProto
+from agentrl.reward.base import scores_on_last_token
 from agentrl.workers.fsdp import build_sharded_model, device_mesh
 
 logger = logging.getLogger(__name__)
@@ -90,16 +91,11 @@ class RewardModelWorker(Worker):
         attended response token."""
         if self.model is None:
             raise RuntimeError("compute_rm_score before init_model")
-        responses = data.batch["responses"]  # (B, R)
-        R = responses.shape[-1]
-        response_attention = data.batch["attention_mask"][:, -R:].bool()  # (B, R)
         sequences = [self._sequence(data, i) for i in range(len(data))]
         scores = self._score(sequences)  # (B,)
-        rm_scores = torch.zeros(responses.shape, dtype=torch.float32)
-        for i in range(len(data)):
-            positions = torch.nonzero(response_attention[i]).squeeze(-1)
-            if positions.numel():
-                rm_scores[i, positions[-1]] = scores[i]
+        rm_scores = scores_on_last_token(
+            scores.tolist(), data.batch["attention_mask"], data.batch["responses"].shape[-1]
+        )
         return DataProto.from_dict(tensors={"rm_scores": rm_scores})
 
     def _sequence(self, data: DataProto, i: int) -> list[int]:

@@ -210,3 +210,13 @@ def test_step_rewards_in_reward_scores_are_not_summed_into_the_tool_reward(tiny_
     assert _tool_reward_sum(scores) == 0.75
     assert _tool_reward_sum({"user_turn_rewards": [1.0, 0.5], "search": 0.25}) == 1.75
     assert _tool_reward_sum({"nested": {"step_rewards": 3.0}}) == 3.0  # only the top-level key
+
+
+def test_scores_on_last_token_puts_each_score_on_its_rows_last_response_token():
+    from agentrl.reward.base import scores_on_last_token
+
+    # prompt length 2, response length 3: row 0 has 2 response tokens, row 1 three, row 2 none
+    attention = torch.tensor([[1, 1, 1, 1, 0], [0, 1, 1, 1, 1], [1, 1, 0, 0, 0]])
+    out = scores_on_last_token([0.5, -2.0, 7.0], attention, 3)
+    assert out.dtype == torch.float32
+    assert out.tolist() == [[0.0, 0.5, 0.0], [0.0, 0.0, -2.0], [0.0, 0.0, 0.0]]
