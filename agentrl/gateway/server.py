@@ -25,7 +25,6 @@ Not supported yet, refused with a 400 naming the field: ``n`` > 1, ``stop`` sequ
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -83,7 +82,6 @@ def create_app(
     """The gateway app in front of ``backend`` (an agentrl ``GenerationBackend``)."""
     renderer = ChatRenderer(tokenizer, dict(chat_template_kwargs or {}))
     sessions: dict[str, Session] = {}
-    locks: dict[str, asyncio.Lock] = {}
     app = FastAPI(title="agentrl gateway")
     app.state.sessions = sessions
 
@@ -121,8 +119,7 @@ def create_app(
     async def chat(session_id: str, request: ChatRequest) -> Any:
         _check(request)
         session = sessions.setdefault(session_id, Session(session_id))
-        lock = locks.setdefault(session_id, asyncio.Lock())
-        async with lock:
+        async with session.lock:
             completion = await _complete(session, request)
         if request.stream:
             return StreamingResponse(_stream(completion), media_type="text/event-stream")

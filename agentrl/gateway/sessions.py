@@ -12,6 +12,7 @@ new segment; ``rewrites`` counts them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,8 @@ class Session:
     segments: list[Segment] = field(default_factory=list)
     reward: float | None = None
     rewrites: int = 0
+    # one generation at a time per session; it goes with the session when that is removed
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
 
     def prepare(self, renderer: ChatRenderer, messages: list[dict], tools: list[dict]) -> Segment:
         """The segment the next generation continues: the current one extended by the new

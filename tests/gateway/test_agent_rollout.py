@@ -56,3 +56,5 @@ def test_agent_functions_become_trajectories_and_faults_fail_only_their_sample(t
     assert out.batch["rm_scores"][0].sum() == 1.0 and torch.count_nonzero(
         out.batch["rm_scores"][1:]) == 0
     assert out.batch["response_mask"][1:].sum() == 0
+    # each episode's session, and the lock that went with it, is gone once it is collected
+    assert rollout.app.state.sessions == {}
