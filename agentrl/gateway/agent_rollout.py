@@ -143,6 +143,7 @@ class AgentRollout:
             request.position_ids = list(range(len(segment.token_ids)))
             request.loss_mask = list(segment.loss_mask)
             request.rollout_log_probs = list(segment.log_probs)
+            request.weight_versions = list(segment.weight_versions)
             request.prompt_length = segment.prompt_length
             request.reward_scores = {"rewrites": session.rewrites}
             if error is None:

@@ -141,7 +141,7 @@ def create_app(
             params["stop_token_ids"] = [tokenizer.eos_token_id]
         call_id = f"{session.session_id}-{uuid.uuid4().hex[:8]}"
         out = await backend.generate(list(segment.token_ids), params, call_id)
-        segment.append(list(out.output_ids), 1, out.output_log_probs)
+        segment.append(list(out.output_ids), 1, out.output_log_probs, out.weight_version)
         content, segment.pending_suffix = renderer.split_turn_end(renderer.decode(out.output_ids))
         parsed = (get_tool_parser(tool_format, schemas).parse(content)
                   if schemas and request.tool_choice != "none" else ParseResult(content, []))

@@ -69,16 +69,21 @@ class Segment:
     messages: list[dict] = field(default_factory=list)  # normalized, assistant replies included
     loss_mask: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
+    weight_versions: list[int] = field(default_factory=list)  # per token; -1: no model's
     pending_suffix: str = ""  # end-of-turn text the model did not write (see ChatRenderer)
 
     def __post_init__(self) -> None:
         self.loss_mask = self.loss_mask or [0] * len(self.token_ids)
         self.log_probs = self.log_probs or [0.0] * len(self.token_ids)
+        self.weight_versions = self.weight_versions or [-1] * len(self.token_ids)
 
-    def append(self, ids: list[int], mask: int, log_probs: list[float] | None = None) -> None:
+    def append(
+        self, ids: list[int], mask: int, log_probs: list[float] | None = None, version: int = -1
+    ) -> None:
         self.token_ids.extend(ids)
         self.loss_mask.extend([mask] * len(ids))
         self.log_probs.extend(log_probs if log_probs is not None else [0.0] * len(ids))
+        self.weight_versions.extend([version] * len(ids))
 
     def as_dict(self) -> dict[str, Any]:
         return {"token_ids": list(self.token_ids), "loss_mask": list(self.loss_mask),

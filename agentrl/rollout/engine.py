@@ -415,7 +415,9 @@ class AsyncRolloutEngine:
         if out is None:
             return
         req.metrics.assistant_turns += 1
-        content = req.add_model_output(self.renderer, out.output_ids, out.output_log_probs)
+        content = req.add_model_output(
+            self.renderer, out.output_ids, out.output_log_probs, out.weight_version
+        )
         parsed = (
             self.parser.parse(content)
             if self.multi_turn.enable and req.tool_instances

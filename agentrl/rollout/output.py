@@ -11,6 +11,8 @@ R = response_length), as verl's rollout returns them:
     loss_mask          (B, P + R)  1 on model tokens (0 on prompt, tool/user turns, padding)
     response_mask      (B, R)      loss_mask of the response: what the policy loss averages
     rollout_log_probs  (B, R)      the backend's log-prob of each model token (0 elsewhere)
+    rollout_versions   (B, R)      the policy (weight) version that produced each model token,
+                                   as the backend reported it (-1 elsewhere, or unreported)
     step_rewards       (B, R)      tool step rewards at the last token of the turn that
                                    made the call (for turn-level credit assignment)
 
@@ -98,6 +100,9 @@ def build_output(
         tensors["rollout_log_probs"] = _pad(
             [r.rollout_log_probs[r.prompt_length :] for r in requests], R, 0.0, False, torch.float32
         )
+    tensors["rollout_versions"] = _pad(
+        [r.weight_versions[r.prompt_length :] for r in requests], R, -1, False, torch.long
+    )
     rows = np.array([r.batch_data_id for r in requests], dtype=np.int64)
     non_tensors: dict[str, Any] = {
         key: to_object_array(list(values[rows]), key)

@@ -5,8 +5,10 @@ States (DESIGN.md section 3):
     PENDING -> RUNNING -> TOOL_CALLING -> RUNNING ... -> COMPLETED
                        -> INTERACTING  -> RUNNING ...    (or FAILED from any state)
 
-The token trajectory is five aligned lists, `input_ids`, `attention_mask`, `position_ids`,
-`loss_mask` and `rollout_log_probs`, and `append` is the only method that grows them:
+The token trajectory is six aligned lists, `input_ids`, `attention_mask`, `position_ids`,
+`loss_mask`, `rollout_log_probs` and `weight_versions` (the policy version that produced each
+model token, as the backend reported it; -1 on every other token), and `append` is the only
+method that grows them:
 
     [prompt: loss 0][model turn: loss 1, log-probs][tool turn delta: loss 0][model turn: 1]..
 
@@ -98,6 +100,7 @@ class AsyncRolloutRequest:
     position_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     rollout_log_probs: list[float] = field(default_factory=list)
+    weight_versions: list[int] = field(default_factory=list)  # -1 where no model wrote it
     reward_scores: dict[str, Any] = field(default_factory=dict)
     step_rewards: list[tuple[int, float]] = field(default_factory=list)  # (response pos, r)
     pending_calls: list = field(default_factory=list)  # ParsedCalls of the last model turn
@@ -156,8 +159,15 @@ class AsyncRolloutRequest:
 
     # ------------------------------------------------------------------ the trajectory
 
-    def append(self, ids: list[int], loss_mask: int, log_probs: list[float] | None = None) -> None:
-        """Append tokens to every aligned list (log-probs 0.0 where none are given)."""
+    def append(
+        self,
+        ids: list[int],
+        loss_mask: int,
+        log_probs: list[float] | None = None,
+        weight_version: int = -1,
+    ) -> None:
+        """Append tokens to every aligned list (log-probs 0.0 where none are given; the
+        policy version that produced them, -1 for tokens no model wrote)."""
         if log_probs is not None and len(log_probs) != len(ids):
             raise ValueError(
                 f"request {self.request_id}: {len(log_probs)} log-probs for {len(ids)} tokens"
@@ -168,6 +178,7 @@ class AsyncRolloutRequest:
         self.position_ids.extend(range(start, start + len(ids)))
         self.loss_mask.extend([loss_mask] * len(ids))
         self.rollout_log_probs.extend(log_probs if log_probs is not None else [0.0] * len(ids))
+        self.weight_versions.extend([weight_version] * len(ids))
 
     @property
     def response_length(self) -> int:
@@ -178,11 +189,15 @@ class AsyncRolloutRequest:
         return self.input_ids[self.prompt_length :]
 
     def add_model_output(
-        self, renderer: ChatRenderer, output_ids: list[int], log_probs: list[float] | None
+        self,
+        renderer: ChatRenderer,
+        output_ids: list[int],
+        log_probs: list[float] | None,
+        weight_version: int = -1,
     ) -> str:
-        """Append a model turn's exact ids (loss mask 1); return its content text (without
-        the end-of-turn markup the model wrote)."""
-        self.append(list(output_ids), 1, log_probs)
+        """Append a model turn's exact ids (loss mask 1) with the policy version that wrote
+        them; return its content text (without the end-of-turn markup the model wrote)."""
+        self.append(list(output_ids), 1, log_probs, weight_version)
         content, self.pending_suffix = renderer.split_turn_end(renderer.decode(output_ids))
         return content
 
@@ -265,6 +280,7 @@ class AsyncRolloutRequest:
                 "position_ids",
                 "loss_mask",
                 "rollout_log_probs",
+                "weight_versions",
             ):
                 del getattr(self, name)[keep:]
             self.truncation = self.truncation or budget_name

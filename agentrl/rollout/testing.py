@@ -120,6 +120,7 @@ class ScriptedBackend:
         self.calls: list[dict] = []
         self.in_flight = self.max_in_flight = 0
         self.aborted: list[str] = []
+        self.weight_version = 0  # reported with every output; update_weights sets it
 
     async def generate(self, input_ids, sampling_params, request_id):
         self.calls.append(dict(sampling_params))
@@ -141,11 +142,17 @@ class ScriptedBackend:
         self.outputs.setdefault((conversation, request_id.split("-t")[0]), []).append(ids)
         log_probs = [-0.25 - 0.001 * i for i in range(len(ids))]
         return GenerationOutput(
-            ids, out_text, self.finish_reason, log_probs, meta_info={"prompt": prompt}
-        )
+            ids, out_text, self.finish_reason, log_probs,
+            meta_info={"prompt": prompt, "weight_version": str(self.weight_version)},
+        )  # fmt: skip
 
     async def abort(self, request_id):
         self.aborted.append(request_id)
+
+    async def update_weights(self, source, weight_version=None):
+        self.weight_version = int(weight_version) if weight_version is not None else (
+            self.weight_version + 1
+        )
 
 
 def call_text(name: str, text: str, compact: bool = False) -> str:

@@ -155,8 +155,12 @@ def test_output_keys_shapes_and_reward_manager(tiny_tokenizer):
         "loss_mask": (4, P + R),
         "response_mask": (4, R),
         "rollout_log_probs": (4, R),
+        "rollout_versions": (4, R),
         "step_rewards": (4, R),
     }
+    # the version the backend reported on every model token, -1 on tool tokens and padding
+    versions, model = out.batch["rollout_versions"], out.batch["response_mask"].bool()
+    assert (versions[model] == 0).all() and (versions[~model] == -1).all()
     assert set(out.non_tensor_batch) == {
         "raw_prompt",
         "tools_kwargs",

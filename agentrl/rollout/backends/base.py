@@ -32,6 +32,17 @@ class GenerationOutput:
     output_log_probs: list[float] | None = None  # one per output id when requested
     meta_info: dict[str, Any] = field(default_factory=dict)  # e.g. matched stop, latency
 
+    @property
+    def weight_version(self) -> int:
+        """The policy version the backend reported for this generation
+        (``meta_info["weight_version"]``, SGLang's field) as an int; -1 when it reported
+        none or a version that is not a whole number."""
+        version = self.meta_info.get("weight_version")
+        try:
+            return int(version)
+        except (TypeError, ValueError):
+            return -1
+
     def __post_init__(self) -> None:
         if self.finish_reason not in ("stop", "length", "abort"):
             raise ValueError(f"finish_reason must be stop, length or abort, got "
