@@ -100,6 +100,7 @@ def load_config(
     if problems:
         raise ConfigError(problems)
     normalise_values(merged)
+    _mode_defaults(merged)
 
     resolved_defaults = OmegaConf.to_container(defaults, resolve=True)
     problems.extend(_type_problems(OmegaConf.to_container(merged), resolved_defaults, ""))
@@ -110,6 +111,14 @@ def load_config(
     OmegaConf.set_struct(merged, True)
     OmegaConf.set_readonly(merged, True)
     return merged
+
+
+def _mode_defaults(cfg: DictConfig) -> None:
+    """The off-policy modes' correction (docs/async.md): with ``async.rollout_correction``
+    and no ``policy_loss.rollout_is`` chosen, truncated importance weights per token."""
+    loss = cfg.actor_rollout_ref.actor.policy_loss
+    if cfg.trainer.mode != "sync" and cfg["async"].rollout_correction and loss.rollout_is is None:
+        loss.rollout_is = "token"
 
 
 def config_to_yaml(cfg: DictConfig) -> str:

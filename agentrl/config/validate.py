@@ -47,6 +47,7 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
     "reward_model.micro_batch_size_per_gpu": int,
     "reward_model.max_length": int,
     "trainer.total_training_steps": int,
+    "trainer.watchdog_s": (float, int),
     "trainer.max_actor_ckpt_to_keep": int,
     "trainer.max_critic_ckpt_to_keep": int,
     "ray_init.num_cpus": int,
@@ -91,6 +92,8 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "trainer.device": ("auto", "cpu", "cuda"),
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
     "trainer.worker_group": ("auto", "ray", "in_process"),
+    "trainer.mode": ("sync", "one_step_off", "async"),
+    "trainer.watchdog_action": ("log", "stop"),
 }
 LIST_CHOICES: dict[str, tuple[str, ...]] = {
     "trainer.logger": ("console", "wandb", "tensorboard", "mlflow", "file"),
@@ -248,6 +251,7 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
             f"actor_rollout_ref.rollout.agent_workers is {rollout.agent_workers} but "
             f"rollout.name is {rollout.name}: agent workers reach the inference servers over "
             "HTTP (name=sglang; agentrl serve on CPU); the hf engine lives in the trainer")
+    problems += _mode_problems(cfg)
     if cfg.reward_model.enable and not cfg.reward_model.model.path:
         problems.append("reward_model.enable is true but reward_model.model.path is null")
     if cfg.data.sampler.class_path:
@@ -264,6 +268,46 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
         if value not in allowed:
             problems.append(f"{key} is {value!r}: {why}; it must stay "
                             f"{' or '.join(repr(a) for a in allowed)}")
+    return problems
+
+
+def _mode_problems(cfg: DictConfig) -> list[str]:
+    """What the off-policy modes (trainer.mode one_step_off | async) cannot run with."""
+    mode, staleness = cfg.trainer.mode, cfg["async"].max_staleness
+    problems = []
+    if not isinstance(staleness, int) or isinstance(staleness, bool) or staleness < 0:
+        problems.append(f"async.max_staleness must be an integer >= 0, got {staleness!r}")
+    watchdog = cfg.trainer.watchdog_s
+    if watchdog is not None and watchdog < 0:
+        problems.append(f"trainer.watchdog_s must be >= 0 (0 or null: off), got {watchdog}")
+    if mode == "sync":
+        return problems
+    if mode == "one_step_off" and staleness != 1:
+        problems.append(f"trainer.mode=one_step_off trains each batch one version behind: "
+                        f"async.max_staleness must be 1, got {staleness!r} (use mode=async)")
+    rollout, algorithm = cfg.actor_rollout_ref.rollout, cfg.algorithm
+    unsupported = {
+        "actor_rollout_ref.rollout.agent_function": rollout.agent_function,
+        "actor_rollout_ref.rollout.skip_rollout": rollout.skip_rollout,
+        "algorithm.filter_groups.enable": algorithm.filter_groups.enable,
+    }
+    for key, value in unsupported.items():
+        if value:
+            problems.append(f"{key} is not supported with trainer.mode={mode} yet")
+    if rollout.deterministic:
+        problems.append(f"actor_rollout_ref.rollout.deterministic cannot hold with "
+                        f"trainer.mode={mode}: what is generated under which weights depends "
+                        "on timing; set it to null or false")
+    if rollout.agent_workers > 1:
+        problems.append(f"actor_rollout_ref.rollout.agent_workers must be 1 with "
+                        f"trainer.mode={mode} (its rollout runs in the trainer's process)")
+    if algorithm.adv_estimator == "remax":
+        problems.append(f"algorithm.adv_estimator=remax needs a greedy rollout of each "
+                        f"training batch under the current weights; use trainer.mode=sync")
+    if not rollout.calculate_log_probs:
+        problems.append(f"trainer.mode={mode} needs actor_rollout_ref.rollout."
+                        "calculate_log_probs=true (the off-policy correction and the "
+                        "staleness bookkeeping read the rollout's log-probs)")
     return problems
 
 

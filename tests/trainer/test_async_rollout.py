@@ -1,0 +1,152 @@
+"""RolloutProducer: throttle by policy version, stale groups dropped and generated again,
+the checkpoint's buffer and queue, and the collected DataProto."""
+
+import asyncio
+import time
+
+import pytest
+
+from agentrl.rollout.engine import AsyncRolloutEngine
+from agentrl.rollout.testing import ScriptedBackend, prompts_batch, rollout_config
+from agentrl.trainer.async_rollout import RolloutProducer
+from agentrl.workers.rollout import LoopThread
+
+N, BATCH = 2, 2
+
+
+class SlowBackend(ScriptedBackend):
+    """A scripted backend whose conversations listed in `hold` wait until released."""
+
+    def __init__(self, tokenizer, scripts, hold=()):
+        super().__init__(tokenizer, scripts)
+        self.hold = set(hold)
+        self.release = asyncio.Event()
+
+    async def generate(self, input_ids, sampling_params, request_id):
+        text = self.tokenizer.decode(input_ids, skip_special_tokens=False)
+        if any(f"conv-{k}?" in text for k in self.hold):
+            await self.release.wait()
+        return await super().generate(input_ids, sampling_params, request_id)
+
+
+def loader_batches(n_batches: int):
+    """Loader-shaped batch dicts: batch b holds conversations 2b, 2b + 1."""
+    rows = prompts_batch(n_batches * BATCH)
+    for b in range(n_batches):
+        yield rows[b * BATCH : (b + 1) * BATCH].to_single_dict()
+
+
+@pytest.fixture
+def loop():
+    thread = LoopThread("test-producer")
+    yield thread
+    thread.close()
+
+
+def make_producer(tokenizer, loop, backend, n_batches=3, max_staleness=1):
+    engine = AsyncRolloutEngine(rollout_config(f"n={N}", "response_length=32"), tokenizer,
+                                backend)
+    return RolloutProducer(engine, loop, loader_batches(n_batches), n=N, batch_size=BATCH,
+                           max_staleness=max_staleness, total_batches=n_batches)
+
+
+def scripts(n):
+    return {k: [f"<answer>{k}</answer><|im_end|>"] for k in range(n)}
+
+
+def wait_until(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_throttle_starts_a_batch_only_when_its_version_is_near(tiny_tokenizer, loop):
+    backend = ScriptedBackend(tiny_tokenizer, scripts(6))
+    producer = make_producer(tiny_tokenizer, loop, backend, max_staleness=0)
+    producer.start(version=0)
+    groups, stats = producer.take(BATCH, policy_version=0)
+    assert sorted(g.uid for g in groups) == ["1-0", "1-1"]
+    time.sleep(0.1)
+    assert producer.next_batch == 2 and not producer.finished  # batch 2 waits for version 1
+    assert stats.dropped == 0 and stats.buffer_size == 0
+    backend.weight_version = 1  # the weight sync
+    producer.set_version(1)
+    groups, _ = producer.take(BATCH, policy_version=1)
+    assert sorted(g.uid for g in groups) == ["2-0", "2-1"]
+    producer.stop()
+
+
+def test_a_stale_group_is_dropped_and_generated_again(tiny_tokenizer, loop):
+    backend = ScriptedBackend(tiny_tokenizer, scripts(6))
+    producer = make_producer(tiny_tokenizer, loop, backend, n_batches=2, max_staleness=1)
+    producer.start(version=0)
+    wait_until(lambda: len(producer.finished) == 4)  # batches 1 and 2, all at version 0
+    backend.weight_version = 2
+    producer.set_version(2)
+    groups, stats = producer.take(4, policy_version=2)  # version 0 is 2 behind: too stale
+    assert stats.dropped == 4 and producer.dropped_total == 4
+    assert sorted(g.uid for g in groups) == ["1-0", "1-1", "2-0", "2-1"]
+    assert all(g.versions == [2] for g in groups)  # generated again under version 2
+    producer.stop()
+
+
+def test_collect_gives_n_rows_per_prompt_with_versions(tiny_tokenizer, loop):
+    backend = ScriptedBackend(tiny_tokenizer, scripts(6))
+    backend.weight_version = 5
+    producer = make_producer(tiny_tokenizer, loop, backend)
+    producer.start(version=5)
+    groups, _ = producer.take(BATCH, policy_version=5)
+    data = producer.collect(groups, {"global_steps": 6})
+    assert len(data) == BATCH * N and data.meta_info["global_steps"] == 6
+    uids = list(data.non_tensor_batch["uid"])
+    assert uids == [g.uid for g in groups for _ in range(N)]
+    model = data.batch["response_mask"].bool()
+    assert (data.batch["rollout_versions"][model] == 5).all()
+    assert data.meta_info["metrics"]["rollout/requests"] == BATCH * N
+    producer.stop()
+
+
+def test_state_dict_resumes_every_prompt_once(tiny_tokenizer, loop):
+    class Loader:
+        def state_dict(self):
+            return {"position": "here"}
+
+    backend = SlowBackend(tiny_tokenizer, scripts(6), hold={3})  # batch 2's second prompt
+    producer = make_producer(tiny_tokenizer, loop, backend, n_batches=3, max_staleness=1)
+    producer.start(version=0)
+    first, _ = producer.take(BATCH, policy_version=0)  # batch 1 trained
+    wait_until(lambda: len(producer.finished) == 1)  # 2-0 finished, 2-1 held in flight
+    state = producer.state_dict(Loader())
+    producer.stop()
+    assert state["loader"] == {"position": "here"} and state["next_batch"] == 3
+    assert [g["uid"] for g in state["finished"]] == ["2-0"]
+    assert [g["uid"] for g in state["unfinished"]] == ["2-1"]
+
+    backend = ScriptedBackend(tiny_tokenizer, scripts(6))
+    backend.weight_version = 1
+    resumed = make_producer(tiny_tokenizer, loop, backend, n_batches=3)
+    resumed.batches = (b for i, b in enumerate(loader_batches(3)) if i >= 2)  # the loader's rest
+    resumed.load_state_dict(state)
+    resumed.start(version=1)
+    rest = []
+    for version in (1, 2):
+        groups, _ = resumed.take(BATCH, policy_version=version)
+        rest += groups
+        resumed.engine.backend.weight_version = version + 1
+        resumed.set_version(version + 1)
+    trained = [g.uid for g in first + rest]
+    assert sorted(trained) == ["1-0", "1-1", "2-0", "2-1", "3-0", "3-1"]  # each exactly once
+    assert rest[0].uid == "2-0"  # the saved finished group first, not generated again
+    resumed.stop()
+
+
+def test_a_version_the_servers_never_got_is_an_error(tiny_tokenizer, loop):
+    backend = ScriptedBackend(tiny_tokenizer, scripts(6))  # keeps reporting version 0
+    producer = make_producer(tiny_tokenizer, loop, backend, max_staleness=0)
+    producer.start(version=0)
+    producer.take(BATCH, policy_version=0)
+    producer.set_version(1)  # as if synced, but the backend never saw it
+    with pytest.raises(RuntimeError, match="did not reach them"):
+        producer.take(BATCH, policy_version=1)
+    producer.stop()
