@@ -26,10 +26,13 @@ every data-parallel rank gets about the same number of tokens (agentrl/trainer/b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,6 +64,7 @@ from agentrl.trainer.metrics import (
     timer,
 )
 from agentrl.trainer.tracking import Tracking
+from agentrl.trainer.watchdog import HangReport, StageHangError, Watchdog
 from agentrl.utils.seeding import seed_everything
 from agentrl.workers import ActorRolloutRefWorker, CriticWorker
 from agentrl.workers.reward_model import RewardModelWorker
@@ -83,6 +87,11 @@ def isolate_failed(data: DataProto) -> int:
         data.non_tensor_batch["uid"] = to_object_array(uids, "uid")
     return int(failed.sum())
 
+
+# stages of a step that change no model: a hang in one can stop with the last step saved
+STAGES_BEFORE_UPDATE = frozenset(
+    {"gen", "gen_max", "reward", "old_log_prob", "ref", "values", "adv", "wait_for_rollouts"}
+)
 
 # metric -> its short name in the progress bar
 _PROGRESS_KEYS = {
@@ -156,6 +165,12 @@ class PPOTrainer:
             default_backend=list(config.trainer.logger),
             config=config,
         )
+        self.watchdog = Watchdog(config.trainer.watchdog_s, on_hang=self._on_hang)
+        self._hang: HangReport | None = None
+        self._previous_handler: Any = None
+        self._step_start_state: dict[str, Any] | None = None
+        # the actor syncs the rollout's weights in update_actor (the off-policy modes: no)
+        self.sync_weights_in_update = True
         self.global_steps = 0
         self.val_metrics: dict[str, float] = {}
         self.group: Any = None
@@ -285,27 +300,33 @@ class PPOTrainer:
             self.tracking.log(self.val_metrics, step=self.global_steps)
         if self.config.trainer.val_only:
             return history
-        batches = self._batches()
-        with tqdm(
-            total=self.total_training_steps, initial=self.global_steps, desc="rl", unit="step"
-        ) as bar:
-            while self.global_steps < self.total_training_steps:
-                batch_dict = next(batches)
-                self.global_steps += 1
-                metrics = self.train_step(batch_dict, batches)
-                alerts, alert_metrics = self.monitor.observe(self.global_steps, metrics)
-                metrics |= alert_metrics
-                stop = bool(alerts) and self.config.trainer.alerts.stop_on_alert
-                metrics |= self._after_step(force_save=stop)
-                self.tracking.log(metrics, step=self.global_steps)
-                history.append(metrics)
-                bar.set_postfix(progress_postfix(metrics), refresh=False)
-                bar.update(1)
-                if stop:
-                    logger.error(
-                        "stopping at step %d (trainer.alerts.stop_on_alert): %s; a checkpoint "
-                        "was saved", self.global_steps, "; ".join(a.rule for a in alerts))
-                    break
+        self._start_training()
+        try:
+            with tqdm(
+                total=self.total_training_steps, initial=self.global_steps, desc="rl", unit="step"
+            ) as bar:
+                while self.global_steps < self.total_training_steps:
+                    self.global_steps += 1
+                    metrics = self._next_step()
+                    alerts, alert_metrics = self.monitor.observe(self.global_steps, metrics)
+                    metrics |= alert_metrics
+                    stop = bool(alerts) and self.config.trainer.alerts.stop_on_alert
+                    metrics |= self._after_step(force_save=stop)
+                    self.tracking.log(metrics, step=self.global_steps)
+                    history.append(metrics)
+                    bar.set_postfix(progress_postfix(metrics), refresh=False)
+                    bar.update(1)
+                    if stop:
+                        logger.error(
+                            "stopping at step %d (trainer.alerts.stop_on_alert): %s; a "
+                            "checkpoint was saved", self.global_steps,
+                            "; ".join(a.rule for a in alerts))
+                        break
+        except StageHangError as err:
+            self._stop_after_hang(err)
+            raise
+        finally:
+            self._stop_training()
         return history
 
     def _save_config(self) -> None:
@@ -322,6 +343,23 @@ class PPOTrainer:
         while True:  # the loader moves to the next epoch by itself
             yield from self.train_dataloader
 
+    # The three hooks of the fit loop the off-policy trainer (async_trainer.py) replaces.
+
+    def _start_training(self) -> None:
+        """Before the first step: the batch iterator (and the watchdog's stop signal)."""
+        self._train_batches = self._batches()
+        self.watchdog.start()
+        self._install_hang_signal()
+
+    def _next_step(self) -> dict[str, float]:
+        """Step ``global_steps``: draw its batch, train on it, return its metrics."""
+        self._step_start_state = self._trainer_state(self.global_steps - 1)
+        return self.train_step(next(self._train_batches), self._train_batches)
+
+    def _stop_training(self) -> None:
+        self._restore_hang_signal()
+        self.watchdog.stop()
+
     def _after_step(self, force_save: bool = False) -> dict[str, float]:
         """Validation and checkpoint when due (every N steps, after the last step, and when
         ``force_save``)."""
@@ -332,11 +370,11 @@ class PPOTrainer:
         if self.val_dataloader is not None and (
             last or (trainer.test_freq > 0 and step % trainer.test_freq == 0)
         ):
-            with timer("testing", timing):
+            with self._stage("testing", timing):
                 self.val_metrics = self.validate()
             metrics |= self.val_metrics
         if force_save or last or (trainer.save_freq > 0 and step % trainer.save_freq == 0):
-            with timer("save_checkpoint", timing):
+            with self._stage("save_checkpoint", timing):
                 self.save_checkpoint()
         return metrics | compute_timing_metrics(timing)
 
@@ -354,26 +392,46 @@ class PPOTrainer:
             if cfg.algorithm.filter_groups.enable:
                 data, sampling_metrics = self._dynamic_sampling(data, more_batches, step, timing)
                 metrics |= sampling_metrics
-            if cfg.trainer.balance_batch:
-                data, balance_metrics = balance_batch(data, self.n_workers)
-                metrics |= balance_metrics
-            with timer("old_log_prob", timing):
-                data = data.union(self.actor_rollout_wg.compute_log_prob(data))
-            metrics |= compute_rollout_logprob_gap(data)
-            if self.use_reference_policy:
-                with timer("ref", timing):
-                    data = data.union(self.actor_rollout_wg.compute_ref_log_prob(data))
-            if self.use_critic:
-                with timer("values", timing):
-                    data = data.union(self.critic_wg.compute_values(data))
-            with timer("adv", timing):
-                metrics |= self._advantage(data)
-            if self.use_critic:
-                with timer("update_critic", timing):
-                    metrics |= self.critic_wg.update_critic(data).meta_info["metrics"]
-            if step > cfg.trainer.critic_warmup:
-                with timer("update_actor", timing):
-                    metrics |= self.actor_rollout_wg.update_actor(data).meta_info["metrics"]
+            data = self._update(data, step, metrics, timing)
+        return self._step_metrics(data, step, metrics, timing)
+
+    def _update(
+        self, data: DataProto, step: int, metrics: dict[str, float], timing: dict[str, float]
+    ) -> DataProto:
+        """Scored trajectories -> old (and ref) log-probs, values -> advantages -> critic and
+        actor updates; adds to ``metrics`` and ``timing``, returns the batch with it all.
+        The actor syncs the rollout's weights itself unless ``sync_weights_in_update`` is
+        off (the off-policy modes sync when their producer allows)."""
+        cfg = self.config
+        if cfg.trainer.balance_batch:
+            data, balance_metrics = balance_batch(data, self.n_workers)
+            metrics |= balance_metrics
+        with self._stage("old_log_prob", timing):
+            data = data.union(self.actor_rollout_wg.compute_log_prob(data))
+        metrics |= compute_rollout_logprob_gap(data)
+        if self.use_reference_policy:
+            with self._stage("ref", timing):
+                data = data.union(self.actor_rollout_wg.compute_ref_log_prob(data))
+        if self.use_critic:
+            with self._stage("values", timing):
+                data = data.union(self.critic_wg.compute_values(data))
+        with self._stage("adv", timing):
+            metrics |= self._advantage(data)
+        if self.use_critic:
+            with self._stage("update_critic", timing):
+                metrics |= self.critic_wg.update_critic(data).meta_info["metrics"]
+        if step > cfg.trainer.critic_warmup:
+            data.meta_info["sync_weights"] = self.sync_weights_in_update
+            with self._stage("update_actor", timing):
+                metrics |= self.actor_rollout_wg.update_actor(data).meta_info["metrics"]
+        return data
+
+    def _step_metrics(
+        self, data: DataProto, step: int, metrics: dict[str, float], timing: dict[str, float]
+    ) -> dict[str, float]:
+        """Dump the step's trajectories (``rollout_data_dir``), gather its metrics, and give
+        a curriculum sampler the batch."""
+        cfg = self.config
         if cfg.trainer.rollout_data_dir:
             self._dump(Path(cfg.trainer.rollout_data_dir), data)
         metrics |= {k: float(v) for k, v in data.meta_info.get("metrics", {}).items()}
@@ -387,6 +445,12 @@ class PPOTrainer:
         if callable(getattr(sampler, "update", None)):  # a curriculum (data.sampler)
             sampler.update(batch=data)
         return metrics
+
+    @contextlib.contextmanager
+    def _stage(self, name: str, timing: dict[str, float]) -> Iterator[None]:
+        """Time a stage (``timing_s/{name}``) and watch it for hangs (``trainer.watchdog_s``)."""
+        with self.watchdog.stage(name, f"step {self.global_steps}"), timer(name, timing):
+            yield
 
     def _generate_and_score(
         self, batch_dict: dict[str, Any], step: int, timing: dict[str, float], round_: int = 0
@@ -402,13 +466,13 @@ class PPOTrainer:
         batch.meta_info.update(
             temperature=float(cfg.actor_rollout_ref.rollout.temperature), global_steps=step
         )
-        with timer("gen", timing):
+        with self._stage("gen", timing):
             data = self._rollout(batch, step, round_)
         if cfg.algorithm.adv_estimator == "remax":
-            with timer("gen_max", timing):
+            with self._stage("gen_max", timing):
                 data.batch["reward_baselines"] = self._greedy_baseline(batch, len(data))
         isolate_failed(data)
-        with timer("reward", timing):
+        with self._stage("reward", timing):
             data = self._score(data, self.reward_fn)
         return data
 
@@ -621,21 +685,19 @@ class PPOTrainer:
         """``trainer.default_local_dir`` as an absolute path (Ray workers have other cwds)."""
         return Path(str(self.config.trainer.default_local_dir)).resolve()
 
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self, state: dict[str, Any] | None = None) -> Path:
         """Write ``global_step_N/{actor,critic,data.pt}`` (under a ``.partial`` name until
-        complete), mark it latest, rotate old ones."""
-        trainer, step = self.config.trainer, self.global_steps
+        complete), mark it latest, rotate old ones. ``state``: the driver's state to save
+        (``_trainer_state``; default: now's)."""
+        trainer = self.config.trainer
+        step = self.global_steps if state is None else int(state["global_step"])
         ckpt.remove_partial(self.checkpoint_root)
         partial = ckpt.partial_dir(self.checkpoint_root, step)
         partial.mkdir(parents=True, exist_ok=True)
         self.actor_rollout_wg.save_checkpoint(str(partial / "actor"), global_step=step)
         if self.use_critic:
             self.critic_wg.save_checkpoint(str(partial / "critic"), global_step=step)
-        state = {"global_step": step, "dataloader": self.train_dataloader.state_dict()}
-        if self.kl_ctrl is not None:
-            state["kl_coef"] = float(self.kl_ctrl.value)
-        state["alerts"] = self.monitor.state_dict()
-        ckpt.save_trainer_state(partial, state)
+        ckpt.save_trainer_state(partial, state or self._trainer_state(step))
         path = ckpt.commit(self.checkpoint_root, step)
         ckpt.rotate(self.checkpoint_root, "actor", trainer.max_actor_ckpt_to_keep)
         ckpt.rotate(self.checkpoint_root, "critic", trainer.max_critic_ckpt_to_keep)
@@ -656,19 +718,69 @@ class PPOTrainer:
         self.actor_rollout_wg.load_checkpoint(str(path.resolve() / "actor"))
         if self.use_critic:
             self.critic_wg.load_checkpoint(str(path.resolve() / "critic"))
-        state = ckpt.load_trainer_state(path)
+        self._load_trainer_state(ckpt.load_trainer_state(path))
+        logger.info("resumed from %s at global step %d", path, self.global_steps)
+        return self.global_steps
+
+    def _trainer_state(self, step: int) -> dict[str, Any]:
+        """The driver's share of a checkpoint (``data.pt``) as of ``step``."""
+        state = {"global_step": step, "dataloader": self.train_dataloader.state_dict()}
+        if self.kl_ctrl is not None:
+            state["kl_coef"] = float(self.kl_ctrl.value)
+        state["alerts"] = self.monitor.state_dict()
+        return state
+
+    def _load_trainer_state(self, state: dict[str, Any]) -> None:
         self.train_dataloader.load_state_dict(state["dataloader"])
         if self.kl_ctrl is not None and "kl_coef" in state:
             self.kl_ctrl.value = state["kl_coef"]
         self.monitor.load_state_dict(state.get("alerts", {}))
         self.global_steps = int(state["global_step"])
-        logger.info("resumed from %s at global step %d", path, self.global_steps)
-        return self.global_steps
+
+    # ------------------------------------------------------------------ hangs
+
+    def _on_hang(self, report: HangReport) -> None:
+        """The watchdog's callback (its thread): with ``watchdog_action: stop``, interrupt
+        the training loop, which raises StageHangError in the main thread."""
+        if self.config.trainer.watchdog_action == "stop" and self._hang is None:
+            self._hang = report
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+
+    def _install_hang_signal(self) -> None:
+        if self.config.trainer.watchdog_action != "stop" or not self.watchdog.enabled:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("trainer.watchdog_action=stop needs the trainer in the main "
+                           "thread; a hang will only be logged")
+            return
+
+        def raise_hang(signum: int, frame: Any) -> None:
+            raise StageHangError(self._hang)
+
+        self._previous_handler = signal.signal(signal.SIGUSR1, raise_hang)
+
+    def _restore_hang_signal(self) -> None:
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGUSR1, self._previous_handler)
+            self._previous_handler = None
+
+    def _stop_after_hang(self, err: StageHangError) -> None:
+        """Save the state of the last finished step when the hang came before anything of
+        the current step changed the models (so nothing is trained twice or skipped)."""
+        stage = err.report.stage
+        if stage not in STAGES_BEFORE_UPDATE or self._step_start_state is None:
+            logger.error("stopped by the watchdog in stage %r; no checkpoint (the models "
+                         "may be mid-update): resume from the last one", stage)
+            return
+        path = self.save_checkpoint(self._step_start_state)
+        logger.error("stopped by the watchdog in stage %r; saved the last finished step "
+                     "to %s", stage, path)
 
     # ------------------------------------------------------------------ teardown
 
     def close(self) -> None:
         """Finish tracking, stop the rollout and the workers (and Ray if we started it)."""
+        self.watchdog.stop()
         self.tracking.finish()
         if self.group is not None:
             try:

@@ -55,6 +55,15 @@ class HangReport:
     text: str  # the full report that was logged
 
 
+class StageHangError(RuntimeError):
+    """Raised in the trainer's main thread when ``trainer.watchdog_action`` is ``stop``."""
+
+    def __init__(self, report: HangReport) -> None:
+        super().__init__(f"stage {report.stage!r} made no progress for "
+                         f"{report.stalled_s:.1f} s (trainer.watchdog_s)")
+        self.report = report
+
+
 @dataclass
 class _Entry:
     """One active stage of one owner; mutated only under ``Watchdog._lock``."""

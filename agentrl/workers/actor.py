@@ -227,7 +227,9 @@ class ActorRolloutRefWorker(Worker):
     @register(Dispatch.DP_COMPUTE)
     def update_actor(self, data: DataProto) -> DataProto:
         """PPO epochs on this rank's share; one scheduler step; then, in the hybrid engine,
-        the rollout gets the new weights. Returns ``meta_info["metrics"]``."""
+        the rollout gets the new weights (unless ``meta_info["sync_weights"]`` is false: the
+        off-policy modes call ``sync_rollout_weights`` when their producer allows). Returns
+        ``meta_info["metrics"]``."""
         actor = self._require(self.actor, "the actor")
         scheduler = self._require(self.lr_scheduler, "training (roles with the actor)")
         started = time.perf_counter()
@@ -239,7 +241,7 @@ class ActorRolloutRefWorker(Worker):
             self.global_step += 1
             metrics["actor/lr"] = lr
             metrics["timing/update_actor_s"] = time.perf_counter() - started
-            if self.rollout is not None:
+            if self.rollout is not None and data.meta_info.get("sync_weights", True):
                 residency.offload(params=False)  # optimizer state out before the engine wakes
                 metrics.update(self._sync_rollout_weights())
         return DataProto(meta_info={"metrics": metrics})
