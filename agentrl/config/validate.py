@@ -302,8 +302,8 @@ def _mode_problems(cfg: DictConfig) -> list[str]:
         problems.append(f"actor_rollout_ref.rollout.agent_workers must be 1 with "
                         f"trainer.mode={mode} (its rollout runs in the trainer's process)")
     if algorithm.adv_estimator == "remax":
-        problems.append(f"algorithm.adv_estimator=remax needs a greedy rollout of each "
-                        f"training batch under the current weights; use trainer.mode=sync")
+        problems.append("algorithm.adv_estimator=remax needs a greedy rollout of each "
+                        "training batch under the current weights; use trainer.mode=sync")
     if not rollout.calculate_log_probs:
         problems.append(f"trainer.mode={mode} needs actor_rollout_ref.rollout."
                         "calculate_log_probs=true (the off-policy correction and the "

@@ -7,7 +7,7 @@
 See docs/trainer.md.
 """
 
-from agentrl.trainer.ppo_trainer import PPOTrainer, run_train
+from agentrl.trainer.ppo_trainer import PPOTrainer, create_trainer, run_train
 from agentrl.trainer.tracking import Tracking
 
-__all__ = ["PPOTrainer", "Tracking", "run_train"]
+__all__ = ["PPOTrainer", "Tracking", "create_trainer", "run_train"]

@@ -133,6 +133,10 @@ class RolloutProducer:
 
     # ------------------------------------------------------------------ trainer thread
 
+    @property
+    def started(self) -> bool:
+        return self._main is not None
+
     def start(self, version: int) -> None:
         """Start producing with the servers at policy ``version``."""
         self.version = version

@@ -258,6 +258,10 @@ class PPOTrainer:
         if cfg.reward_model.enable:
             self.rm_wg = self.group.role("reward_model")
             self.rm_wg.init_model()
+        if isinstance(self.group, InProcessWorkerGroup):  # its engine's tasks, in a hang report
+            rollout = getattr(self.group.worker("actor_rollout"), "rollout", None)
+            if rollout is not None:
+                self.watchdog.register_loop(rollout.loop.loop, "rollout")
 
     def _ray_group(self, specs: dict[str, WorkerSpec]) -> RayWorkerGroup:
         import ray
@@ -637,7 +641,8 @@ class PPOTrainer:
         ``prompt_ids`` and ``response_ids`` (no padding), ``loss_mask`` (aligned with
         response_ids: 1 on model tokens, 0 on tool and user turns), ``response_tokens``
         (each response id decoded on its own, so the report needs no tokenizer),
-        ``messages``, ``num_turns``, ``tool_calls`` ({tool: calls}) and ``finish_reason``."""
+        ``messages``, ``num_turns``, ``tool_calls`` ({tool: calls}), ``finish_reason`` and
+        ``policy_versions`` (the policy versions that wrote its model tokens)."""
         directory.mkdir(parents=True, exist_ok=True)
         scores = data.batch["token_level_scores"].sum(-1).tolist()  # (B,)
         columns = data.non_tensor_batch
@@ -664,8 +669,17 @@ class PPOTrainer:
                     "num_turns": columns.get("num_turns", absent)[i],
                     "tool_calls": metrics.get("tool_calls"),
                     "finish_reason": columns.get("finish_reason", absent)[i],
+                    "policy_versions": self._policy_versions(data, i),
                 }
                 f.write(json.dumps(row, default=_json_default) + "\n")
+
+    @staticmethod
+    def _policy_versions(data: DataProto, i: int) -> list[int]:
+        """The distinct policy versions of row ``i``'s model tokens (sorted; [] unknown)."""
+        if "rollout_versions" not in data.batch.keys():
+            return []
+        versions = data.batch["rollout_versions"][i][data.batch["response_mask"][i].bool()]
+        return sorted({v for v in versions.tolist() if v >= 0})
 
     @staticmethod
     def _trajectory_ids(data: DataProto, i: int) -> tuple[list[int], list[int], list[int]]:
@@ -805,9 +819,19 @@ class PPOTrainer:
         self.close()
 
 
+def create_trainer(config: DictConfig) -> PPOTrainer:
+    """The trainer of ``trainer.mode``: PPOTrainer (sync), else AsyncPPOTrainer."""
+    if config.trainer.mode == "sync":
+        return PPOTrainer(config)
+    from agentrl.trainer.async_trainer import AsyncPPOTrainer
+
+    return AsyncPPOTrainer(config)
+
+
 def run_train(config: DictConfig) -> list[dict[str, float]]:
-    """Build a PPOTrainer, fit it, close it; returns the per-step metrics."""
-    trainer = PPOTrainer(config)
+    """Build the trainer of ``trainer.mode``, fit it, close it; returns the per-step
+    metrics."""
+    trainer = create_trainer(config)
     try:
         return trainer.fit()
     finally:

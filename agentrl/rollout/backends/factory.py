@@ -94,7 +94,7 @@ def _sglang_backend(cfg: dict[str, Any], model_path: str | None, tokenizer: Any)
                 "launching sglang servers needs actor_rollout_ref.model.path "
                 "(or set actor_rollout_ref.rollout.server_urls)"
             )
-        launcher = _launcher(cfg, model_path)
+        launcher = server_launcher(cfg, model_path)
         urls = launcher.start()
     return SGLangBackend(
         urls,
@@ -109,7 +109,8 @@ def _sglang_backend(cfg: dict[str, Any], model_path: str | None, tokenizer: Any)
     )
 
 
-def _launcher(cfg: dict[str, Any], model_path: str) -> ServerLauncher:
+def server_launcher(cfg: dict[str, Any], model_path: str) -> ServerLauncher:
+    """The SGLang servers (or ``launch_command``'s) of a plain ``rollout`` config dict."""
     tp = cfg["tensor_model_parallel_size"]
     num_servers = cfg["num_servers"]
     if num_servers is None:

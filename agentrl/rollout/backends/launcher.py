@@ -208,7 +208,8 @@ class ServerLauncher:
         return "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
 
     def _spawn(self, index: int, port: int) -> ServerProcess:
-        env = {**os.environ, **self.env}
+        # agentrl serve dies with this process (serve_cli.die_with_parent)
+        env = {**os.environ, "AGENTRL_PARENT_PID": str(os.getpid()), **self.env}
         if self.gpus_per_server > 0:
             first = index * self.gpus_per_server
             env["CUDA_VISIBLE_DEVICES"] = ",".join(

@@ -12,7 +12,10 @@ place of SGLang (`actor_rollout_ref.rollout.launch_command="agentrl serve"`).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
+import os
+import signal
 import sys
 
 logger = logging.getLogger(__name__)
@@ -66,6 +69,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-remote-code", action="store_true", help="for custom models")
 
 
+PARENT_PID_ENV = "AGENTRL_PARENT_PID"  # set by the server launcher
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> bool:
+    """When a launcher started this server (``AGENTRL_PARENT_PID``), have the kernel send
+    SIGTERM when the launching process dies, ``kill -9`` included, so a killed trainer
+    leaves no server behind; True when set up (Linux only)."""
+    parent = os.environ.get(PARENT_PID_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        logger.warning("cannot ask to die with the launcher: errno %d", ctypes.get_errno())
+        return False
+    if os.getppid() != int(parent):  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
     from transformers import AutoTokenizer
@@ -76,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_num_seqs < 1:
         logger.error("--max-num-seqs must be >= 1, got %d", args.max_num_seqs)
         return 2
+    die_with_parent()
     tokenizer_path = args.tokenizer or args.model
     try:
         tokenizer = AutoTokenizer.from_pretrained(
