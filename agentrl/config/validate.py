@@ -47,7 +47,6 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
     "reward_model.micro_batch_size_per_gpu": int,
     "reward_model.max_length": int,
     "trainer.total_training_steps": int,
-    "trainer.watchdog_s": (float, int),
     "trainer.max_actor_ckpt_to_keep": int,
     "trainer.max_critic_ckpt_to_keep": int,
     "ray_init.num_cpus": int,

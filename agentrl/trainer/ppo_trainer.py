@@ -326,9 +326,15 @@ class PPOTrainer:
                             "checkpoint was saved", self.global_steps,
                             "; ".join(a.rule for a in alerts))
                         break
-        except StageHangError as err:
-            self._stop_after_hang(err)
-            raise
+        except Exception as err:
+            if self._hang is None:
+                raise
+            # the signal's StageHangError, possibly wrapped by a worker call it interrupted
+            hang = err if isinstance(err, StageHangError) else StageHangError(self._hang)
+            self._stop_after_hang(hang)
+            if hang is err:
+                raise
+            raise hang from err
         finally:
             self._stop_training()
         return history
