@@ -4,12 +4,15 @@ latency, measured in one run.
 
     python bench/async_vs_sync.py                    # seed 0, 25 steps per mode
     python bench/async_vs_sync.py --seeds 0 1 --steps 25 --out-dir outputs/async_vs_sync
+    python bench/async_vs_sync.py --modes async --max-staleness 1   # one mode, another bound
 
 The quickstart's model is SFT-warm-started once per seed (its defaults: nano model, 1,100
 steps on the imperfect teacher); then each mode runs GRPO from that model with the
 quickstart's recipe, its calculator answering after a lognormal delay (median 200 ms, capped
-at 3 s: bench/latency_calculator.py). Steps per minute count the training loop's steps over
-the sum of their wall times (server start-up, validation and the final checkpoint excluded);
+at 3 s: bench/latency_calculator.py); async runs with ``async.max_staleness`` 2 unless
+``--max-staleness`` says otherwise (one_step_off is 1 by definition). Steps per minute count
+the training loop's steps over the sum of their wall times (server start-up, validation and
+the final checkpoint excluded);
 accuracy is greedy on the quickstart's 256 held-out problems (± standard error), evaluated
 with the plain calculator. Prints a markdown table per seed and, last, one JSON line with
 ``sync_steps_per_min``, ``one_step_off_steps_per_min``, ``async_steps_per_min`` and
@@ -44,7 +47,9 @@ def latency_tools(path: Path, seed: int) -> Path:
     return path
 
 
-def run_seed(out: Path, seed: int, steps: int, modes: tuple[str, ...]) -> dict[str, Any]:
+def run_seed(
+    out: Path, seed: int, steps: int, modes: tuple[str, ...], max_staleness: int = 2
+) -> dict[str, Any]:
     from agentrl.models.tiny import make_tiny_model
     from agentrl.quickstart.evaluation import evaluate_model
     from agentrl.quickstart.pipeline import QuickstartSettings, rl_config, rl_model_dir
@@ -72,7 +77,10 @@ def run_seed(out: Path, seed: int, steps: int, modes: tuple[str, ...]) -> dict[s
 
     result: dict[str, Any] = {"seed": seed, "steps": steps, "eval_sft": evaluate(sft_dir, "eval_sft")}
     for mode in modes:
-        settings = dataclasses.replace(s, overrides=(f"trainer.mode={mode}",))
+        overrides = [f"trainer.mode={mode}"]
+        if mode == "async":
+            overrides.append(f"async.max_staleness={max_staleness}")
+        settings = dataclasses.replace(s, overrides=tuple(overrides))
         cfg = rl_config(sft_dir, data, slow_tools, out / f"rl_{mode}", settings)
         history = run_train(cfg)
         loop_s = sum(m["timing_s/step"] for m in history)
@@ -118,12 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--max-staleness", type=int, default=2, help="async mode's bound")
     parser.add_argument("--out-dir", type=Path, default=Path("outputs/async_vs_sync"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     sys.path.insert(0, str(ROOT))  # tools.calculator for the latency tool
     modes = tuple(args.modes)
-    results = [run_seed(args.out_dir.resolve() / f"seed_{seed}", seed, args.steps, modes)
+    results = [run_seed(args.out_dir.resolve() / f"seed_{seed}", seed, args.steps, modes,
+                        args.max_staleness)
                for seed in args.seeds]
     for result in results:
         print(table(result, modes) + "\n")

@@ -4,7 +4,8 @@ gateway (agentrl/gateway/server.py) in front of the configured backend.
 The backend is `actor_rollout_ref.rollout` of the config (`hf`: the model in this process;
 `sglang`: servers), the tool-call format `multi_turn.format`, the default completion budget
 `data.max_response_length`. Agents use `http://HOST:P/sessions/<episode id>/v1` as their
-OpenAI base URL.
+OpenAI base URL, and `DELETE /sessions/<episode id>` when they have read its record.
+Request bodies are bounded (`--max-body-bytes`, `--body-timeout`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 from agentrl.config import ConfigError, load_config
+from agentrl.utils.http_limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="Hugging Face model directory")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8300, help="port (default 8300)")
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                        help="largest request body; larger ones get a 413 (default 8 MiB)")
+    parser.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT,
+                        help="seconds a request body may take to arrive; then a 408 (default 30)")
     parser.add_argument("overrides", nargs="*", help="config overrides key.sub=value")
 
 
@@ -49,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         tool_format=rollout.multi_turn.format,
         chat_template_kwargs=OmegaConf.to_container(cfg.data.apply_chat_template_kwargs),
         default_max_tokens=int(cfg.data.max_response_length),
+        max_body_bytes=args.max_body_bytes, body_timeout=args.body_timeout,
     )  # fmt: skip
     logger.info("gateway on http://%s:%d/sessions/<id>/v1", args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -17,6 +17,12 @@ Routes (the session id is part of the base URL, so unmodified clients work):
 - ``GET /sessions/{id}``: ``{"trajectories": [{"token_ids", "loss_mask", "log_probs",
   "prompt_length"}], "reward", "rewrites"}`` (agentrl/gateway/sessions.py).
 - ``POST /sessions/{id}/reward``: ``{"reward": R}``.
+- ``DELETE /sessions/{id}``: the session's record (as ``GET``), then it is forgotten: a
+  long-lived gateway keeps every session until it is deleted (agent mode deletes its own).
+
+With ``max_body_bytes`` (``agentrl gateway`` sets it) a request body above it gets a 413
+and one that does not arrive within ``body_timeout`` seconds a 408
+(agentrl/utils/http_limits.py, as the sandbox and the retriever).
 
 Not supported yet, refused with a 400 naming the field: ``n`` > 1, ``stop`` sequences, a
 ``tool_choice`` other than ``auto`` / ``none``. Malformed requests get OpenAI-style errors
@@ -38,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentrl.gateway.sessions import Session, normalize_message
 from agentrl.rollout.chat import ChatRenderer
 from agentrl.rollout.parsers import ParseResult, get_tool_parser
+from agentrl.utils.http_limits import BodyLimitMiddleware
 
 DEFAULT_MAX_TOKENS = 512
 
@@ -78,12 +85,17 @@ def create_app(
     tool_format: str = "hermes",
     chat_template_kwargs: dict[str, Any] | None = None,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_body_bytes: int | None = None,
+    body_timeout: float | None = None,
 ) -> FastAPI:
     """The gateway app in front of ``backend`` (an agentrl ``GenerationBackend``)."""
     renderer = ChatRenderer(tokenizer, dict(chat_template_kwargs or {}))
     sessions: dict[str, Session] = {}
     app = FastAPI(title="agentrl gateway")
     app.state.sessions = sessions
+    if max_body_bytes is not None:  # its errors stay OpenAI-shaped: only the body limits
+        app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes,
+                           body_timeout=body_timeout)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Any, exc: RequestValidationError) -> JSONResponse:
@@ -106,6 +118,13 @@ def create_app(
         if session_id not in sessions:
             raise HTTPException(404, detail=f"no session {session_id!r}")
         return sessions[session_id].as_dict()
+
+    @app.delete("/sessions/{session_id}")
+    async def delete_session(session_id: str) -> dict:
+        session = sessions.pop(session_id, None)
+        if session is None:
+            raise HTTPException(404, detail=f"no session {session_id!r}")
+        return session.as_dict()
 
     @app.post("/sessions/{session_id}/reward")
     async def set_reward(session_id: str, body: dict[str, Any]) -> dict:

@@ -1,9 +1,11 @@
 """The off-policy modes' rollout: a producer that keeps generating while the actor trains.
 
-    producer = RolloutProducer(engine, loop, batches, n=8, batch_size=16, max_staleness=1,
+    producer = RolloutProducer(engine, loop, n=8, batch_size=16, max_staleness=1,
                                total_batches=100)
     producer.start(version=0)
-    groups, stats = producer.take(16, policy_version=0)   # the trainer's thread; blocks
+    for _ in range(producer.batches_wanted()):
+        producer.add_batch(next(loader_batches))         # the trainer pushes the data order
+    groups, stats = producer.take(16, policy_version=0)   # blocks
     data = producer.collect(groups, meta_info)            # one DataProto, as the sync rollout
     ...train...; sync the weights to the servers; producer.set_version(1)
     state = producer.state_dict()                         # the checkpoint's share
@@ -12,7 +14,9 @@
 The engine (``AsyncRolloutEngine`` over the inference servers, ``agentrl serve`` on CPU,
 SGLang on GPUs) runs on an event loop in its own thread (``loop``, a ``LoopThread``), one
 coroutine per prompt group (``rollout.n`` requests), all sharing one batch context, so
-``max_concurrent_requests`` bounds the whole producer.
+``max_concurrent_requests`` bounds the whole producer. The trainer runs it in a process of
+its own (``ProducerHost``, a Ray actor): the agent loop's Python work (templates, tokenizer,
+HTTP) then never competes with the update for the trainer's interpreter lock.
 
 Versions. Policy version v is the actor after v updates; the servers report the version
 of every generation call and each model token keeps it (``AsyncRolloutRequest.weight_versions``).
@@ -32,10 +36,11 @@ next turn under the new weights. With ``one_step_off`` the trainer instead waits
 producer is idle before it syncs (``wait_idle``), so each batch is generated under one
 version (verl's one-step-off).
 
-Checkpoints. ``state_dict`` records, atomically with the loader's position, the finished
-groups not yet trained (their requests) and the prompts pulled but unfinished (in flight or
-waiting); ``load_state_dict`` puts the first back in the buffer and the second at the head of
-the queue, to be generated again: a resumed run trains every prompt of the data order once.
+Checkpoints. ``state_dict`` records the finished groups not yet trained (their requests) and
+the prompts pushed but unfinished (in flight or waiting); saved with the loader's position
+(the trainer pushes batches from its own thread, so the two agree), ``load_state_dict`` puts
+the first back in the buffer and the second at the head of the queue, to be generated again:
+a resumed run trains every prompt of the data order once.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,21 +97,20 @@ class PromptGroup:
 class TakeStats:
     """What one ``take`` saw: the per-step ``async/*`` metrics come from it."""
 
-    waited_s: float  # the trainer's idle time in this take
+    waited_s: float  # the trainer's idle time in this take (the last call, with timeouts)
     rollout_idle_s: float  # time the producer had nothing to generate since the last take
     dropped: int  # groups dropped as too stale (their prompts are generated again)
     buffer_size: int  # finished groups left waiting after the take
 
 
 class RolloutProducer:
-    """See the module docstring. ``batches`` yields the loader's batch dicts; ``on_progress``
-    (optional) is called in the loop thread each time a group finishes (the watchdog)."""
+    """See the module docstring. ``on_progress`` (optional) is called in the loop thread each
+    time a group finishes."""
 
     def __init__(
         self,
         engine: Any,
         loop: Any,
-        batches: Iterator[dict[str, Any]],
         *,
         n: int,
         batch_size: int,
@@ -114,16 +118,17 @@ class RolloutProducer:
         total_batches: int,
         on_progress: Callable[[], None] | None = None,
     ) -> None:
-        self.engine, self.loop, self.batches = engine, loop, batches
+        self.engine, self.loop = engine, loop
         self.n, self.batch_size = n, batch_size
         self.max_staleness, self.total_batches = max_staleness, total_batches
         self.on_progress = on_progress
         self.version = 0
-        self.next_batch = 1  # the next loader batch to pull
+        self.next_batch = 1  # the index the next pushed loader batch gets
         self.waiting: deque[PromptGroup] = deque()  # pulled, not started (data order)
         self.running: dict[str, tuple[PromptGroup, asyncio.Task]] = {}
         self.finished: list[PromptGroup] = []  # in the order they finished
         self.dropped_total = 0
+        self._dropped_since_take = 0
         self._changed: asyncio.Event | None = None
         self._main: asyncio.Task | None = None
         self._ctx: Any = None
@@ -146,10 +151,21 @@ class RolloutProducer:
         """The servers now hold ``version`` (called after each weight sync)."""
         self.loop.run(self._set_version(version))
 
-    def take(self, count: int, policy_version: int) -> tuple[list[PromptGroup], TakeStats]:
+    def batches_wanted(self) -> int:
+        """How many more loader batches the throttle lets start now."""
+        return self.loop.run(self._batches_wanted())
+
+    def add_batch(self, batch_dict: dict[str, Any]) -> None:
+        """Queue the next loader batch (its prompts start when the throttle allows)."""
+        self.loop.run(self._add_batch(batch_dict))
+
+    def take(
+        self, count: int, policy_version: int, timeout: float | None = None
+    ) -> tuple[list[PromptGroup], TakeStats] | None:
         """Block until ``count`` finished groups at most ``max_staleness`` versions older
-        than ``policy_version`` are ready; return them (first finished first)."""
-        return self.loop.run(self._take(count, policy_version))
+        than ``policy_version`` are ready; return them (first finished first). With
+        ``timeout``: None when they are not ready by then."""
+        return self.loop.run(self._take(count, policy_version, timeout))
 
     def wait_idle(self) -> float:
         """Block until nothing is generating (one_step_off, before a weight sync); returns
@@ -168,10 +184,9 @@ class RolloutProducer:
                 requests.append(request)
         return self.engine.collect(requests, batch, max(g.seconds for g in groups))
 
-    def state_dict(self, loader: Any) -> dict[str, Any]:
-        """The checkpoint's share (module docstring), with ``loader.state_dict()`` taken at
-        the same moment: nothing is pulled between the two."""
-        return self.loop.run(self._state_dict(loader))
+    def state_dict(self) -> dict[str, Any]:
+        """The checkpoint's share (module docstring)."""
+        return self.loop.run(self._state_dict())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict``'s buffer and queue (before ``start``)."""
@@ -197,10 +212,9 @@ class RolloutProducer:
         self._changed.set()
 
     async def _produce(self) -> None:
-        """Pull batches and start prompts as the throttle allows, until stopped."""
+        """Start queued prompts as the throttle allows, until stopped."""
         try:
             while True:
-                self._pull()
                 while self.waiting and self._allowed(self.waiting[0].batch_index):
                     group = self.waiting.popleft()
                     group.started_version = self.version
@@ -219,18 +233,20 @@ class RolloutProducer:
     def _allowed(self, batch_index: int) -> bool:
         return self.version >= batch_index - 1 - self.max_staleness
 
-    def _pull(self) -> None:
-        """Pull the loader batches the throttle lets start (up to ``total_batches``)."""
-        while self.next_batch <= self.total_batches and self._allowed(self.next_batch):
-            batch = DataProto.from_single_dict(next(self.batches))
-            index = self.next_batch
-            batch.non_tensor_batch["uid"] = to_object_array(
-                [f"{index}-{i}" for i in range(len(batch))], "uid"
-            )
-            self.waiting.extend(
-                PromptGroup(f"{index}-{i}", index, batch[i : i + 1]) for i in range(len(batch))
-            )
-            self.next_batch += 1
+    async def _batches_wanted(self) -> int:
+        last = min(self.total_batches, self.version + 1 + self.max_staleness)
+        return max(0, last - self.next_batch + 1)
+
+    async def _add_batch(self, batch_dict: dict[str, Any]) -> None:
+        batch, index = DataProto.from_single_dict(batch_dict), self.next_batch
+        batch.non_tensor_batch["uid"] = to_object_array(
+            [f"{index}-{i}" for i in range(len(batch))], "uid"
+        )
+        self.waiting.extend(
+            PromptGroup(f"{index}-{i}", index, batch[i : i + 1]) for i in range(len(batch))
+        )
+        self.next_batch += 1
+        self._changed.set()
 
     async def _run(self, group: PromptGroup) -> None:
         started = time.perf_counter()
@@ -269,22 +285,34 @@ class RolloutProducer:
             self._idle_since = now
         return idle
 
-    async def _take(self, count: int, policy_version: int) -> tuple[list[PromptGroup], TakeStats]:
-        started, dropped = time.perf_counter(), 0
+    async def _take(
+        self, count: int, policy_version: int, timeout: float | None
+    ) -> tuple[list[PromptGroup], TakeStats] | None:
+        started = time.perf_counter()
+        deadline = None if timeout is None else started + timeout
         while True:
             if self._error is not None:
                 raise RuntimeError("the rollout producer failed") from self._error
-            dropped += self._drop_stale(policy_version)
+            self._drop_stale(policy_version)
             if len(self.finished) >= count:
                 break
             if self._main is None or self._main.done():
                 raise RuntimeError(
                     f"the rollout producer has stopped with {len(self.finished)} of the "
-                    f"{count} groups a step needs (all {self.total_batches} batches pulled)"
+                    f"{count} groups a step needs"
+                )
+            if not (self.running or self.waiting):
+                raise RuntimeError(
+                    f"{len(self.finished)} finished groups and nothing left to generate for "
+                    f"a step of {count}: push the loader's batches first (add_batch)"
                 )
             self._changed.clear()
-            await self._changed.wait()
+            if deadline is None:
+                await self._changed.wait()
+            elif not await _wait(self._changed, deadline - time.perf_counter()):
+                return None
         groups, self.finished = self.finished[:count], self.finished[count:]
+        dropped, self._dropped_since_take = self._dropped_since_take, 0
         self._changed.set()  # room for the throttle to look again
         return groups, TakeStats(time.perf_counter() - started, self._idle_seconds(), dropped,
                                  len(self.finished))
@@ -303,6 +331,7 @@ class RolloutProducer:
             group.requests, group.seconds = [], 0.0
             self.waiting.appendleft(group)
         self.dropped_total += len(stale)
+        self._dropped_since_take += len(stale)
         self._changed.set()
         return len(stale)
 
@@ -313,13 +342,12 @@ class RolloutProducer:
             await self._changed.wait()
         return time.perf_counter() - started
 
-    async def _state_dict(self, loader: Any) -> dict[str, Any]:
+    async def _state_dict(self) -> dict[str, Any]:
         unfinished = [g for g, _ in self.running.values()] + list(self.waiting)
         unfinished.sort(key=lambda g: (g.batch_index, int(g.uid.split("-")[1])))
         return {
             "next_batch": self.next_batch,
             "dropped_total": self.dropped_total,
-            "loader": loader.state_dict(),
             "finished": [_record(g) for g in self.finished],
             "unfinished": [_record(g, with_requests=False) for g in unfinished],
         }
@@ -330,6 +358,15 @@ class RolloutProducer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._main = None
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> bool:
+    """Wait for ``event`` at most ``timeout`` seconds; True when it was set."""
+    try:
+        await asyncio.wait_for(event.wait(), max(timeout, 0.0))
+    except TimeoutError:
+        return False
+    return True
 
 
 def _older_than(version: int | None, floor: int) -> bool:

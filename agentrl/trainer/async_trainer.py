@@ -7,8 +7,9 @@
 The rollout runs on inference servers of its own: ``agentrl serve`` processes launched here
 for ``rollout.name=hf`` (the embedded engine, one process per server), SGLang servers for
 ``sglang`` (launched, or ``server_urls``). A ``RolloutProducer`` (async_rollout.py) drives
-them from an event loop in this process and keeps generating while the actor trains in its
-workers. The actor's workers reach the same servers for validation and weight sync. A step:
+them from a process of its own (a Ray actor, producer_host.py) and keeps generating while
+the actor trains in its workers; this process pushes it the loader's batches as its throttle
+allows. The actor's workers reach the same servers for validation and weight sync. A step:
 
     take train_batch_size finished prompt groups (stage wait_for_rollouts)
     -> reward -> PPOTrainer._update: old log-probs under the current policy, advantages,
@@ -32,7 +33,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from agentrl.trainer.async_rollout import RolloutProducer, TakeStats
+from agentrl.trainer.async_rollout import TakeStats
 from agentrl.trainer.metrics import timer
 from agentrl.trainer.ppo_trainer import PPOTrainer, isolate_failed
 
@@ -40,7 +41,8 @@ logger = logging.getLogger(__name__)
 
 SERVE_COMMAND = (sys.executable, "-m", "agentrl.rollout.backends.serve_cli")
 _HF_ENGINE_KWARGS = ("batch_wait_s", "seed", "device")
-_SERVE_MAX_NUM_SEQS = 4096  # rollout.max_num_seqs null: every waiting request joins a batch
+_SERVE_MAX_NUM_SEQS = 4096
+_POLL_S = 2.0  # the trainer asks the producer for its batch this often (watchdog progress)  # rollout.max_num_seqs null: every waiting request joins a batch
 
 
 def staleness_metrics(
@@ -117,9 +119,9 @@ class AsyncPPOTrainer(PPOTrainer):
         super().__init__(config)
         self.mode = str(config.trainer.mode)
         self.sync_weights_in_update = False  # the step syncs when the producer allows
-        self.producer: RolloutProducer | None = None
+        self.host: Any = None  # the ProducerHost actor
+        self._started = False
         self._launcher: Any = None
-        self._loop: Any = None
         self._restored: dict[str, Any] | None = None  # a checkpoint's producer state
         self._threads_before: int | None = None
 
@@ -157,69 +159,96 @@ class AsyncPPOTrainer(PPOTrainer):
         return urls
 
     def _build_producer(self, rollout: dict[str, Any]) -> None:
-        from agentrl.rollout.backends.factory import create_backend
-        from agentrl.rollout.engine import AsyncRolloutEngine
-        from agentrl.workers.rollout import LoopThread, configured_interactions, configured_tools
+        """The producer's process (producer_host.py), its stacks in the watchdog's reports."""
+        import ray
 
-        cfg, multi_turn = self.config, rollout["multi_turn"]
-        self._loop = LoopThread("agentrl-async-rollout")
-        engine = AsyncRolloutEngine(
-            rollout, self.tokenizer,
-            create_backend(rollout, str(cfg.actor_rollout_ref.model.path), self.tokenizer),
-            tools=configured_tools(multi_turn["tool_config_path"],
-                                   multi_turn["tool_record_mode"], multi_turn["tool_record_path"]),
-            interactions=configured_interactions(multi_turn["interaction_config_path"]),
-            chat_template_kwargs=OmegaConf.to_container(cfg.data.apply_chat_template_kwargs),
-        )  # fmt: skip
-        self.watchdog.register_loop(self._loop.loop, "async-rollout")
-        self.producer = RolloutProducer(
-            engine, self._loop, self._batches(), n=int(rollout["n"]),
-            batch_size=int(cfg.data.train_batch_size),
+        from agentrl.trainer.producer_host import start_producer_host
+
+        cfg, model = self.config, self.config.actor_rollout_ref.model
+        self._init_ray()
+        self.host = start_producer_host(
+            rollout,
+            {"path": str(cfg.data.tokenizer or model.path),
+             "trust_remote_code": bool(cfg.data.trust_remote_code),
+             "chat_template": model.custom_chat_template},
+            str(model.path),
+            OmegaConf.to_container(cfg.data.apply_chat_template_kwargs, resolve=True),
+            n=int(rollout["n"]), batch_size=int(cfg.data.train_batch_size),
             max_staleness=int(cfg["async"].max_staleness),
             total_batches=self.total_training_steps,
-            on_progress=lambda: self.watchdog.beat("wait_for_rollouts"),
         )  # fmt: skip
+        self.watchdog.register_source(
+            "async-rollout", lambda: ray.get(self.host.stacks.remote(), timeout=30)
+        )
+
+    def _call(self, method: str, *args: Any) -> Any:
+        """``ProducerHost.method(*args)`` in its process, waited for."""
+        import ray
+
+        return ray.get(getattr(self.host, method).remote(*args))
 
     # ------------------------------------------------------------------ the loop's hooks
 
     def _start_training(self) -> None:
         super()._start_training()
         if self._restored is not None:
-            self.producer.load_state_dict(self._restored)
+            self._call("load_state_dict", self._restored)
             self._restored = None
-        self.producer.start(version=self.global_steps)
+        self._call("start", self.global_steps)
+        self._started = True
+        self._feed()
+
+    def _feed(self) -> None:
+        """Push the loader batches the producer's throttle lets start (the data order stays
+        in this process, so a checkpoint's loader position and buffer agree)."""
+        for _ in range(self._call("batches_wanted")):
+            self._call("add_batch", next(self._train_batches))
 
     def _next_step(self) -> dict[str, float]:
         """Take finished groups, score them, update, sync the weights (module docstring)."""
-        cfg, step, timing = self.config, self.global_steps, {}
+        step, timing = self.global_steps, {}
         metrics: dict[str, float] = {}
-        self._step_start_state = self._trainer_state(step - 1)
+        self._remember_step_start()
         with timer("step", timing):
             with self._stage("wait_for_rollouts", timing):
-                groups, stats = self.producer.take(int(cfg.data.train_batch_size), step - 1)
-            data = self.producer.collect(groups, {
-                "temperature": float(cfg.actor_rollout_ref.rollout.temperature),
-                "global_steps": step,
-            })  # fmt: skip
+                data, stats = self._take(step)
             isolate_failed(data)
             with self._stage("reward", timing):
                 data = self._score(data, self.reward_fn)
             data = self._update(data, step, metrics, timing)
             with self._stage("weight_sync", timing):
                 if self.mode == "one_step_off":
-                    metrics["async/sync_wait_s"] = self.producer.wait_idle()
+                    metrics["async/sync_wait_s"] = self._call("wait_idle")
                 self.actor_rollout_wg.sync_rollout_weights()
-                self.producer.set_version(step)
+                self._call("set_version", step)
+            self._feed()
         metrics |= take_metrics(stats, step - 1)
+        metrics["async/trainer_idle_s"] = timing["wait_for_rollouts"]
         metrics |= staleness_metrics(
             data.batch["rollout_versions"], data.batch["response_mask"], step - 1
         )
         return self._step_metrics(data, step, metrics, timing)
 
+    def _take(self, step: int) -> tuple[Any, TakeStats]:
+        """Step ``step``'s batch from the producer; each group it finishes meanwhile is
+        progress for the watchdog."""
+        meta = {"temperature": float(self.config.actor_rollout_ref.rollout.temperature),
+                "global_steps": step}
+        finished = -1
+        while True:
+            reply = self._call("take_batch", int(self.config.data.train_batch_size), step - 1,
+                               meta, _POLL_S)
+            if not isinstance(reply, int):
+                return reply
+            if reply != finished:
+                finished = reply
+                self.watchdog.beat("wait_for_rollouts")
+
     def _stop_training(self) -> None:
         try:
-            if self.producer is not None:
-                self.producer.stop()
+            if self._started:
+                self._call("close")
+                self._started = False
         finally:
             super()._stop_training()
 
@@ -227,10 +256,8 @@ class AsyncPPOTrainer(PPOTrainer):
 
     def _trainer_state(self, step: int) -> dict[str, Any]:
         state = super()._trainer_state(step)
-        if self.producer is not None and self.producer.started:
-            rollout = self.producer.state_dict(self.train_dataloader)
-            state["dataloader"] = rollout.pop("loader")  # the position the buffer goes with
-            state["rollout_buffer"] = rollout
+        if self._started:  # with the loader's position it goes with (both pushed from here)
+            state["rollout_buffer"] = self._call("state_dict")
         return state
 
     def _load_trainer_state(self, state: dict[str, Any]) -> None:
@@ -240,16 +267,18 @@ class AsyncPPOTrainer(PPOTrainer):
     # ------------------------------------------------------------------ teardown
 
     def close(self) -> None:
-        """The sync trainer's close, then the producer's loop and the servers launched."""
+        """The sync trainer's close (Ray too, when it started it), then the servers."""
         try:
+            if self.host is not None:
+                import ray
+
+                if self._started:
+                    self._call("close")
+                    self._started = False
+                ray.kill(self.host)
+                self.host = None
             super().close()
         finally:
-            if self._loop is not None:
-                backend = self.producer.engine.backend if self.producer else None
-                if backend is not None and hasattr(backend, "aclose"):
-                    self._loop.run(backend.aclose(), timeout=60)
-                self._loop.close()
-                self._loop = None
             if self._launcher is not None:
                 self._launcher.stop()
                 self._launcher = None

@@ -263,20 +263,23 @@ class PPOTrainer:
             if rollout is not None:
                 self.watchdog.register_loop(rollout.loop.loop, "rollout")
 
-    def _ray_group(self, specs: dict[str, WorkerSpec]) -> RayWorkerGroup:
+    def _init_ray(self) -> None:
+        """Connect to ``ray_init.address``, or start a local Ray (stopped by ``close``)."""
         import ray
 
         cfg = self.config
-        if not ray.is_initialized():
-            if cfg.ray_init.address is not None:
-                ray.init(address=cfg.ray_init.address)
-            else:
-                self._ray_temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short paths
-                ray.init(
-                    num_cpus=cfg.ray_init.num_cpus,
-                    _temp_dir=self._ray_temp_dir,
-                    include_dashboard=False,
-                )
+        if ray.is_initialized():
+            return
+        if cfg.ray_init.address is not None:
+            ray.init(address=cfg.ray_init.address)
+            return
+        self._ray_temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short paths
+        ray.init(num_cpus=cfg.ray_init.num_cpus, _temp_dir=self._ray_temp_dir,
+                 include_dashboard=False)
+
+    def _ray_group(self, specs: dict[str, WorkerSpec]) -> RayWorkerGroup:
+        cfg = self.config
+        self._init_ray()
         use_gpu = cfg.trainer.device != "cpu" and torch.cuda.is_available()
         self._pool = ResourcePool(
             [int(cfg.trainer.n_gpus_per_node)] * int(cfg.trainer.nnodes), use_gpu=use_gpu
@@ -363,8 +366,14 @@ class PPOTrainer:
 
     def _next_step(self) -> dict[str, float]:
         """Step ``global_steps``: draw its batch, train on it, return its metrics."""
-        self._step_start_state = self._trainer_state(self.global_steps - 1)
+        self._remember_step_start()
         return self.train_step(next(self._train_batches), self._train_batches)
+
+    def _remember_step_start(self) -> None:
+        """With ``watchdog_action: stop``, the state a hang before the update saves (the
+        last finished step's)."""
+        if self.config.trainer.watchdog_action == "stop":
+            self._step_start_state = self._trainer_state(self.global_steps - 1)
 
     def _stop_training(self) -> None:
         self._restore_hang_signal()

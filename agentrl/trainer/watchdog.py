@@ -165,6 +165,7 @@ class Watchdog:
         self._lock = threading.Lock()
         self._stacks: dict[tuple[int, int], list[_Entry]] = {}
         self._loops: dict[str, asyncio.AbstractEventLoop] = {}
+        self._sources: dict[str, Callable[[], str]] = {}
         self._hangs: list[HangReport] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -202,6 +203,12 @@ class Watchdog:
     def register_loop(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
         with self._lock:
             self._loops[name] = loop
+
+    def register_source(self, name: str, stacks: Callable[[], str]) -> None:
+        """Another process's stacks for the reports (``stacks()`` returns them as text; the
+        off-policy rollout's process). Its failure is noted in the report, never raised."""
+        with self._lock:
+            self._sources[name] = stacks
 
     def unregister_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
@@ -269,9 +276,14 @@ class Watchdog:
         if not overdue:
             return
         with self._lock:
-            loops = dict(self._loops)
+            loops, sources = dict(self._loops), dict(self._sources)
         stacks = (f"Python stacks of all threads:\n{format_thread_stacks()}\n"
                   f"asyncio tasks of registered loops:\n{format_task_stacks(loops) or '(none)'}")
+        for name, source in sources.items():
+            try:
+                stacks += f"\nprocess {name!r}:\n{source()}"
+            except Exception as err:  # a dead or stuck process: say so, keep reporting
+                stacks += f"\nprocess {name!r}: stacks unavailable ({err!r})"
         for entry, outer, stalled in overdue:
             report = self._report(entry, outer, stalled, stacks)
             logger.error("%s", report.text)

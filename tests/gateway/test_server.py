@@ -99,6 +99,29 @@ def test_streaming_answers_with_chunks(gateway):
     assert chunks[-1].choices[0].finish_reason == "stop"
 
 
+def test_delete_returns_the_record_and_forgets_the_session(gateway):
+    url, _ = gateway
+    _client(url, "ep-5").chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "Hi conv-1"}])
+    record = httpx.get(f"{url}/sessions/ep-5").json()
+    deleted = httpx.delete(f"{url}/sessions/ep-5")
+    assert deleted.status_code == 200 and deleted.json() == record
+    assert httpx.get(f"{url}/sessions/ep-5").status_code == 404
+    assert httpx.delete(f"{url}/sessions/ep-5").status_code == 404
+
+
+def test_body_limits_answer_413_and_keep_openai_errors(tiny_tokenizer):
+    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
+    app = create_app(backend, tiny_tokenizer, max_body_bytes=4096, body_timeout=5.0)
+    with serve_in_thread(app) as url:
+        big = {"messages": [{"role": "user", "content": "x" * 8192}]}
+        resp = httpx.post(f"{url}/sessions/ep-6/v1/chat/completions", json=big)
+        assert resp.status_code == 413
+        resp = httpx.post(f"{url}/sessions/ep-6/v1/chat/completions", json={"messages": []})
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == "messages"
+        assert "ep-6" not in app.state.sessions  # a refused body opens no session
+
+
 @pytest.mark.parametrize("body, param", [
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "user", "content": "x"}], "temperature": -1}, "temperature"),

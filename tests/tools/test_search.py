@@ -126,7 +126,7 @@ def test_one_tool_object_across_event_loops_and_aclose(retriever_url):
             return out
 
         assert asyncio.run(go())[0].text.startswith('Doc 1(Title: "Tokyo")')
-        assert tool._http._client is None
+        assert tool._http._clients == []
 
 
 def test_dead_server_is_an_error_text_quickly():

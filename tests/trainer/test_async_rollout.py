@@ -43,11 +43,29 @@ def loop():
     thread.close()
 
 
+class Fed(RolloutProducer):
+    """A producer the test feeds as the trainer does: the batches its throttle wants."""
+
+    def feed(self):
+        for _ in range(self.batches_wanted()):
+            self.add_batch(next(self.batches))
+
+    def start(self, version):
+        super().start(version)
+        self.feed()
+
+    def set_version(self, version):
+        super().set_version(version)
+        self.feed()
+
+
 def make_producer(tokenizer, loop, backend, n_batches=3, max_staleness=1):
     engine = AsyncRolloutEngine(rollout_config(f"n={N}", "response_length=32"), tokenizer,
                                 backend)
-    return RolloutProducer(engine, loop, loader_batches(n_batches), n=N, batch_size=BATCH,
-                           max_staleness=max_staleness, total_batches=n_batches)
+    producer = Fed(engine, loop, n=N, batch_size=BATCH, max_staleness=max_staleness,
+                   total_batches=n_batches)
+    producer.batches = loader_batches(n_batches)
+    return producer
 
 
 def scripts(n):
@@ -108,18 +126,14 @@ def test_collect_gives_n_rows_per_prompt_with_versions(tiny_tokenizer, loop):
 
 
 def test_state_dict_resumes_every_prompt_once(tiny_tokenizer, loop):
-    class Loader:
-        def state_dict(self):
-            return {"position": "here"}
-
     backend = SlowBackend(tiny_tokenizer, scripts(6), hold={3})  # batch 2's second prompt
     producer = make_producer(tiny_tokenizer, loop, backend, n_batches=3, max_staleness=1)
     producer.start(version=0)
     first, _ = producer.take(BATCH, policy_version=0)  # batch 1 trained
     wait_until(lambda: len(producer.finished) == 1)  # 2-0 finished, 2-1 held in flight
-    state = producer.state_dict(Loader())
+    state = producer.state_dict()
     producer.stop()
-    assert state["loader"] == {"position": "here"} and state["next_batch"] == 3
+    assert state["next_batch"] == 3
     assert [g["uid"] for g in state["finished"]] == ["2-0"]
     assert [g["uid"] for g in state["unfinished"]] == ["2-1"]
 
@@ -149,4 +163,15 @@ def test_a_version_the_servers_never_got_is_an_error(tiny_tokenizer, loop):
     producer.set_version(1)  # as if synced, but the backend never saw it
     with pytest.raises(RuntimeError, match="did not reach them"):
         producer.take(BATCH, policy_version=1)
+    producer.stop()
+
+
+def test_take_with_a_timeout_returns_none_until_ready(tiny_tokenizer, loop):
+    backend = SlowBackend(tiny_tokenizer, scripts(6), hold={0, 1})
+    producer = make_producer(tiny_tokenizer, loop, backend, max_staleness=0)
+    producer.start(version=0)
+    assert producer.take(BATCH, policy_version=0, timeout=0.2) is None
+    loop.loop.call_soon_threadsafe(backend.release.set)
+    groups, _ = producer.take(BATCH, policy_version=0, timeout=10)
+    assert sorted(g.uid for g in groups) == ["1-0", "1-1"]
     producer.stop()

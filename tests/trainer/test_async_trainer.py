@@ -193,3 +193,25 @@ def test_the_watchdog_names_a_hanging_stage_and_stops_with_a_checkpoint(
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "0"
     state = torch.load(ckpt / "global_step_0" / "data.pt", weights_only=False)
     assert state["dataloader"]["batches_consumed"] == 0
+
+
+@pytest.mark.slow
+def test_the_watchdog_reports_the_rollout_process_in_async_mode(make_config, tmp_path, caplog):
+    tools = _tool_config(tmp_path / "tools.yaml",
+                         f"{HERE / 'hanging_tool.py'}:HangingCalculatorTool")
+    cfg = make_config(
+        "trainer.mode=async", f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+        "actor_rollout_ref.rollout.multi_turn.tool_timeout=600",
+        "trainer.watchdog_s=3", "trainer.watchdog_action=stop", "trainer.total_training_steps=2",
+    )  # fmt: skip
+    with caplog.at_level(logging.ERROR, logger="agentrl.trainer.watchdog"), \
+            pytest.raises(StageHangError) as raised:
+        run_train(cfg)
+    assert raised.value.report.stage == "wait_for_rollouts"
+    report = next(r.getMessage() for r in caplog.records if "made no progress" in r.getMessage())
+    assert "process 'async-rollout':" in report  # the producer's own process
+    assert "hang_forever_in_create" in report.split("process 'async-rollout':")[1]
+    state = torch.load(Path(cfg.trainer.default_local_dir) / "global_step_0" / "data.pt",
+                       weights_only=False)
+    assert {g["uid"] for g in state["rollout_buffer"]["unfinished"]} == {"1-0", "1-1", "2-0",
+                                                                        "2-1"}

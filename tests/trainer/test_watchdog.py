@@ -178,3 +178,16 @@ def test_stop_joins_the_thread():
     assert [t.name for t in threading.enumerate()].count("agentrl-watchdog") == 1
     watchdog.stop()
     assert "agentrl-watchdog" not in [t.name for t in threading.enumerate()]
+
+
+def test_registered_sources_add_other_processes_stacks_and_their_failures():
+    def broken() -> str:
+        raise ConnectionError("actor died")
+
+    with Watchdog(TIMEOUT_S) as watchdog, watchdog.stage("wait_for_rollouts"):
+        watchdog.register_source("async-rollout", lambda: "in hanging_tool_execute of pid 7")
+        watchdog.register_source("gone", broken)
+        _wait_for_hangs(watchdog, 1)
+    text = watchdog.hangs[0].text
+    assert "process 'async-rollout':\nin hanging_tool_execute of pid 7" in text
+    assert "process 'gone': stacks unavailable (ConnectionError('actor died'))" in text

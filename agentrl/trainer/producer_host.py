@@ -1,0 +1,127 @@
+"""The off-policy rollout's own process: a Ray actor holding the agent loop and its producer.
+
+    host = start_producer_host(rollout, tokenizer_source, model_path, chat_kwargs,
+                               n=8, batch_size=16, max_staleness=1, total_batches=100)
+    ray.get(host.start.remote(0))
+    ray.get(host.add_batch.remote(batch_dict))            # the trainer pushes the data order
+    reply = ray.get(host.take_batch.remote(16, 0, meta_info, 2.0))   # None: not ready yet
+
+The actor builds what the trainer would otherwise run on a thread of its own process: the
+tokenizer, an inference-backend client of the rollout servers (``rollout`` is the plain
+rollout config, ``name=sglang`` with their URLs), the configured tools and interactions, an
+``AsyncRolloutEngine`` on a ``LoopThread`` and a ``RolloutProducer`` (async_rollout.py). In
+its own process the agent loop's Python work never holds the trainer's interpreter lock. The
+actor is threaded (``max_concurrency``), so ``stacks`` answers while a ``take_batch`` waits:
+the trainer's hang watchdog reports this process's threads and tasks through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agentrl.protocol import DataProto
+from agentrl.trainer.async_rollout import RolloutProducer, TakeStats
+
+_CONCURRENCY = 4  # take_batch, stacks, and the control calls at once
+
+
+class ProducerHost:
+    """The actor's body (see the module docstring); its methods mirror RolloutProducer's."""
+
+    def __init__(
+        self,
+        rollout: dict[str, Any],
+        tokenizer_source: Mapping[str, Any],
+        model_path: str,
+        chat_template_kwargs: Mapping[str, Any] | None,
+        *,
+        n: int,
+        batch_size: int,
+        max_staleness: int,
+        total_batches: int,
+    ) -> None:
+        from agentrl.models.tokenizer import load_tokenizer
+        from agentrl.rollout.backends.factory import create_backend
+        from agentrl.rollout.engine import AsyncRolloutEngine
+        from agentrl.workers.rollout import LoopThread, configured_interactions, configured_tools
+
+        tokenizer = load_tokenizer(**dict(tokenizer_source))
+        multi_turn = rollout["multi_turn"]
+        self.loop = LoopThread("agentrl-async-rollout")
+        self.backend = create_backend(rollout, model_path, tokenizer)
+        engine = AsyncRolloutEngine(
+            rollout, tokenizer, self.backend,
+            tools=configured_tools(multi_turn["tool_config_path"],
+                                   multi_turn["tool_record_mode"], multi_turn["tool_record_path"]),
+            interactions=configured_interactions(multi_turn["interaction_config_path"]),
+            chat_template_kwargs=dict(chat_template_kwargs or {}),
+        )  # fmt: skip
+        self.producer = RolloutProducer(engine, self.loop, n=n, batch_size=batch_size,
+                                        max_staleness=max_staleness, total_batches=total_batches)
+
+    def ready(self) -> bool:
+        """True once built (the constructor raised otherwise: a bad tool fails here)."""
+        return True
+
+    def start(self, version: int) -> None:
+        self.producer.start(version)
+
+    def set_version(self, version: int) -> None:
+        self.producer.set_version(version)
+
+    def batches_wanted(self) -> int:
+        return self.producer.batches_wanted()
+
+    def add_batch(self, batch_dict: dict[str, Any]) -> None:
+        self.producer.add_batch(batch_dict)
+
+    def take_batch(
+        self, count: int, policy_version: int, meta_info: dict[str, Any], timeout: float
+    ) -> tuple[DataProto, TakeStats] | int:
+        """The next ``count`` fresh groups as one DataProto, with the take's stats; when they
+        are not ready within ``timeout`` seconds, the number of groups finished so far."""
+        taken = self.producer.take(count, policy_version, timeout)
+        if taken is None:
+            return len(self.producer.finished)
+        groups, stats = taken
+        return self.producer.collect(groups, meta_info), stats
+
+    def wait_idle(self) -> float:
+        return self.producer.wait_idle()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.producer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.producer.load_state_dict(state)
+
+    def stacks(self) -> str:
+        """This process's thread stacks and the rollout loop's tasks (the watchdog)."""
+        from agentrl.trainer.watchdog import format_task_stacks, format_thread_stacks
+
+        tasks = format_task_stacks({"async-rollout": self.loop.loop}) or "(none)"
+        return f"threads:\n{format_thread_stacks()}\nasyncio tasks:\n{tasks}"
+
+    def close(self) -> None:
+        """Cancel what is in flight, close the backend client, stop the loop."""
+        try:
+            self.producer.stop()
+            aclose = getattr(self.backend, "aclose", None)
+            if aclose is not None:
+                self.loop.run(aclose(), timeout=60)
+        finally:
+            self.loop.close()
+
+
+def start_producer_host(*args: Any, **kwargs: Any) -> Any:
+    """A ``ProducerHost`` Ray actor (``ray`` initialised), built and ready."""
+    import ray
+
+    actor = ray.remote(num_cpus=0, max_concurrency=_CONCURRENCY)(ProducerHost)
+    host = actor.remote(*args, **kwargs)
+    ray.get(host.ready.remote())
+    return host
+
+
+__all__ = ["ProducerHost", "start_producer_host"]
