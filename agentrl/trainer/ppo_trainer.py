@@ -27,7 +27,6 @@ every data-parallel rank gets about the same number of tokens (agentrl/trainer/b
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import shutil
 import signal
@@ -52,6 +51,7 @@ from agentrl.reward import load_reward_manager
 from agentrl.trainer import checkpointing as ckpt
 from agentrl.trainer.alerts import BehaviourMonitor
 from agentrl.trainer.balance import balance_batch
+from agentrl.trainer.dump import dump_trajectories, trajectory_ids
 from agentrl.trainer.dynamic_sampling import first_prompts, informative_rows
 from agentrl.trainer.metrics import (
     compute_data_metrics,
@@ -119,14 +119,6 @@ def worker_config(config: DictConfig, total_training_steps: int) -> DictConfig:
     )
     OmegaConf.set_readonly(copy, True)
     return copy
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray | torch.Tensor):
-        return value.tolist()
-    return str(value)
 
 
 class PPOTrainer:
@@ -645,67 +637,13 @@ class PPOTrainer:
             )  # fmt: skip
 
     def _texts(self, data: DataProto, i: int) -> tuple[str, str]:
-        prompt, response, _ = self._trajectory_ids(data, i)
+        prompt, response, _ = trajectory_ids(data, i)
         decode = self.tokenizer.decode
         return decode(prompt, skip_special_tokens=True), decode(response, skip_special_tokens=True)
 
     def _dump(self, directory: Path, data: DataProto) -> None:
-        """Append one jsonl row per trajectory to ``directory/{global_step}.jsonl`` (what
-        ``agentrl report`` shows): step, uid, input, output (decoded), score (the total
-        reward), request_state, the reward manager's extra keys, and the trajectory:
-        ``prompt_ids`` and ``response_ids`` (no padding), ``loss_mask`` (aligned with
-        response_ids: 1 on model tokens, 0 on tool and user turns), ``response_tokens``
-        (each response id decoded on its own, so the report needs no tokenizer),
-        ``messages``, ``num_turns``, ``tool_calls`` ({tool: calls}), ``finish_reason`` and
-        ``policy_versions`` (the policy versions that wrote its model tokens)."""
-        directory.mkdir(parents=True, exist_ok=True)
-        scores = data.batch["token_level_scores"].sum(-1).tolist()  # (B,)
-        columns = data.non_tensor_batch
-        absent = [None] * len(data)
-        with (directory / f"{self.global_steps}.jsonl").open("a", encoding="utf-8") as f:
-            for i in range(len(data)):
-                prompt, response, loss_mask = self._trajectory_ids(data, i)
-                metrics = columns.get("rollout_metrics", absent)[i] or {}
-                row = {
-                    **(columns.get("reward_extra_info", absent)[i] or {}),  # the score's keys
-                    "step": self.global_steps,
-                    "uid": columns["uid"][i],
-                    "input": self.tokenizer.decode(prompt, skip_special_tokens=True),
-                    "output": self.tokenizer.decode(response, skip_special_tokens=True),
-                    "score": scores[i],
-                    "request_state": columns.get("request_state", absent)[i],
-                    "prompt_ids": prompt,
-                    "response_ids": response,
-                    "loss_mask": loss_mask,
-                    "response_tokens": self.tokenizer.batch_decode(
-                        [[t] for t in response], clean_up_tokenization_spaces=False
-                    ),
-                    "messages": columns.get("messages", absent)[i],
-                    "num_turns": columns.get("num_turns", absent)[i],
-                    "tool_calls": metrics.get("tool_calls"),
-                    "finish_reason": columns.get("finish_reason", absent)[i],
-                    "policy_versions": self._policy_versions(data, i),
-                }
-                f.write(json.dumps(row, default=_json_default) + "\n")
-
-    @staticmethod
-    def _policy_versions(data: DataProto, i: int) -> list[int]:
-        """The distinct policy versions of row ``i``'s model tokens (sorted; [] unknown)."""
-        if "rollout_versions" not in data.batch.keys():
-            return []
-        versions = data.batch["rollout_versions"][i][data.batch["response_mask"][i].bool()]
-        return sorted({v for v in versions.tolist() if v >= 0})
-
-    @staticmethod
-    def _trajectory_ids(data: DataProto, i: int) -> tuple[list[int], list[int], list[int]]:
-        """Row ``i``'s prompt ids, response ids and response loss mask, padding removed."""
-        response_length = data.batch["responses"].shape[-1]
-        attention = data.batch["attention_mask"][i].bool()  # (P + R,)
-        n_response = int(attention[-response_length:].sum())
-        prompt = data.batch["prompts"][i][attention[:-response_length]]
-        response = data.batch["responses"][i][:n_response]  # right-padded
-        loss_mask = data.batch["response_mask"][i][:n_response]
-        return prompt.tolist(), response.tolist(), [int(m) for m in loss_mask.tolist()]
+        """The batch's trajectories to ``directory/{global_step}.jsonl`` (dump.py)."""
+        dump_trajectories(directory, data, self.global_steps, self.tokenizer)
 
     # ------------------------------------------------------------------ checkpoints
 
