@@ -124,6 +124,12 @@ def build_output(
     )
 
 
+def model_token_versions(versions: torch.Tensor, response_mask: torch.Tensor) -> list[int]:
+    """The distinct policy versions (sorted) that wrote one row's model tokens, from its
+    ``rollout_versions`` (R,) and ``response_mask`` (R,); [] when none was reported."""
+    return sorted({v for v in versions[response_mask.bool()].tolist() if v >= 0})
+
+
 def batch_metrics(requests: Sequence[AsyncRolloutRequest]) -> dict[str, float]:
     """Counts and means over a batch's requests (`meta_info["metrics"]`)."""
     n = max(len(requests), 1)

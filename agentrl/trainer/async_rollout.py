@@ -1,7 +1,6 @@
 """The off-policy modes' rollout: a producer that keeps generating while the actor trains.
 
-    producer = RolloutProducer(engine, loop, n=8, batch_size=16, max_staleness=1,
-                               total_batches=100)
+    producer = RolloutProducer(engine, loop, n=8, max_staleness=1, total_batches=100)
     producer.start(version=0)
     for _ in range(producer.batches_wanted()):
         producer.add_batch(next(loader_batches))         # the trainer pushes the data order
@@ -49,7 +48,6 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,15 +95,13 @@ class PromptGroup:
 class TakeStats:
     """What one ``take`` saw: the per-step ``async/*`` metrics come from it."""
 
-    waited_s: float  # the trainer's idle time in this take (the last call, with timeouts)
     rollout_idle_s: float  # time the producer had nothing to generate since the last take
     dropped: int  # groups dropped as too stale (their prompts are generated again)
     buffer_size: int  # finished groups left waiting after the take
 
 
 class RolloutProducer:
-    """See the module docstring. ``on_progress`` (optional) is called in the loop thread each
-    time a group finishes."""
+    """See the module docstring."""
 
     def __init__(
         self,
@@ -113,15 +109,11 @@ class RolloutProducer:
         loop: Any,
         *,
         n: int,
-        batch_size: int,
         max_staleness: int,
         total_batches: int,
-        on_progress: Callable[[], None] | None = None,
     ) -> None:
-        self.engine, self.loop = engine, loop
-        self.n, self.batch_size = n, batch_size
+        self.engine, self.loop, self.n = engine, loop, n
         self.max_staleness, self.total_batches = max_staleness, total_batches
-        self.on_progress = on_progress
         self.version = 0
         self.next_batch = 1  # the index the next pushed loader batch gets
         self.waiting: deque[PromptGroup] = deque()  # pulled, not started (data order)
@@ -264,8 +256,6 @@ class RolloutProducer:
             self.running.pop(group.uid, None)
         group.requests, group.seconds = requests, time.perf_counter() - started
         self.finished.append(group)
-        if self.on_progress is not None:
-            self.on_progress()
         self._changed.set()
 
     def _mark_idle(self, idle: bool) -> None:
@@ -288,8 +278,7 @@ class RolloutProducer:
     async def _take(
         self, count: int, policy_version: int, timeout: float | None
     ) -> tuple[list[PromptGroup], TakeStats] | None:
-        started = time.perf_counter()
-        deadline = None if timeout is None else started + timeout
+        deadline = None if timeout is None else time.perf_counter() + timeout
         while True:
             if self._error is not None:
                 raise RuntimeError("the rollout producer failed") from self._error
@@ -314,8 +303,7 @@ class RolloutProducer:
         groups, self.finished = self.finished[:count], self.finished[count:]
         dropped, self._dropped_since_take = self._dropped_since_take, 0
         self._changed.set()  # room for the throttle to look again
-        return groups, TakeStats(time.perf_counter() - started, self._idle_seconds(), dropped,
-                                 len(self.finished))
+        return groups, TakeStats(self._idle_seconds(), dropped, len(self.finished))
 
     def _drop_stale(self, policy_version: int) -> int:
         """Move finished groups staler than ``max_staleness`` back to the queue's head."""

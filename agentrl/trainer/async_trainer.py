@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.rollout.output import model_token_versions
 from agentrl.trainer.async_rollout import TakeStats
 from agentrl.trainer.metrics import timer
 from agentrl.trainer.ppo_trainer import PPOTrainer, isolate_failed
@@ -51,26 +52,23 @@ def staleness_metrics(
     """Per trajectory with model tokens: ``policy_version`` minus its oldest token's version
     (mean, max), and how many versions wrote it. ``versions`` (B, R) is the rollout's
     ``rollout_versions``; ``response_mask`` (B, R) marks the model's tokens."""
-    model = response_mask.bool() & (versions >= 0)  # (B, R)
-    rows = model.any(-1)  # (B,)
-    if not rows.any():
+    rows = [model_token_versions(v, m) for v, m in zip(versions, response_mask, strict=True)]
+    rows = [row for row in rows if row]  # trajectories the model wrote tokens of
+    if not rows:
         return {}
-    big = torch.iinfo(versions.dtype).max
-    oldest = torch.where(model, versions, big).min(-1).values[rows]  # (b,)
-    staleness = (policy_version - oldest).float()
-    distinct = [len(set(v[m].tolist())) for v, m in zip(versions[rows], model[rows],
-                                                          strict=True)]
+    staleness = [policy_version - row[0] for row in rows]
     return {
-        "async/staleness/mean": staleness.mean().item(),
-        "async/staleness/max": staleness.max().item(),
-        "async/versions_per_trajectory/mean": float(np.mean(distinct)),
+        "async/staleness/mean": float(np.mean(staleness)),
+        "async/staleness/max": float(max(staleness)),
+        "async/versions_per_trajectory/mean": float(np.mean([len(row) for row in rows])),
     }
 
 
-def take_metrics(stats: TakeStats, policy_version: int) -> dict[str, float]:
+def take_metrics(stats: TakeStats, waited_s: float, policy_version: int) -> dict[str, float]:
+    """The step's ``async/*`` metrics of the producer; ``waited_s``: the trainer's wait."""
     return {
         "async/buffer_size": float(stats.buffer_size),
-        "async/trainer_idle_s": stats.waited_s,
+        "async/trainer_idle_s": waited_s,
         "async/rollout_idle_s": stats.rollout_idle_s,
         "async/dropped_stale": float(stats.dropped),
         "async/policy_version": float(policy_version),
@@ -173,8 +171,7 @@ class AsyncPPOTrainer(PPOTrainer):
              "chat_template": model.custom_chat_template},
             str(model.path),
             OmegaConf.to_container(cfg.data.apply_chat_template_kwargs, resolve=True),
-            n=int(rollout["n"]), batch_size=int(cfg.data.train_batch_size),
-            max_staleness=int(cfg["async"].max_staleness),
+            n=int(rollout["n"]), max_staleness=int(cfg["async"].max_staleness),
             total_batches=self.total_training_steps,
         )  # fmt: skip
         self.watchdog.register_source(
@@ -222,8 +219,7 @@ class AsyncPPOTrainer(PPOTrainer):
                 self.actor_rollout_wg.sync_rollout_weights()
                 self._call("set_version", step)
             self._feed()
-        metrics |= take_metrics(stats, step - 1)
-        metrics["async/trainer_idle_s"] = timing["wait_for_rollouts"]
+        metrics |= take_metrics(stats, timing["wait_for_rollouts"], step - 1)
         metrics |= staleness_metrics(
             data.batch["rollout_versions"], data.batch["response_mask"], step - 1
         )

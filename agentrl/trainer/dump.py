@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from agentrl.protocol import DataProto
+from agentrl.rollout.output import model_token_versions
 
 
 def dump_trajectories(directory: Path, data: DataProto, step: int, tokenizer: Any) -> None:
@@ -61,8 +62,7 @@ def policy_versions(data: DataProto, i: int) -> list[int]:
     """The distinct policy versions of row ``i``'s model tokens (sorted; [] unknown)."""
     if "rollout_versions" not in data.batch.keys():
         return []
-    versions = data.batch["rollout_versions"][i][data.batch["response_mask"][i].bool()]
-    return sorted({v for v in versions.tolist() if v >= 0})
+    return model_token_versions(data.batch["rollout_versions"][i], data.batch["response_mask"][i])
 
 
 def trajectory_ids(data: DataProto, i: int) -> tuple[list[int], list[int], list[int]]:

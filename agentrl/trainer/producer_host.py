@@ -1,15 +1,16 @@
 """The off-policy rollout's own process: a Ray actor holding the agent loop and its producer.
 
     host = start_producer_host(rollout, tokenizer_source, model_path, chat_kwargs,
-                               n=8, batch_size=16, max_staleness=1, total_batches=100)
+                               n=8, max_staleness=1, total_batches=100)
     ray.get(host.start.remote(0))
     ray.get(host.add_batch.remote(batch_dict))            # the trainer pushes the data order
-    reply = ray.get(host.take_batch.remote(16, 0, meta_info, 2.0))   # None: not ready yet
+    reply = ray.get(host.take_batch.remote(16, 0, meta_info, 2.0))   # an int: not ready yet
 
-The actor builds what the trainer would otherwise run on a thread of its own process: the
-tokenizer, an inference-backend client of the rollout servers (``rollout`` is the plain
-rollout config, ``name=sglang`` with their URLs), the configured tools and interactions, an
-``AsyncRolloutEngine`` on a ``LoopThread`` and a ``RolloutProducer`` (async_rollout.py). In
+The actor builds an agent worker's engine (``agentrl.rollout.sharded.AgentWorker``: the
+tokenizer, an inference-backend client of the rollout servers, ``rollout`` being the plain
+rollout config with ``name=sglang`` and their URLs, the configured tools and interactions,
+an ``AsyncRolloutEngine`` on a ``LoopThread``) and a ``RolloutProducer`` over it
+(async_rollout.py). In
 its own process the agent loop's Python work never holds the trainer's interpreter lock. The
 actor is threaded (``max_concurrency``), so ``stacks`` answers while a ``take_batch`` waits:
 the trainer's hang watchdog reports this process's threads and tasks through it.
@@ -37,27 +38,17 @@ class ProducerHost:
         chat_template_kwargs: Mapping[str, Any] | None,
         *,
         n: int,
-        batch_size: int,
         max_staleness: int,
         total_batches: int,
     ) -> None:
-        from agentrl.models.tokenizer import load_tokenizer
-        from agentrl.rollout.backends.factory import create_backend
-        from agentrl.rollout.engine import AsyncRolloutEngine
-        from agentrl.workers.rollout import LoopThread, configured_interactions, configured_tools
+        from agentrl.rollout.sharded import AgentWorker
+        from agentrl.workers.rollout import engine_factories
 
-        tokenizer = load_tokenizer(**dict(tokenizer_source))
-        multi_turn = rollout["multi_turn"]
-        self.loop = LoopThread("agentrl-async-rollout")
-        self.backend = create_backend(rollout, model_path, tokenizer)
-        engine = AsyncRolloutEngine(
-            rollout, tokenizer, self.backend,
-            tools=configured_tools(multi_turn["tool_config_path"],
-                                   multi_turn["tool_record_mode"], multi_turn["tool_record_path"]),
-            interactions=configured_interactions(multi_turn["interaction_config_path"]),
-            chat_template_kwargs=dict(chat_template_kwargs or {}),
-        )  # fmt: skip
-        self.producer = RolloutProducer(engine, self.loop, n=n, batch_size=batch_size,
+        # the same engine as an agent worker's: tokenizer, backend client, tools, loop
+        self.worker = AgentWorker(rollout, tokenizer_source, *engine_factories(rollout, model_path),
+                                  chat_template_kwargs)
+        self.loop = self.worker.loop
+        self.producer = RolloutProducer(self.worker.engine, self.loop, n=n,
                                         max_staleness=max_staleness, total_batches=total_batches)
 
     def ready(self) -> bool:
@@ -104,14 +95,11 @@ class ProducerHost:
         return f"threads:\n{format_thread_stacks()}\nasyncio tasks:\n{tasks}"
 
     def close(self) -> None:
-        """Cancel what is in flight, close the backend client, stop the loop."""
+        """Cancel what is in flight, then close the worker (backend client, loop)."""
         try:
             self.producer.stop()
-            aclose = getattr(self.backend, "aclose", None)
-            if aclose is not None:
-                self.loop.run(aclose(), timeout=60)
         finally:
-            self.loop.close()
+            self.worker.close()
 
 
 def start_producer_host(*args: Any, **kwargs: Any) -> Any:

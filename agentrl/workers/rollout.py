@@ -107,6 +107,23 @@ def configured_interactions(interaction_config_path: str | None) -> dict[str, An
     return load_interactions(interaction_config_path)
 
 
+def engine_factories(
+    rollout: dict[str, Any], model_path: str | None
+) -> tuple[functools.partial, functools.partial, functools.partial]:
+    """Picklable ``(make_backend(tokenizer), make_tools(), make_interactions())`` of a plain
+    ``rollout`` config dict: what an engine built in another process needs (the agent
+    workers, the off-policy producer; ``agentrl.rollout.sharded.AgentWorker``)."""
+    from agentrl.rollout.backends.factory import create_backend
+
+    multi_turn = rollout["multi_turn"]
+    return (
+        functools.partial(create_backend, rollout, model_path),
+        functools.partial(configured_tools, multi_turn["tool_config_path"],
+                          multi_turn["tool_record_mode"], multi_turn["tool_record_path"]),
+        functools.partial(configured_interactions, multi_turn["interaction_config_path"]),
+    )
+
+
 class HybridRollout:
     """Backend + engine + weight sync of one rank; ``config`` is ``actor_rollout_ref``."""
 
@@ -166,7 +183,6 @@ class HybridRollout:
         rank's servers (launched above when ``server_urls`` was empty) and its own tools."""
         from omegaconf import OmegaConf
 
-        from agentrl.rollout.backends.factory import create_backend
         from agentrl.rollout.backends.sglang import SGLangBackend
         from agentrl.rollout.sharded import ShardedRolloutEngine
 
@@ -176,16 +192,12 @@ class HybridRollout:
         rollout = OmegaConf.to_container(self.rollout_cfg, resolve=True)
         rollout.update(server_urls=list(self.backend.server_urls),
                        control_urls=list(self.backend.control_urls))
-        multi_turn = rollout["multi_turn"]
         return ShardedRolloutEngine(
             int(rollout["agent_workers"]),
             OmegaConf.create(rollout),
             {"path": config.model.path, "trust_remote_code": bool(config.model.trust_remote_code),
              "chat_template": config.model.custom_chat_template},
-            functools.partial(create_backend, rollout, config.model.path),
-            functools.partial(configured_tools, multi_turn["tool_config_path"],
-                              multi_turn["tool_record_mode"], multi_turn["tool_record_path"]),
-            functools.partial(configured_interactions, multi_turn["interaction_config_path"]),
+            *engine_factories(rollout, config.model.path),
             chat_template_kwargs,
         )
 

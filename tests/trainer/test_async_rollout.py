@@ -62,8 +62,7 @@ class Fed(RolloutProducer):
 def make_producer(tokenizer, loop, backend, n_batches=3, max_staleness=1):
     engine = AsyncRolloutEngine(rollout_config(f"n={N}", "response_length=32"), tokenizer,
                                 backend)
-    producer = Fed(engine, loop, n=N, batch_size=BATCH, max_staleness=max_staleness,
-                   total_batches=n_batches)
+    producer = Fed(engine, loop, n=N, max_staleness=max_staleness, total_batches=n_batches)
     producer.batches = loader_batches(n_batches)
     return producer
 
