@@ -160,6 +160,7 @@ class PPOTrainer:
         self.watchdog = Watchdog(config.trainer.watchdog_s, on_hang=self._on_hang)
         self._hang: HangReport | None = None
         self._previous_handler: Any = None
+        self._hang_signal = False  # our SIGUSR1 handler is installed (watchdog_action: stop)
         self._step_start_state: dict[str, Any] | None = None
         # the actor syncs the rollout's weights in update_actor (the off-policy modes: no)
         self.sync_weights_in_update = True
@@ -709,7 +710,7 @@ class PPOTrainer:
     def _on_hang(self, report: HangReport) -> None:
         """The watchdog's callback (its thread): with ``watchdog_action: stop``, interrupt
         the training loop, which raises StageHangError in the main thread."""
-        if self.config.trainer.watchdog_action == "stop" and self._hang is None:
+        if self._hang_signal and self._hang is None:  # else SIGUSR1 would kill the process
             self._hang = report
             signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
 
@@ -725,11 +726,12 @@ class PPOTrainer:
             raise StageHangError(self._hang)
 
         self._previous_handler = signal.signal(signal.SIGUSR1, raise_hang)
+        self._hang_signal = True
 
     def _restore_hang_signal(self) -> None:
-        if self._previous_handler is not None:
+        if self._hang_signal:
             signal.signal(signal.SIGUSR1, self._previous_handler)
-            self._previous_handler = None
+            self._hang_signal, self._previous_handler = False, None
 
     def _stop_after_hang(self, err: StageHangError) -> None:
         """Save the state of the last finished step when the hang came before anything of
