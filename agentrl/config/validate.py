@@ -139,6 +139,13 @@ POSITIVE: tuple[str, ...] = (
     "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.total_epochs",
 )
 
+# Keys that must be >= 0 (when not null), with what 0 means.
+NON_NEGATIVE: dict[str, str] = {
+    "algorithm.filter_groups.max_num_gen_batches": "0: no limit",
+    "async.max_staleness": "0: only the newest version",
+    "trainer.watchdog_s": "0 or null: off",
+}
+
 
 def check_consistency(cfg: DictConfig) -> list[str]:
     """All cross-key problems of a merged, resolved config (empty when it is valid)."""
@@ -238,9 +245,6 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
         problems.append("algorithm.filter_groups.enable needs actor_rollout_ref.rollout.n >= 2 "
                         f"(got {cfg.actor_rollout_ref.rollout.n}): a group of one sample "
                         "never varies")
-    if cfg.algorithm.filter_groups.max_num_gen_batches < 0:
-        problems.append("algorithm.filter_groups.max_num_gen_batches must be >= 0 (0: no "
-                        f"limit), got {cfg.algorithm.filter_groups.max_num_gen_batches}")
     rollout = cfg.actor_rollout_ref.rollout
     if rollout.agent_function and rollout.agent_workers > 1:
         problems.append("actor_rollout_ref.rollout.agent_function runs in the trainer's "
@@ -273,12 +277,7 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
 def _mode_problems(cfg: DictConfig) -> list[str]:
     """What the off-policy modes (trainer.mode one_step_off | async) cannot run with."""
     mode, staleness = cfg.trainer.mode, cfg["async"].max_staleness
-    problems = []
-    if not isinstance(staleness, int) or isinstance(staleness, bool) or staleness < 0:
-        problems.append(f"async.max_staleness must be an integer >= 0, got {staleness!r}")
-    watchdog = cfg.trainer.watchdog_s
-    if watchdog is not None and watchdog < 0:
-        problems.append(f"trainer.watchdog_s must be >= 0 (0 or null: off), got {watchdog}")
+    problems: list[str] = []
     if mode == "sync":
         return problems
     if mode == "one_step_off" and staleness != 1:
@@ -358,6 +357,10 @@ def _bound_problems(cfg: DictConfig) -> list[str]:
         value = OmegaConf.select(cfg, key)
         if value is not None and value < 1:
             problems.append(f"{key} must be >= 1, got {value}")
+    for key, zero in NON_NEGATIVE.items():
+        value = OmegaConf.select(cfg, key)
+        if value is not None and value < 0:
+            problems.append(f"{key} must be >= 0 ({zero}), got {value}")
     for key, (low, high, open_high) in FRACTIONS.items():
         value = OmegaConf.select(cfg, key)
         if value < low or value > high or (open_high and value == high):

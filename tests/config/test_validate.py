@@ -155,7 +155,7 @@ def test_what_the_off_policy_modes_cannot_run_with_is_named():
     assert any("calculate_log_probs=true" in p for p in problems)
     assert any(p.startswith("algorithm.filter_groups.enable is not supported") for p in problems)
     assert _problems("trainer.mode=async", "async.max_staleness=-1") == [
-        "async.max_staleness must be an integer >= 0, got -1"]
+        "async.max_staleness must be >= 0 (0: only the newest version), got -1"]
     assert _problems("trainer.mode=later") == [
         "trainer.mode is 'later'; choose one of sync, one_step_off, async"]
     assert _problems("trainer.watchdog_s=-5") == [
