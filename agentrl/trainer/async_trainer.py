@@ -242,11 +242,16 @@ class AsyncPPOTrainer(PPOTrainer):
 
     def _stop_training(self) -> None:
         try:
-            if self._started:
-                self._call("close")
-                self._started = False
+            self._close_producer()
         finally:
             super()._stop_training()
+
+    def _close_producer(self) -> None:
+        """Cancel the producer's work in flight and close its engine (once; ``close`` calls
+        it too, for a start that failed half-way)."""
+        if self._started:
+            self._started = False
+            self._call("close")
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -268,9 +273,7 @@ class AsyncPPOTrainer(PPOTrainer):
             if self.host is not None:
                 import ray
 
-                if self._started:
-                    self._call("close")
-                    self._started = False
+                self._close_producer()
                 ray.kill(self.host)
                 self.host = None
             super().close()
