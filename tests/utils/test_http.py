@@ -49,6 +49,11 @@ def server():
         await asyncio.sleep(2)
         return {}
 
+    @app.post("/pause")
+    async def pause(body: dict):
+        await asyncio.sleep(0.3)
+        return body
+
     with serve_in_thread(app) as url:
         yield url, hits
 
@@ -111,3 +116,32 @@ def test_dead_server_is_a_connection_error_after_retries():
 def test_backoff_doubles_and_is_capped():
     policy = RetryPolicy(max_retries=5, backoff=0.5, backoff_max=3.0)
     assert [policy.delay(a) for a in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+def test_requests_spread_over_pools_made_only_when_all_are_full(server):
+    from agentrl.utils.http import POOL_CONNECTIONS
+
+    url, _ = server
+    n = POOL_CONNECTIONS * 2 + 5  # needs three pools at once
+
+    async def go():
+        client = JSONClient(timeout=10, max_concurrent=4 * POOL_CONNECTIONS, retry=FAST)
+        try:
+            await client.post_json(f"{url}/pause", {"i": -1})
+            assert len(client._clients) == 1  # one request: one pool
+            peak = []
+
+            async def one(i):
+                await asyncio.sleep(0)
+                peak.append(max(client._busy))
+                return (await client.post_json(f"{url}/pause", {"i": i}))[0]
+
+            answers = await asyncio.gather(*(one(i) for i in range(n)))
+            assert answers == [{"i": i} for i in range(n)]
+            assert len(client._clients) == 3 and max(peak) <= POOL_CONNECTIONS
+            assert client._busy == [0, 0, 0]
+        finally:
+            await client.aclose()
+        assert client._clients == [] and client._busy == []
+
+    asyncio.run(go())
