@@ -5,6 +5,8 @@ another (each alone on the machine), and the issue's targets checked on every se
     python bench/quickstart_seeds.py --seeds 0 --out-dir /tmp/qs   # one seed
     python bench/quickstart_seeds.py --task search         # the CPU Search-R1 run's table
     python bench/quickstart_seeds.py --task retool         # the CPU ReTool run's table
+    python bench/quickstart_seeds.py --agent-function examples/agents/calculator_agent.py:run
+                                  # GRPO in agent mode: the agent's OpenAI client, the gateway
 
 Each run is the README's main job with its defaults, in `OUT_DIR/seed_N/`. The script
 prints a markdown table (paste it into docs/quickstart.md): greedy held-out accuracy after
@@ -14,7 +16,9 @@ FAIL per seed: SFT <= 0.45, GRPO >= 0.85, tool-call rate after GRPO >= 0.95, con
 least 0.30 below GRPO, total < 300 s (`--task search`: exact match at least 0.30 above SFT,
 two-hop questions improve, total < 600 s; `--task retool`: accuracy at least 0.30 above SFT
 and above the control, total < 900 s). Runs that exist already are read, not run again
-(`--rerun` runs them anyway).
+(`--rerun` runs them anyway). With `--agent-function` the GRPO stage runs in agent mode
+(`actor_rollout_ref.rollout.agent_function`, docs/gateway.md) and the runs go to
+`OUT_DIR/agent_seed_N/`; the evaluations are the quickstart's own, so the table compares.
 """
 
 from __future__ import annotations
@@ -59,12 +63,18 @@ RETOOL_TARGETS = (
 TARGETS = {"calculator": CALCULATOR_TARGETS, "search": SEARCH_TARGETS, "retool": RETOOL_TARGETS}
 
 
-def run_seed(out_dir: Path, task: str, seed: int, rerun: bool) -> dict[str, Any]:
-    report_path = out_dir / f"seed_{seed}" / "report.json"
+def run_seed(
+    out_dir: Path, task: str, seed: int, rerun: bool, agent_function: str | None = None
+) -> dict[str, Any]:
+    name = f"agent_seed_{seed}" if agent_function else f"seed_{seed}"
+    report_path = out_dir / name / "report.json"
     if rerun or not report_path.is_file():
         agentrl = Path(sys.executable).with_name("agentrl")
         cmd = [str(agentrl), "quickstart", "--task", task, "--out-dir", str(report_path.parent),
                "--seed", str(seed)]  # fmt: skip
+        if agent_function:
+            cmd += [f"actor_rollout_ref.rollout.agent_function={agent_function}",
+                    "actor_rollout_ref.rollout.multi_turn.enable=false"]
         subprocess.run(cmd, check=True)
     return json.loads(report_path.read_text())
 
@@ -137,10 +147,13 @@ def main() -> int:
     parser.add_argument("--out-dir", type=Path, default=None,
                         help="default: outputs/quickstart_seeds (calculator), outputs/search_seeds")
     parser.add_argument("--rerun", action="store_true", help="run seeds that have a report")
+    parser.add_argument("--agent-function", default=None,
+                        help="train in agent mode with this agent (file.py:run)")
     args = parser.parse_args()
     default = "quickstart_seeds" if args.task == "calculator" else f"{args.task}_seeds"
     out_dir = args.out_dir or Path("outputs") / default
-    reports = {seed: run_seed(out_dir, args.task, seed, args.rerun) for seed in args.seeds}
+    reports = {seed: run_seed(out_dir, args.task, seed, args.rerun, args.agent_function)
+               for seed in args.seeds}
     sys.stdout.write(table(reports) + "\n\n" + "\n".join(check(reports, args.task)) + "\n")
     return 0
 

@@ -249,6 +249,13 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     if rollout.agent_function and rollout.agent_workers > 1:
         problems.append("actor_rollout_ref.rollout.agent_function runs in the trainer's "
                         "gateway: agent_workers must be 1")
+    if rollout.agent_function and rollout.deterministic:
+        problems.append("actor_rollout_ref.rollout.deterministic cannot hold in agent mode "
+                        "(agent_function): the agents' calls reach the engine as they come; "
+                        "set it to null or false")
+    if rollout.agent_function and rollout.multi_turn.interaction_config_path:
+        problems.append("actor_rollout_ref.rollout.multi_turn.interaction_config_path is not "
+                        "used in agent mode (agent_function): the agent writes the user turns")
     if rollout.agent_workers > 1 and rollout.name != "sglang":
         problems.append(
             f"actor_rollout_ref.rollout.agent_workers is {rollout.agent_workers} but "

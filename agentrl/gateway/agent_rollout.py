@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from agentrl.gateway.server import create_app
@@ -62,6 +62,7 @@ class AgentRollout:
         agent_fn: AgentFunction,
         *,
         chat_template_kwargs: dict[str, Any] | None = None,
+        tools: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = config
         self.agent_fn = agent_fn
@@ -70,6 +71,7 @@ class AgentRollout:
             backend, tokenizer, model_name="policy", tool_format=config.multi_turn.format,
             chat_template_kwargs=chat_template_kwargs,
             default_max_tokens=int(config.response_length),
+            tools=tools, multi_turn=config.multi_turn,
         )  # fmt: skip
         # the padding, truncation and metrics of the engine's output, for these requests
         self.collector = AsyncRolloutEngine(config, tokenizer, backend,
@@ -117,6 +119,9 @@ class AgentRollout:
                                     api_key="agentrl", http_client=http, max_retries=0)
         error: str | None = None
         result: Any = None
+        tools = self.app.state.tools
+        if tools is not None:
+            tools.register(session_id, task.get("tools_kwargs"))
         try:
             result = await asyncio.wait_for(self.agent_fn(dict(task), client), self.timeout)
         except TimeoutError:
@@ -124,6 +129,7 @@ class AgentRollout:
         except Exception as err:  # the user's code: this sample fails, the batch goes on
             error = f"the agent raised {type(err).__name__}: {err}"
         session = self.app.state.sessions.pop(session_id, None)
+        used = await tools.close(session_id) if tools is not None else None
         request = AsyncRolloutRequest(
             batch_data_id=row, rollout_offset=offset, request_id=session_id,
             messages=[dict(m) for m in task.get("raw_prompt", [])], tool_schemas=[],
@@ -146,11 +152,17 @@ class AgentRollout:
             request.weight_versions = list(segment.weight_versions)
             request.prompt_length = segment.prompt_length
             request.reward_scores = {"rewrites": session.rewrites}
+            _count_turns(request.metrics, segment)
             if error is None:
                 try:
                     reward = _reward(result, session.reward)
                 except (TypeError, ValueError) as err:
                     error = str(err)
+        if used is not None:  # the gateway's tools: their errors and calc_reward scores
+            request.metrics.tool_errors.update(used.metrics.tool_errors)
+            request.metrics.tool_metrics.extend(used.metrics.tool_metrics)
+            request.metrics.tool_s += sum(m["latency_s"] for m in used.metrics.tool_metrics)
+            request.reward_scores.update(used.reward_scores)
         if error is None:
             request.finish(FinishReason.STOP)
         else:
@@ -159,6 +171,18 @@ class AgentRollout:
         budget, name = self.collector.response_budget(request)
         request.finalize(self.collector.renderer, budget, name, "disable")
         return request, reward
+
+
+def _count_turns(metrics: Any, segment: Any) -> None:
+    """The engine's turn and tool-call counters for an agent's episode, read from the
+    messages the segment recorded after its prompt: the model's turns, the calls it made
+    (the agent ran them), and the tool and user messages the agent added."""
+    for message in segment.messages[segment.prompt_messages:]:
+        if message["role"] == "assistant":
+            metrics.assistant_turns += 1
+            metrics.tool_calls.update(call["name"] for call in message.get("tool_calls", ()))
+        else:
+            metrics.user_turns += 1
 
 
 def load_agent_function(path: str) -> AgentFunction:

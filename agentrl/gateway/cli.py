@@ -5,7 +5,9 @@ The backend is `actor_rollout_ref.rollout` of the config (`hf`: the model in thi
 `sglang`: servers), the tool-call format `multi_turn.format`, the default completion budget
 `data.max_response_length`. Agents use `http://HOST:P/sessions/<episode id>/v1` as their
 OpenAI base URL, and `DELETE /sessions/<episode id>` when they have read its record.
-Request bodies are bounded (`--max-body-bytes`, `--body-timeout`).
+Request bodies are bounded (`--max-body-bytes`, `--body-timeout`). With
+`actor_rollout_ref.rollout.multi_turn.tool_config_path` (MCP servers included) agents may
+list and call those tools at `/sessions/<episode id>/v1/tools` (agentrl/gateway/tools.py).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from agentrl.gateway.server import create_app
     from agentrl.models.tokenizer import load_tokenizer
     from agentrl.rollout.backends.factory import create_backend
+    from agentrl.workers.rollout import configured_tools
 
     try:
         cfg = load_config(overrides=[*args.overrides, f"actor_rollout_ref.model.path={args.model}"])
@@ -49,14 +52,20 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(args.model, trust_remote_code=bool(model.trust_remote_code),
                                chat_template=model.custom_chat_template)
     rollout = cfg.actor_rollout_ref.rollout
+    multi_turn = rollout.multi_turn
     backend = create_backend(rollout, args.model, tokenizer, seed=int(cfg.trainer.seed))
+    tools = configured_tools(multi_turn.tool_config_path, multi_turn.tool_record_mode,
+                             multi_turn.tool_record_path)
     app = create_app(
         backend, tokenizer, model_name=Path(args.model).name,
-        tool_format=rollout.multi_turn.format,
+        tool_format=multi_turn.format,
         chat_template_kwargs=OmegaConf.to_container(cfg.data.apply_chat_template_kwargs),
         default_max_tokens=int(cfg.data.max_response_length),
         max_body_bytes=args.max_body_bytes, body_timeout=args.body_timeout,
+        tools=tools, multi_turn=multi_turn,
     )  # fmt: skip
+    if tools:
+        logger.info("tools for agents: %s (/sessions/<id>/v1/tools)", ", ".join(tools))
     logger.info("gateway on http://%s:%d/sessions/<id>/v1", args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

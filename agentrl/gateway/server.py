@@ -6,27 +6,35 @@ against the training policy, and every call is recorded token-exact for training
 
 Routes (the session id is part of the base URL, so unmodified clients work):
 
-- ``POST /sessions/{id}/v1/chat/completions``: ``messages``, ``tools``, ``tool_choice``
-  (``auto`` | ``none``), ``temperature``, ``top_p``, ``max_tokens`` /
-  ``max_completion_tokens``, ``stream``. The gateway renders the chat template itself, calls
-  the backend with token ids, parses tool calls with the rollout engine's parser
-  (``multi_turn.format``) and answers in OpenAI's format: ``tool_calls`` with ids,
+- ``POST /sessions/{id}/v1/chat/completions``: ``messages`` (``content`` a string or text
+  parts), ``tools`` (function tools; the template sees their name, description and
+  parameters, not API directives such as ``strict``), ``tool_choice`` (``auto`` | ``none``),
+  ``temperature``, ``top_p``, ``max_tokens`` / ``max_completion_tokens``, ``stop`` (up to 4
+  sequences: the backend stops there, the answer leaves the sequence out, the trajectory
+  keeps every token the model produced), ``stream``. The gateway renders the chat template
+  itself, calls the backend with token ids, parses tool calls with the rollout engine's
+  parser (``multi_turn.format``) and answers in OpenAI's format: ``tool_calls`` with ids,
   ``finish_reason`` ``tool_calls`` / ``stop`` / ``length``, ``usage``. With ``stream`` the
   answer comes as server-sent events (one content chunk, then the finish).
 - ``GET /sessions/{id}/v1/models``: the served model.
 - ``GET /sessions/{id}``: ``{"trajectories": [{"token_ids", "loss_mask", "log_probs",
   "prompt_length"}], "reward", "rewrites"}`` (agentrl/gateway/sessions.py).
 - ``POST /sessions/{id}/reward``: ``{"reward": R}``.
+- ``GET /sessions/{id}/v1/tools``, ``POST /sessions/{id}/v1/tools/{name}``: the rollout's
+  tools (``multi_turn.tool_config_path``, MCP servers included) for agents to call, under
+  the engine's timeout, error and release policy (agentrl/gateway/tools.py).
 - ``DELETE /sessions/{id}``: the session's record (as ``GET``), then it is forgotten: a
   long-lived gateway keeps every session until it is deleted (agent mode deletes its own).
+  Its tool instances are released (``calc_reward``, then ``release``).
 
 With ``max_body_bytes`` (``agentrl gateway`` sets it) a request body above it gets a 413
 and one that does not arrive within ``body_timeout`` seconds a 408
 (agentrl/utils/http_limits.py, as the sandbox and the retriever).
 
-Not supported yet, refused with a 400 naming the field: ``n`` > 1, ``stop`` sequences, a
-``tool_choice`` other than ``auto`` / ``none``. Malformed requests get OpenAI-style errors
-``{"error": {"message", "type": "invalid_request_error", "param"}}``.
+Not supported yet, refused with a 400 naming the field: ``n`` > 1, a ``tool_choice`` other
+than ``auto`` / ``none``, tools other than functions, content parts other than text.
+Malformed requests get OpenAI-style errors ``{"error": {"message", "type":
+"invalid_request_error", "param"}}``.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
@@ -42,11 +51,14 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.gateway.sessions import Session, normalize_message
+from agentrl.gateway.tools import SessionTools
 from agentrl.rollout.chat import ChatRenderer
 from agentrl.rollout.parsers import ParseResult, get_tool_parser
 from agentrl.utils.http_limits import BodyLimitMiddleware
 
 DEFAULT_MAX_TOKENS = 512
+MAX_STOPS = 4  # OpenAI's limit on stop sequences
+ROLES = ("system", "user", "assistant", "tool")
 
 
 class ChatRequest(BaseModel):
@@ -87,12 +99,17 @@ def create_app(
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
     max_body_bytes: int | None = None,
     body_timeout: float | None = None,
+    tools: Mapping[str, Any] | None = None,
+    multi_turn: Any = None,
 ) -> FastAPI:
-    """The gateway app in front of ``backend`` (an agentrl ``GenerationBackend``)."""
+    """The gateway app in front of ``backend`` (an agentrl ``GenerationBackend``); with
+    ``tools`` (``{name: BaseTool}``) and the rollout's ``multi_turn`` config the agents may
+    list and call them (agentrl/gateway/tools.py)."""
     renderer = ChatRenderer(tokenizer, dict(chat_template_kwargs or {}))
     sessions: dict[str, Session] = {}
     app = FastAPI(title="agentrl gateway")
     app.state.sessions = sessions
+    app.state.tools = session_tools = SessionTools(tools or {}, multi_turn) if tools else None
     if max_body_bytes is not None:  # its errors stay OpenAI-shaped: only the body limits
         app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes,
                            body_timeout=body_timeout)
@@ -100,9 +117,10 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Any, exc: RequestValidationError) -> JSONResponse:
         error = exc.errors()[0] if exc.errors() else {}
-        loc = [str(p) for p in error.get("loc", ()) if p != "body"]
-        return _openai_error(f"{'.'.join(loc) or 'body'}: {error.get('msg', 'invalid')}",
-                             ".".join(loc) or None)
+        param = "".join(f"[{p}]" if isinstance(p, int) else f".{p}"
+                        for p in error.get("loc", ()) if p != "body").lstrip(".")
+        return _openai_error(f"{param or 'body'}: {error.get('msg', 'invalid')}",
+                             param or None)
 
     @app.exception_handler(_Refused)
     async def _refused(_: Any, exc: _Refused) -> JSONResponse:
@@ -122,9 +140,25 @@ def create_app(
     @app.delete("/sessions/{session_id}")
     async def delete_session(session_id: str) -> dict:
         session = sessions.pop(session_id, None)
-        if session is None:
+        used_tools = session_tools is not None and await session_tools.close(session_id)
+        if session is None and not used_tools:
             raise HTTPException(404, detail=f"no session {session_id!r}")
-        return session.as_dict()
+        return (session or Session(session_id)).as_dict()
+
+    @app.get("/sessions/{session_id}/v1/tools")
+    async def list_tools(session_id: str) -> dict:
+        schemas = session_tools.schemas() if session_tools is not None else []
+        return {"object": "list", "data": schemas}
+
+    @app.post("/sessions/{session_id}/v1/tools/{name}")
+    async def call_tool(session_id: str, name: str, body: dict[str, Any]) -> Any:
+        if session_tools is None or name not in session_tools.tools:
+            served = ", ".join(session_tools.tools) if session_tools is not None else "none"
+            return _openai_error(f"no tool {name!r} here (tools: {served})", "name", 404)
+        arguments = body.get("arguments", {})
+        if not isinstance(arguments, dict | str):
+            return _openai_error("arguments must be an object or a JSON string", "arguments")
+        return await session_tools.call(session_id, name, arguments)
 
     @app.post("/sessions/{session_id}/reward")
     async def set_reward(session_id: str, body: dict[str, Any]) -> dict:
@@ -145,8 +179,8 @@ def create_app(
         return completion
 
     async def _complete(session: Session, request: ChatRequest) -> dict[str, Any]:
-        tools = [t for t in (request.tools or []) if isinstance(t, dict)]
-        schemas = [t for t in tools if t.get("type") == "function"]
+        schemas = [_rendered_tool(t) for t in request.tools or []
+                   if isinstance(t, dict) and t.get("type") == "function"]
         segment = session.prepare(renderer, request.messages, schemas)
         prompt_tokens = len(segment.token_ids)
         max_new = request.max_completion_tokens or request.max_tokens or default_max_tokens
@@ -158,10 +192,14 @@ def create_app(
         }
         if tokenizer.eos_token_id is not None:
             params["stop_token_ids"] = [tokenizer.eos_token_id]
+        stops = _stops(request.stop)
+        if stops:
+            params["stop"] = stops
         call_id = f"{session.session_id}-{uuid.uuid4().hex[:8]}"
         out = await backend.generate(list(segment.token_ids), params, call_id)
         segment.append(list(out.output_ids), 1, out.output_log_probs, out.weight_version)
         content, segment.pending_suffix = renderer.split_turn_end(renderer.decode(out.output_ids))
+        content, stopped = _cut_at_stop(content, stops)
         parsed = (get_tool_parser(tool_format, schemas).parse(content)
                   if schemas and request.tool_choice != "none" else ParseResult(content, []))
         calls = [c for c in parsed.calls if c.error is None]
@@ -175,7 +213,7 @@ def create_app(
                 for c in calls
             ]
         segment.messages = [*segment.messages, normalize_message(message)]
-        finish = "length" if out.finish_reason == "length" else (
+        finish = "length" if out.finish_reason == "length" and not stopped else (
             "tool_calls" if calls else "stop")
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion",
@@ -190,13 +228,61 @@ def create_app(
     return app
 
 
+def _rendered_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A function tool as the chat template sees it: name, description and parameters.
+    API directives (OpenAI's ``strict``, which the Agents SDK always sends) are not part of
+    the function's description and stay out of the prompt, as in vLLM and SGLang."""
+    function = tool.get("function") or {}
+    return {"type": "function", "function": {
+        key: function[key] for key in ("name", "description", "parameters") if key in function}}
+
+
 def _check(request: ChatRequest) -> None:
     if request.n != 1:
         raise _Refused("n > 1 is not supported: make n requests", "n")
-    if request.stop:
-        raise _Refused("stop sequences are not supported yet", "stop")
+    stops = _stops(request.stop)
+    if len(stops) > MAX_STOPS or not all(isinstance(s, str) and s for s in stops):
+        raise _Refused(f"stop must be up to {MAX_STOPS} non-empty strings", "stop")
+    for i, message in enumerate(request.messages):
+        _check_message(message, f"messages[{i}]")
+    for i, tool in enumerate(request.tools or []):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            raise _Refused("only function tools are supported", f"tools[{i}].type")
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) \
+                or not function["name"]:
+            raise _Refused("a function tool needs a function.name", f"tools[{i}].function.name")
     if request.tool_choice not in (None, "auto", "none"):
         raise _Refused("tool_choice must be auto or none here", "tool_choice")
+
+
+def _check_message(message: Any, where: str) -> None:
+    if not isinstance(message, dict):
+        raise _Refused("a message must be an object", where)
+    if message.get("role") not in ROLES:
+        raise _Refused(f"role must be one of {', '.join(ROLES)}, got {message.get('role')!r}",
+                       f"{where}.role")
+    content = message.get("content")
+    if isinstance(content, list):
+        for k, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text" \
+                    or not isinstance(part.get("text"), str):
+                raise _Refused("only text content parts are supported",
+                               f"{where}.content[{k}]")
+    elif content is not None and not isinstance(content, str):
+        raise _Refused("content must be a string, a list of text parts or null",
+                       f"{where}.content")
+
+
+def _stops(stop: str | list[str] | None) -> list[str]:
+    return [stop] if isinstance(stop, str) else list(stop or [])
+
+
+def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
+    """``text`` up to the first stop sequence (OpenAI leaves it out of the answer); the
+    trajectory keeps every token the model produced, the stop sequence's included."""
+    cuts = [text.find(s) for s in stops if s in text]
+    return (text[: min(cuts)], True) if cuts else (text, False)
 
 
 async def _stream(completion: dict[str, Any]):

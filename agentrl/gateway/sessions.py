@@ -22,9 +22,12 @@ from agentrl.rollout.chat import ChatRenderer
 
 def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
     """The parts of an OpenAI chat message that the template renders, in a comparable
-    form: role, content (None and "" alike), tool calls (name and parsed arguments),
+    form: role, content (None and "" alike, text parts joined), tool calls (name and parsed arguments),
     tool_call_id and name; the client's extra fields (refusal, audio, ...) dropped."""
-    out: dict[str, Any] = {"role": message.get("role"), "content": message.get("content") or ""}
+    content = message.get("content") or ""
+    if isinstance(content, list):  # text content parts (the gateway refuses other parts)
+        content = "".join(part["text"] for part in content)
+    out: dict[str, Any] = {"role": message.get("role"), "content": content}
     calls = message.get("tool_calls") or []
     if calls:
         out["tool_calls"] = [
@@ -71,6 +74,7 @@ class Segment:
     log_probs: list[float] = field(default_factory=list)
     weight_versions: list[int] = field(default_factory=list)  # per token; -1: no model's
     pending_suffix: str = ""  # end-of-turn text the model did not write (see ChatRenderer)
+    prompt_messages: int = 0  # how many of `messages` the first call's prompt held
 
     def __post_init__(self) -> None:
         self.loss_mask = self.loss_mask or [0] * len(self.token_ids)
@@ -118,7 +122,8 @@ class Session:
         if current is not None:
             self.rewrites += 1
         prompt = renderer.prompt_ids([template_message(m) for m in normalized], tools or None)
-        segment = Segment(list(prompt), len(prompt), list(tools), normalized)
+        segment = Segment(list(prompt), len(prompt), list(tools), normalized,
+                          prompt_messages=len(normalized))
         self.segments.append(segment)
         return segment
 

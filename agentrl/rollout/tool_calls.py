@@ -72,7 +72,7 @@ async def run_tool_turn(
     started = time.perf_counter()
     answers = await asyncio.gather(
         *(
-            _answer(req, call, over, tools, tool_slots, multi_turn)
+            answer_call(req, call, over, tools, tool_slots, multi_turn)
             for call, over in zip(calls, over_limit, strict=True)
         )
     )
@@ -96,7 +96,7 @@ async def run_tool_turn(
     return messages
 
 
-async def _answer(
+async def answer_call(
     req: AsyncRolloutRequest,
     call: ParsedCall,
     over_limit: bool,

@@ -153,7 +153,7 @@ class HybridRollout:
             self.engine = AgentRollout(
                 self.rollout_cfg, tokenizer, self.backend,
                 load_agent_function(str(self.rollout_cfg.agent_function)),
-                chat_template_kwargs=chat_template_kwargs,
+                chat_template_kwargs=chat_template_kwargs, tools=self._tools(),
             )  # fmt: skip
         else:
             self.engine = AsyncRolloutEngine(

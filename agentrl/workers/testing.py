@@ -130,7 +130,8 @@ def response_tokens(data: DataProto) -> list[list[int]]:
 
 
 def bucketed_sync_rank(
-    rank: int, world_size: int, store: str, model_dir: str, bucket_bytes: int, out_dir: str
+    rank: int, world_size: int, store: str, model_dir: str, bucket_bytes: int, out_dir: str,
+    serve_url: str | None = None,
 ) -> None:
     """One rank of the sharded weight-sync check (``torch.multiprocessing.spawn`` target).
 
@@ -138,7 +139,9 @@ def bucketed_sync_rank(
     streams them with ``iter_full_weights`` into this rank's own hf engine, and writes
     ``{out_dir}/rank{r}.json``: whether the engine's weights equal the actor's gathered
     ones, the bytes of every bucket, the largest tensor, the names sent, and how many
-    tensors of earlier buckets were still alive when each bucket arrived.
+    tensors of earlier buckets were still alive when each bucket arrived. With
+    ``serve_url`` rank 0 then has that server (``agentrl serve`` or SGLang) load the
+    exported shards through the SGLang client's ``update_weights`` (weight version "1").
     """
     import asyncio
     import gc
@@ -187,6 +190,17 @@ def bucketed_sync_rank(
             loaded = AutoModelForCausalLM.from_pretrained(export).state_dict()
             result["export_equal"] = all(torch.equal(loaded[k], v) for k, v in expected.items())
             result["export_shards"] = len(list(export.glob("model-*-of-*.safetensors")))
+            if serve_url is not None:
+                from agentrl.rollout.backends.sglang import SGLangBackend
+
+                async def push() -> None:
+                    client = SGLangBackend([serve_url], request_timeout=60)
+                    try:
+                        await client.update_weights(str(export), weight_version="1")
+                    finally:
+                        await client.aclose()
+
+                asyncio.run(push())
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()

@@ -79,9 +79,14 @@ def test_deprecated_and_new_micro_batch_keys_conflict():
     ("actor_rollout_ref.rollout.max_model_len=100", "max_model_len (100) leaves no room"),
     ("trainer.resume_mode=resume_path", "trainer.resume_from_path is null"),
     ("actor_rollout_ref.rollout.multi_turn.tool_record_mode=replay", "tool_record_path is null"),
+    (("actor_rollout_ref.rollout.agent_function=a.py:run",
+      "actor_rollout_ref.rollout.deterministic=true"), "deterministic cannot hold in agent mode"),
+    (("actor_rollout_ref.rollout.agent_function=a.py:run",
+      "actor_rollout_ref.rollout.multi_turn.interaction_config_path=i.yaml"),
+     "interaction_config_path is not used in agent mode"),
 ])
 def test_choices_bounds_and_dependencies(override, fragment):
-    problems = _problems(override)
+    problems = _problems(*(override if isinstance(override, tuple) else (override,)))
     assert any(fragment in p for p in problems), problems
 
 

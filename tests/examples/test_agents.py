@@ -13,14 +13,16 @@ from agentrl.gateway.agent_rollout import AgentRollout
 from agentrl.rollout.testing import ScriptedBackend, prompts_batch, rollout_config
 
 pytest.importorskip("openai")
-AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "calculator_agent.py"
+AGENTS = Path(__file__).resolve().parents[2] / "examples" / "agents"
+AGENT = AGENTS / "calculator_agent.py"
+AGENTS_SDK = AGENTS / "calculator_agents_sdk.py"
 CALL = ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n'
         "</tool_call><|im_end|>")
 SCRIPTS = {0: [CALL, "<answer>42</answer><|im_end|>"], 1: ["<answer>41</answer><|im_end|>"]}
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("calculator_agent", AGENT)
+def _load(path: Path = AGENT):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -36,6 +38,31 @@ def test_the_calculator_agent_is_trained_in_agent_mode(tiny_tokenizer):
     out = asyncio.run(rollout.agenerate_sequences(batch))
     assert list(out.non_tensor_batch["request_state"]) == ["completed", "completed"]
     assert out.batch["rm_scores"].sum(-1).tolist() == [1.0, 0.0]  # used the tool: right
+    # the turns and calls the agent made count as the engine's would
+    assert list(out.non_tensor_batch["num_turns"]) == [4, 2]
+    assert out.meta_info["metrics"]["rollout/tool_call_rate"] == 0.5
+    assert out.meta_info["metrics"]["rollout/tool_calls/calculator"] == 1.0
     # the calculator's answer went back to the model as a tool message
     assert any(m.get("role") == "tool" and m.get("content") == "42"
                for m in out.non_tensor_batch["messages"][0])
+
+
+def test_the_agents_sdk_agent_is_trained_in_agent_mode_without_rewrites(tiny_tokenizer):
+    pytest.importorskip("agents")
+    agent = _load(AGENTS_SDK)
+    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
+    rollout = AgentRollout(rollout_config(), tiny_tokenizer, backend, agent.run)
+    batch = prompts_batch(2, reward_model=[{"ground_truth": "42"}, {"ground_truth": "42"}])
+    out = asyncio.run(rollout.agenerate_sequences(batch))
+    assert list(out.non_tensor_batch["request_state"]) == ["completed", "completed"]
+    assert out.batch["rm_scores"].sum(-1).tolist() == [1.0, 0.0]
+    assert list(out.non_tensor_batch["num_turns"]) == [4, 2]
+    # the SDK replays its history exactly: one segment per episode, nothing re-tokenized
+    assert out.meta_info["metrics"]["rollout/agent_rewrites"] == 0.0
+    messages = out.non_tensor_batch["messages"][0]
+    assert any(m.get("role") == "tool" and m.get("content") == "42" for m in messages)
+    # the trained tokens of episode 0 are the backend's two outputs, exactly
+    mask = out.batch["response_mask"][0].bool()
+    trained = out.batch["responses"][0][mask].tolist()
+    assert trained == [i for (k, _), calls in backend.outputs.items() if k == 0
+                       for ids in calls for i in ids]

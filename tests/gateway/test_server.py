@@ -4,15 +4,18 @@ recording, tool responses masked out, history rewrites, streaming, OpenAI-style 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
 
 from agentrl.gateway import create_app
+from agentrl.rollout.chat import ChatRenderer
 from agentrl.rollout.testing import ScriptedBackend, call_text
 from agentrl.utils.serving import serve_in_thread
 
 openai = pytest.importorskip("openai")
+TOOLS = Path(__file__).resolve().parents[2] / "recipes" / "quickstart" / "calculator_tool.yaml"
 
 CALCULATOR = {"type": "function", "function": {
     "name": "calculator", "description": "Evaluate an arithmetic expression.",
@@ -99,6 +102,31 @@ def test_streaming_answers_with_chunks(gateway):
     assert chunks[-1].choices[0].finish_reason == "stop"
 
 
+def test_stop_sequences_cut_the_answer_and_reach_the_backend(gateway):
+    url, backend = gateway
+    client = _client(url, "ep-7")
+    # text parts and a plain string render alike
+    messages = [{"role": "user", "content": [{"type": "text", "text": "What now? conv-0"}]}]
+    strict = {**CALCULATOR, "function": {**CALCULATOR["function"], "strict": True}}
+    reply = client.chat.completions.create(model="policy", messages=messages,
+                                           tools=[strict], stop='"arguments"')
+    choice = reply.choices[0]
+    assert backend.calls[-1]["stop"] == ['"arguments"']
+    assert choice.finish_reason == "stop" and not choice.message.tool_calls
+    assert choice.message.content == call_text("calculator", "6*7").split('"arguments"')[0]
+    (trajectory,) = httpx.get(f"{url}/sessions/ep-7").json()["trajectories"]
+    # the trajectory keeps the model's tokens; the prompt shows the tool without "strict"
+    assert trajectory["token_ids"][trajectory["prompt_length"]:] == _outputs(backend, 0)[-1]
+    renderer = ChatRenderer(backend.tokenizer)
+    plain = [{"role": "user", "content": "What now? conv-0"}]
+    assert trajectory["token_ids"][:trajectory["prompt_length"]] == renderer.prompt_ids(
+        plain, [CALCULATOR])
+    # the agent replays the cut answer: the same segment goes on
+    messages += [choice.message, {"role": "user", "content": "go on conv-0"}]
+    client.chat.completions.create(model="policy", messages=messages, tools=[strict])
+    assert httpx.get(f"{url}/sessions/ep-7").json()["rewrites"] == 0
+
+
 def test_delete_returns_the_record_and_forgets_the_session(gateway):
     url, _ = gateway
     _client(url, "ep-5").chat.completions.create(
@@ -126,7 +154,18 @@ def test_body_limits_answer_413_and_keep_openai_errors(tiny_tokenizer):
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "user", "content": "x"}], "temperature": -1}, "temperature"),
     ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
-    ({"messages": [{"role": "user", "content": "x"}], "stop": ["\n"]}, "stop"),
+    ({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]},
+     "stop"),
+    ({"messages": [{"role": "user", "content": "x"}], "stop": [""]}, "stop"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": "x"}, "hi"]}, "messages[1]"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+     "messages[0].content[0]"),
+    ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search"}]},
+     "tools[0].type"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+     "tools[0].function.name"),
 ])
 def test_bad_requests_get_openai_style_errors(gateway, body, param):
     url, _ = gateway
@@ -148,7 +187,9 @@ def test_the_gateway_command_serves_the_model(tiny_model_dir, tmp_path):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "--log-level", "WARNING",
                              "gateway", "--model", str(tiny_model_dir), "--port", str(port),
-                             "data.max_response_length=8"], stderr=subprocess.PIPE)
+                             "data.max_response_length=8",
+                             f"actor_rollout_ref.rollout.multi_turn.tool_config_path={TOOLS}"],
+                            stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -165,6 +206,10 @@ def test_the_gateway_command_serves_the_model(tiny_model_dir, tmp_path):
         assert reply.usage.completion_tokens <= 8
         (trajectory,) = httpx.get(f"{url}/sessions/cli").json()["trajectories"]
         assert sum(trajectory["loss_mask"]) == reply.usage.completion_tokens
+        # the configured tools reach agents
+        answer = httpx.post(f"{url}/sessions/cli/v1/tools/calculator",
+                            json={"arguments": {"expression": "6*7"}}, timeout=30).json()
+        assert answer == {"content": "42", "reward": 0.0, "error": None}
     finally:
         proc.terminate()
         proc.wait(timeout=30)
