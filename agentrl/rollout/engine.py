@@ -57,12 +57,14 @@ from agentrl.interactions.base import BaseInteraction
 from agentrl.protocol import DataProto
 from agentrl.rollout.chat import ChatRenderer
 from agentrl.rollout.generation import generate_with_retries
-from agentrl.rollout.output import batch_metrics, batch_timing, build_output
+from agentrl.rollout.output import PaddedRows, batch_metrics, batch_timing, build_output
 from agentrl.rollout.parsers import ParsedCall, ParseResult, get_tool_parser
 from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
 from agentrl.rollout.tool_calls import end_plugins, run_tool_turn, start_plugins
 from agentrl.rollout.waves import GenerationWaves
 from agentrl.tools import BaseTool
+from agentrl.utils.aio import within
+from agentrl.utils.gc_pause import rollout_gc
 from agentrl.utils.plain_config import plain_config
 
 logger = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ class BatchContext:
     on_request_done: Callable[[AsyncRolloutRequest], None] | None = None
     waves: GenerationWaves | None = None  # rollout.deterministic: generate in waves
     aborting: bool = False  # set when over-sampling cancels the requests still running
+    rows: PaddedRows | None = None  # the output's rows, written as requests finish
 
 
 class AsyncRolloutEngine:
@@ -154,8 +157,9 @@ class AsyncRolloutEngine:
         `on_request_done(request)` is called as each request finishes (progress bars).
         """
         started = time.perf_counter()
-        requests = await self.arollout(batch, on_request_done)
-        return self.collect(requests, batch, time.perf_counter() - started)
+        with rollout_gc():
+            requests, rows = await self._rollout(batch, on_request_done, pad=True)
+            return self.collect(requests, batch, time.perf_counter() - started, rows)
 
     async def arollout(
         self,
@@ -165,16 +169,36 @@ class AsyncRolloutEngine:
         """The finished requests of `batch` (n per row), before they are padded into a
         DataProto (`collect`): agent workers send these, far smaller than the padded
         tensors, and the driver collects them."""
+        requests, _ = await self._rollout(batch, on_request_done, pad=False)
+        return requests
+
+    async def _rollout(
+        self,
+        batch: DataProto,
+        on_request_done: Callable[[AsyncRolloutRequest], None] | None,
+        pad: bool,
+    ) -> tuple[list[AsyncRolloutRequest], PaddedRows | None]:
+        """The finished requests and, with ``pad``, their padded rows, each written as its
+        request finished (so padding a large batch does not follow its last request)."""
         ctx = self.new_context(bool(batch.meta_info.get("validate", False)), on_request_done)
         requests = self.build_requests(batch, ctx.n)
+        if pad:
+            ctx.rows = PaddedRows(
+                [(r.batch_data_id, r.rollout_offset) for r in requests],
+                self.config.prompt_length, self.config.response_length, self.pad_token_id,
+                bool(self.config.calculate_log_probs),
+            )  # fmt: skip
         if self.deterministic:
             ctx.waves = GenerationWaves(len(requests))
-        tasks = [asyncio.ensure_future(self.run_request(r, ctx)) for r in requests]
         rate = 0.0 if batch.meta_info.get("validate", False) else self.config.over_sample_rate
-        if rate > 0:
-            await self._abort_stragglers(tasks, ctx, keep=math.ceil((1 - rate) * len(tasks)))
-        await asyncio.gather(*tasks)
-        return requests
+        # every request starts at once: building them in chunks that start as they are built
+        # helped the first chunks and delayed the last (measured slower at 2,048)
+        with rollout_gc():  # agentrl/utils/gc_pause.py: ~1 s of 9 at 2,048 requests
+            tasks = [asyncio.ensure_future(self.run_request(r, ctx)) for r in requests]
+            if rate > 0:
+                await self._abort_stragglers(tasks, ctx, keep=math.ceil((1 - rate) * len(tasks)))
+            await asyncio.gather(*tasks)
+        return requests, ctx.rows
 
     @staticmethod
     async def _abort_stragglers(tasks: list[asyncio.Future], ctx: BatchContext, keep: int) -> None:
@@ -206,9 +230,14 @@ class AsyncRolloutEngine:
         )
 
     def collect(
-        self, requests: list[AsyncRolloutRequest], batch: DataProto, wall_s: float
+        self,
+        requests: list[AsyncRolloutRequest],
+        batch: DataProto,
+        wall_s: float,
+        rows: PaddedRows | None = None,
     ) -> DataProto:
-        """The output DataProto of finished requests, with metrics and timing."""
+        """The output DataProto of finished requests, with metrics and timing (``rows``:
+        their padded rows if written already)."""
         out = build_output(
             requests,
             batch,
@@ -216,6 +245,7 @@ class AsyncRolloutEngine:
             response_length=self.config.response_length,
             pad_token_id=self.pad_token_id,
             with_log_probs=self.config.calculate_log_probs,
+            rows=rows,
         )
         out.meta_info["metrics"] = batch_metrics(requests)
         out.meta_info["timing"] = batch_timing(requests, wall_s)
@@ -246,8 +276,7 @@ class AsyncRolloutEngine:
                 "the rollout needs non_tensor_batch['raw_prompt'] (the chat "
                 "messages; set data.return_raw_chat=true)"
             )
-        batch_id = uuid.uuid4().hex[:8]
-        requests = []
+        rows = []
         for i in range(len(batch)):
             tools_kwargs = (
                 dict(columns["tools_kwargs"][i] or {}) if "tools_kwargs" in columns else {}
@@ -267,7 +296,13 @@ class AsyncRolloutEngine:
                 else schemas
             )
             messages = [dict(m) for m in columns["raw_prompt"][i]]
-            prompt_ids = self.renderer.prompt_ids(messages, schemas)  # once for the n samples
+            rows.append((tools_kwargs, interaction_kwargs, schemas, callable_schemas, messages))
+        # every prompt once for its n samples, all of them encoded in one call
+        texts = [self.renderer.render(row[4], True, row[2]) for row in rows]
+        batch_id = uuid.uuid4().hex[:8]
+        requests = []
+        for i, prompt_ids in enumerate(self.renderer.encode_many(texts)):
+            tools_kwargs, interaction_kwargs, schemas, callable_schemas, messages = rows[i]
             if "raw_prompt_ids" in columns:
                 self._compare_with_dataset(i, prompt_ids, columns["raw_prompt_ids"][i])
             for offset in range(n):
@@ -355,6 +390,8 @@ class AsyncRolloutEngine:
         req.finalize(
             self.renderer, budget, budget_name, self.multi_turn.tokenization_sanity_check_mode
         )
+        if ctx.rows is not None:
+            ctx.rows.add(req)
         if ctx.on_request_done is not None:
             ctx.on_request_done(req)
 
@@ -476,9 +513,10 @@ class AsyncRolloutEngine:
 
     async def _handle_interacting(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
         interaction = self.interactions[req.interaction]
+        req.verify_messages(self.renderer)  # the interaction reads them
         started = time.perf_counter()
         try:
-            terminate, text, score, _ = await asyncio.wait_for(
+            terminate, text, score, _ = await within(
                 interaction.generate_response(
                     req.request_id, [dict(m) for m in req.messages], **req.interaction_kwargs
                 ),

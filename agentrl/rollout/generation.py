@@ -19,6 +19,7 @@ from typing import Any
 
 from agentrl.rollout.backends.base import BackendError, GenerationOutput
 from agentrl.rollout.request import AsyncRolloutRequest
+from agentrl.utils.aio import within
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +40,8 @@ async def generate_with_retries(
         started = time.perf_counter()
         try:
             async with slots:
-                return await asyncio.wait_for(
-                    backend.generate(list(req.input_ids), params, call_id), timeout
-                )
+                return await within(backend.generate(list(req.input_ids), params, call_id),
+                                    timeout)
         except asyncio.CancelledError:
             await abort(backend, call_id)
             raise

@@ -114,6 +114,9 @@ class AsyncRolloutRequest:
     # tool_schemas. They differ when the prompt shows fewer schemas than the sample may use
     # (multi_turn.tool_schemas_in_prompt: none).
     tool_names: list[str] | None = None
+    # structured assistant turns whose rendering is not checked yet: (index in messages,
+    # the model's text, the text the turn must render to); see verify_messages
+    unverified: list[tuple[int, str, str]] = field(default_factory=list)
 
     @property
     def callable_tools(self) -> list[str]:
@@ -209,16 +212,25 @@ class AsyncRolloutRequest:
         The structured form (`content` = the text before the calls, `tool_calls`) is kept
         when the template renders it to exactly what the model wrote; otherwise the model's
         text is kept verbatim as `content` (non-canonical call formatting, malformed calls),
-        so the messages always render to the trajectory's tokens.
+        so the messages always render to the trajectory's tokens. That check is a template
+        render, so it waits until the messages are read (`verify_messages`: before an
+        interaction's turn and in `finalize`) instead of running in the turn itself.
         """
         if tool_calls:
             text = normal_text[:-1] if normal_text.endswith("\n") else normal_text
-            message = {"role": "assistant", "content": text, "tool_calls": tool_calls}
+            self.messages.append({"role": "assistant", "content": text, "tool_calls": tool_calls})
             written = renderer.generation_prompt + content + renderer.turn_end
-            if renderer.assistant_text(message) == written:
-                self.messages.append(message)
-                return
+            self.unverified.append((len(self.messages) - 1, content, written))
+            return
         self.messages.append({"role": "assistant", "content": content})
+
+    def verify_messages(self, renderer: ChatRenderer) -> None:
+        """Settle the structured assistant turns not checked yet (`add_assistant_message`):
+        each stays structured only if the template renders it to what the model wrote."""
+        for index, content, written in self.unverified:
+            if renderer.assistant_text(self.messages[index]) != written:
+                self.messages[index] = {"role": "assistant", "content": content}
+        self.unverified.clear()
 
     def add_messages(self, renderer: ChatRenderer, new_messages: list[dict]) -> None:
         """Append tool/user messages and the next generation prompt as a delta (loss 0)."""
@@ -259,6 +271,7 @@ class AsyncRolloutRequest:
                 f"tokenization_sanity_check_mode {sanity_check_mode!r}; choose "
                 f"one of {', '.join(SANITY_CHECK_MODES)}"
             )
+        self.verify_messages(renderer)
         if sanity_check_mode != "disable" and self.state != RequestState.FAILED:
             self.metrics.tokenization = self._check_tokenization(renderer)
             bad = {

@@ -31,6 +31,7 @@ from agentrl.reward.base import STEP_REWARDS_KEY
 from agentrl.rollout.parsers import ParsedCall
 from agentrl.rollout.request import AsyncRolloutRequest
 from agentrl.tools import BaseTool, execute_tool_call
+from agentrl.utils.aio import gather_inline, within
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ async def run_tool_turn(
         r and sum(runnable[: i + 1]) > multi_turn.max_parallel_calls for i, r in enumerate(runnable)
     ]
     started = time.perf_counter()
-    answers = await asyncio.gather(
+    answers = await gather_inline(
         *(
             answer_call(req, call, over, tools, tool_slots, multi_turn)
             for call, over in zip(calls, over_limit, strict=True)
@@ -153,13 +154,11 @@ async def start_plugins(
 
     async def create(name: str) -> None:
         kwargs = req.tools_kwargs.get(name, {}).get("create_kwargs", {})
-        instance_id, _ = await asyncio.wait_for(
-            tools[name].create(req.request_id, **kwargs), timeout
-        )
+        instance_id, _ = await within(tools[name].create(req.request_id, **kwargs), timeout)
         req.tool_instances[name] = instance_id
 
     names = req.callable_tools
-    results = await asyncio.gather(*(create(n) for n in names), return_exceptions=True)
+    results = await gather_inline(*(create(n) for n in names), return_exceptions=True)
     for name, result in zip(names, results, strict=True):
         if isinstance(result, BaseException):
             req.metrics.tool_errors["create"] += 1
@@ -167,7 +166,7 @@ async def start_plugins(
     if req.error is not None or interaction is None:
         return req.error is None
     try:
-        await asyncio.wait_for(
+        await within(
             interactions[interaction].start_interaction(req.request_id, **req.interaction_kwargs),
             timeout,
         )
@@ -192,7 +191,7 @@ async def end_plugins(
     async def end_tool(name: str, instance_id: str) -> None:
         kwargs = req.tools_kwargs.get(name, {})
         try:
-            reward = await asyncio.wait_for(
+            reward = await within(
                 tools[name].calc_reward(instance_id, **kwargs.get("calc_reward_kwargs", {})),
                 timeout,
             )
@@ -203,7 +202,7 @@ async def end_plugins(
                 "tool %r: calc_reward(%s) raised %s: %s", name, instance_id, type(err).__name__, err
             )
         try:
-            await asyncio.wait_for(
+            await within(
                 tools[name].release(instance_id, **kwargs.get("release_kwargs", {})), timeout
             )
         except Exception as err:
@@ -212,10 +211,10 @@ async def end_plugins(
                 "tool %r: release(%s) raised %s: %s", name, instance_id, type(err).__name__, err
             )
 
-    await asyncio.gather(*(end_tool(n, i) for n, i in req.tool_instances.items()))
+    await gather_inline(*(end_tool(n, i) for n, i in req.tool_instances.items()))
     if req.interaction is not None:
         try:
-            await asyncio.wait_for(
+            await within(
                 interactions[req.interaction].finalize_interaction(req.request_id), timeout
             )
         except Exception as err:

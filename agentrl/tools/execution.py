@@ -3,7 +3,7 @@
 The rollout engine calls this for every tool call the model makes. It
 
 1. validates the arguments against the tool's JSON schema (jsonschema, draft 2020-12);
-2. runs ``tool.execute`` under ``asyncio.wait_for(timeout)``;
+2. runs ``tool.execute`` under a timeout (``agentrl.utils.aio.within``);
 3. turns an exception, a timeout or a return value of the wrong shape into a short error
    text for the model plus ``metrics["tool_error"]`` naming the kind of failure
    (``invalid_arguments``, ``timeout``, ``exception``, ``bad_return``).
@@ -22,21 +22,25 @@ import logging
 import numbers
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import jsonschema
 from jsonschema.exceptions import best_match
 
 from agentrl.tools.base import BaseTool
+from agentrl.tools.flat_schema import flat_check
 from agentrl.tools.schemas import ToolResponse
+from agentrl.utils.aio import within
 
 logger = logging.getLogger(__name__)
 
 MAX_ERROR_CHARS = 500
 
-_validators: weakref.WeakKeyDictionary[BaseTool, tuple[int, jsonschema.Draft202012Validator]] = (
-    weakref.WeakKeyDictionary()
-)
+FlatCheck = Callable[[dict], bool]
+_validators: weakref.WeakKeyDictionary[
+    BaseTool, tuple[int, jsonschema.Draft202012Validator, FlatCheck | None]
+] = weakref.WeakKeyDictionary()
 
 
 def parameters_json_schema(tool: BaseTool) -> dict[str, Any]:
@@ -44,17 +48,22 @@ def parameters_json_schema(tool: BaseTool) -> dict[str, Any]:
     return tool.get_openai_tool_schema().function.parameters.model_dump(exclude_none=True)
 
 
-def _validator(tool: BaseTool) -> jsonschema.Draft202012Validator:
+def _validator(tool: BaseTool) -> tuple[jsonschema.Draft202012Validator, FlatCheck | None]:
+    """The tool's schema validator and, for a flat object schema, its fast check."""
     schema_obj = tool.get_openai_tool_schema()
     try:
         cached = _validators.get(tool)
     except TypeError:  # a tool class that made itself unhashable: no caching
-        return jsonschema.Draft202012Validator(parameters_json_schema(tool))
+        return _build(parameters_json_schema(tool))
     if cached is not None and cached[0] == id(schema_obj):
-        return cached[1]
-    validator = jsonschema.Draft202012Validator(parameters_json_schema(tool))
-    _validators[tool] = (id(schema_obj), validator)
-    return validator
+        return cached[1], cached[2]
+    validator, flat = _build(parameters_json_schema(tool))
+    _validators[tool] = (id(schema_obj), validator, flat)
+    return validator, flat
+
+
+def _build(schema: dict[str, Any]) -> tuple[jsonschema.Draft202012Validator, FlatCheck | None]:
+    return jsonschema.Draft202012Validator(schema), flat_check(schema)
 
 
 def validate_arguments(tool: BaseTool, parameters: Any) -> str | None:
@@ -64,7 +73,10 @@ def validate_arguments(tool: BaseTool, parameters: Any) -> str | None:
             f"Error: the arguments of tool '{tool.name}' must be a JSON object, "
             f"got {type(parameters).__name__}."
         )
-    error = best_match(_validator(tool).iter_errors(parameters))
+    validator, flat = _validator(tool)
+    if flat is not None and flat(parameters):
+        return None  # valid: jsonschema would find no error (it words the errors)
+    error = best_match(validator.iter_errors(parameters))
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path)
@@ -126,7 +138,7 @@ async def execute_tool_call(
         return _failure(error, "invalid_arguments")
     start = time.monotonic()
     try:
-        result = await asyncio.wait_for(
+        result = await within(
             tool.execute(instance_id, parameters, **execute_kwargs), timeout
         )
     except (asyncio.TimeoutError, TimeoutError):  # distinct classes before Python 3.11

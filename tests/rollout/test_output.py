@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentrl.protocol import DataProto
-from agentrl.rollout.output import batch_metrics, batch_timing, build_output
+from agentrl.rollout.output import PaddedRows, batch_metrics, batch_timing, build_output
 from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
 
 
@@ -122,3 +124,88 @@ def test_batch_metrics_counts():
         "rollout/tool_s": 0.25,
         "rollout/interaction_s": 0.0,
     }
+
+
+def _reference(requests, P, R, pad):
+    """The padded tensors as the output contract defines them, built with whole-batch torch
+    ops (the implementation before rows were written one by one)."""
+    requests = sorted(requests, key=lambda r: (r.batch_data_id, r.rollout_offset))
+
+    def pad_rows(rows, length, value, left, dtype):
+        out = torch.full((len(rows), length), value, dtype=dtype)
+        for i, row in enumerate(rows):
+            row = list(row)[-length:] if left else list(row)[:length]
+            if row:
+                if left:
+                    out[i, length - len(row):] = torch.tensor(row, dtype=dtype)
+                else:
+                    out[i, :len(row)] = torch.tensor(row, dtype=dtype)
+        return out
+
+    def prompt(r):
+        return r.input_ids[: r.prompt_length]
+
+    def after(r, values):
+        return values[r.prompt_length :]
+
+    prompts = pad_rows([prompt(r) for r in requests], P, pad, True, torch.long)
+    responses = pad_rows([after(r, r.input_ids) for r in requests], R, pad, False, torch.long)
+    prompt_mask = pad_rows([[1] * r.prompt_length for r in requests], P, 0, True, torch.long)
+    response_attention = pad_rows([[1] * len(after(r, r.input_ids)) for r in requests], R, 0,
+                                  False, torch.long)
+    response_mask = pad_rows([after(r, r.loss_mask) for r in requests], R, 0, False,
+                             torch.long)
+    attention = torch.cat([prompt_mask, response_attention], 1)
+    step = torch.zeros((len(requests), R))
+    for i, r in enumerate(requests):
+        for position, reward in r.step_rewards:
+            if position < R:
+                step[i, position] += reward
+    return {
+        "prompts": prompts, "responses": responses,
+        "input_ids": torch.cat([prompts, responses], 1), "attention_mask": attention,
+        "position_ids": torch.clamp(attention.cumsum(-1) - 1, min=0),
+        "loss_mask": torch.cat([torch.zeros_like(prompts), response_mask], 1),
+        "response_mask": response_mask, "step_rewards": step,
+        "rollout_log_probs": pad_rows([after(r, r.rollout_log_probs) for r in requests], R,
+                                      0.0, False, torch.float32),
+        "rollout_versions": pad_rows([after(r, r.weight_versions) for r in requests], R, -1,
+                                     False, torch.long),
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.lists(
+    st.tuples(st.integers(1, 99), st.integers(0, 1), st.floats(-3, 0)), max_size=7),
+    st.lists(st.tuples(st.integers(0, 8), st.floats(-1, 1)), max_size=2)),
+    min_size=1, max_size=6), st.integers(1, 5), st.integers(1, 5), st.randoms())
+def test_rows_added_one_by_one_match_the_whole_batch_definition(rows, P, R, rng):
+    requests = []
+    for i, (prompt_len, response, rewards) in enumerate(rows):
+        req = request(i // 2, i % 2, list(range(1, prompt_len + 1)), response,
+                      step_rewards=list(rewards))
+        req.weight_versions[prompt_len:] = [3] * len(response)
+        requests.append(req)
+    expected = _reference(requests, P, R, pad=0)
+    padded = PaddedRows([(r.batch_data_id, r.rollout_offset) for r in requests], P, R, 0, True)
+    for req in rng.sample(requests, len(requests)):  # in the order they finish
+        padded.add(req)
+    batch = DataProto.from_dict(non_tensors={"uid": [str(k) for k in range(len(rows))]})
+    out = build_output(requests, batch, prompt_length=P, response_length=R, pad_token_id=0,
+                       with_log_probs=True, rows=padded)
+    at_once = build_output(requests, batch, prompt_length=P, response_length=R,
+                           pad_token_id=0, with_log_probs=True)
+    for key, value in expected.items():
+        assert torch.equal(out.batch[key], value.to(out.batch[key].dtype)), key
+        assert torch.equal(at_once.batch[key], out.batch[key]), key
+        assert out.batch[key].dtype == (torch.float32 if value.is_floating_point()
+                                        else torch.long), key
+
+
+def test_a_row_never_added_is_an_error():
+    import pytest
+
+    padded = PaddedRows([(0, 0), (0, 1)], 2, 2, 0, False)
+    padded.add(request(0, 0, [1], [(2, 1, 0.0)]))
+    with pytest.raises(RuntimeError, match="1 rows of the output were never added"):
+        padded.tensors()

@@ -78,6 +78,7 @@ def test_tool_turn_tokens_equal_the_whole_rendering(renderer, tiny_tokenizer):
     assert (content, req.pending_suffix) == (CALL, "\n")
     call = {"id": "c0", "type": "function", "function": {"name": "calc", "arguments": {"x": "2*3"}}}
     req.add_assistant_message(renderer, content, "", [call])
+    req.verify_messages(renderer)
     assert req.messages[-1] == {"role": "assistant", "content": "", "tool_calls": [call]}
     req.add_messages(renderer, [{"role": "tool", "content": "6"}])
     assert req.pending_suffix == ""
@@ -96,7 +97,9 @@ def test_non_canonical_call_is_kept_verbatim(renderer, tiny_tokenizer):
     content = req.add_model_output(renderer, ids(tiny_tokenizer, compact + "<|im_end|>"), None)
     call = {"type": "function", "function": {"name": "calc", "arguments": {"x": "1"}}}
     req.add_assistant_message(renderer, content, "", [call])
+    req.verify_messages(renderer)  # settled when read (finalize, an interaction's turn)
     assert req.messages[-1] == {"role": "assistant", "content": compact}
+    assert req.unverified == []
 
 
 def test_finalize_checks_then_truncates(renderer, tiny_tokenizer):
