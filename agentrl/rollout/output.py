@@ -77,6 +77,7 @@ class PaddedRows:
             del shapes["rollout_log_probs"]
         self.arrays = {key: np.empty(shape, dtype) for key, (shape, dtype, _) in shapes.items()}
         self.filled = np.zeros(B, dtype=bool)
+        self._waiting: list[tuple[int, AsyncRolloutRequest]] = []  # added during the fill
         self._padding = threading.Thread(
             target=_fill, args=([(self.arrays[k], v) for k, (_, _, v) in shapes.items()],),
             name="agentrl-output-padding", daemon=True,
@@ -84,11 +85,21 @@ class PaddedRows:
         self._padding.start()
 
     def add(self, r: AsyncRolloutRequest) -> None:
-        """Write the row of a finished (finalized) request."""
+        """Write the row of a finished (finalized) request (or, while the padding is being
+        filled, queue it: the event loop must not wait for the fill)."""
         i = self.row[(r.batch_data_id, r.rollout_offset)]
         if self.filled[i]:
             raise ValueError(f"row {(r.batch_data_id, r.rollout_offset)} was added twice")
-        self._padding.join()  # long done by the time the first request finishes
+        self.filled[i] = True
+        if self._padding.is_alive():
+            self._waiting.append((i, r))
+            return
+        for waiting in self._waiting:
+            self._write(*waiting)
+        self._waiting.clear()
+        self._write(i, r)
+
+    def _write(self, i: int, r: AsyncRolloutRequest) -> None:
         P, R, a = self.P, self.R, self.arrays
         start = r.prompt_length
         kept = min(start, P)  # a prompt longer than P keeps its end
@@ -114,10 +125,12 @@ class PaddedRows:
         for position, reward in r.step_rewards:
             if position < R:
                 a["step_rewards"][i, position] += reward
-        self.filled[i] = True
 
     def tensors(self) -> dict[str, torch.Tensor]:
         self._padding.join()
+        for waiting in self._waiting:
+            self._write(*waiting)
+        self._waiting.clear()
         if not self.filled.all():
             raise RuntimeError(f"{int((~self.filled).sum())} rows of the output were never added")
         return {key: torch.from_numpy(array) for key, array in self.arrays.items()}

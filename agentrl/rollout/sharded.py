@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from agentrl.protocol import DataProto
+from agentrl.rollout.output import PaddedRows
 
 logger = logging.getLogger(__name__)
 
@@ -134,9 +135,20 @@ class ShardedRolloutEngine:
         shards = shard_rows(len(batch), len(self.workers))
         futures = [worker.rollout.remote(batch[rows], int(rows[0]))
                    for worker, rows in zip(self.workers, shards, strict=False)]
-        requests = [request for part in ray.get(futures) for request in part]
+        # the output's padding is filled (by a thread) while the workers roll out
+        n, _ = self.collector.sampling_params(bool(batch.meta_info.get("validate", False)))
+        config = self.collector.config
+        padded = PaddedRows([(i, k) for i in range(len(batch)) for k in range(n)],
+                            config.prompt_length, config.response_length,
+                            self.collector.pad_token_id, bool(config.calculate_log_probs))
+        requests = []
+        while futures:
+            done, futures = ray.wait(futures, num_returns=1)
+            for request in ray.get(done[0]):
+                padded.add(request)
+                requests.append(request)
         # the same padding and metrics as one engine's collect, over all the requests
-        return self.collector.collect(requests, batch, time.perf_counter() - started)
+        return self.collector.collect(requests, batch, time.perf_counter() - started, padded)
 
     def close(self) -> None:
         import ray

@@ -209,3 +209,22 @@ def test_a_row_never_added_is_an_error():
     padded.add(request(0, 0, [1], [(2, 1, 0.0)]))
     with pytest.raises(RuntimeError, match="1 rows of the output were never added"):
         padded.tensors()
+
+
+def test_rows_added_while_the_padding_is_filled_are_written_after_it():
+    import threading
+
+    padded = PaddedRows([(0, 0), (1, 0)], 2, 3, 9, True)
+    padded._padding.join()
+    release = threading.Event()
+    fill = padded._padding = threading.Thread(target=release.wait)  # a fill still running
+    fill.start()
+    first = request(0, 0, [1], [(2, 1, -0.5)])
+    padded.add(first)  # queued: the event loop does not wait for the fill
+    assert fill.is_alive() and padded._waiting
+    release.set()
+    fill.join()
+    padded.add(request(1, 0, [3, 4], [(5, 0, 0.0), (6, 1, -1.0)]))  # writes both
+    tensors = padded.tensors()
+    assert tensors["input_ids"].tolist() == [[9, 1, 2, 9, 9], [3, 4, 5, 6, 9]]
+    assert tensors["rollout_log_probs"][0].tolist() == [-0.5, 0.0, 0.0]
