@@ -109,7 +109,10 @@ def create_app(
     sessions: dict[str, Session] = {}
     app = FastAPI(title="agentrl gateway")
     app.state.sessions = sessions
-    app.state.tools = session_tools = SessionTools(tools or {}, multi_turn) if tools else None
+    if tools and multi_turn is None:
+        raise ValueError("create_app: tools need the rollout's multi_turn config (their "
+                         "timeout, concurrency and truncation)")
+    app.state.tools = session_tools = SessionTools(tools, multi_turn) if tools else None
     if max_body_bytes is not None:  # its errors stay OpenAI-shaped: only the body limits
         app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes,
                            body_timeout=body_timeout)

@@ -22,8 +22,9 @@ from agentrl.rollout.chat import ChatRenderer
 
 def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
     """The parts of an OpenAI chat message that the template renders, in a comparable
-    form: role, content (None and "" alike, text parts joined), tool calls (name and parsed arguments),
-    tool_call_id and name; the client's extra fields (refusal, audio, ...) dropped."""
+    form: role, content (None and "" alike, text parts joined), tool calls (name and parsed
+    arguments), tool_call_id and name; the client's extra fields (refusal, audio, ...)
+    dropped."""
     content = message.get("content") or ""
     if isinstance(content, list):  # text content parts (the gateway refuses other parts)
         content = "".join(part["text"] for part in content)
