@@ -66,7 +66,9 @@ def test_two_rank_sync_reaches_an_agentrl_serve_server(tiny_model_dir, tmp_path)
     finally:
         asyncio.run(served.aclose())
     assert version["weight_version"] == "1"
-    # the server's engine holds the actor's changed weights, every tensor exactly
+    # the server's engine holds the actor's changed weights, every tensor exactly (the
+    # export equals the actor's gathered weights, checked on rank 0)
+    assert json.loads((tmp_path / "rank0.json").read_text())["export_equal"]
     actor = AutoModelForCausalLM.from_pretrained(tmp_path / "export").state_dict()
     got = served.model.state_dict()
     assert all(torch.equal(got[k], v) for k, v in actor.items())
