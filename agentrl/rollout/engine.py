@@ -183,11 +183,7 @@ class AsyncRolloutEngine:
         ctx = self.new_context(bool(batch.meta_info.get("validate", False)), on_request_done)
         requests = self.build_requests(batch, ctx.n)
         if pad:
-            ctx.rows = PaddedRows(
-                [(r.batch_data_id, r.rollout_offset) for r in requests],
-                self.config.prompt_length, self.config.response_length, self.pad_token_id,
-                bool(self.config.calculate_log_probs),
-            )  # fmt: skip
+            ctx.rows = self.padded_rows([(r.batch_data_id, r.rollout_offset) for r in requests])
         if self.deterministic:
             ctx.waves = GenerationWaves(len(requests))
         rate = 0.0 if batch.meta_info.get("validate", False) else self.config.over_sample_rate
@@ -228,6 +224,12 @@ class AsyncRolloutEngine:
             },
             on_request_done=on_request_done,
         )
+
+    def padded_rows(self, keys: list[tuple[int, int]]) -> PaddedRows:
+        """The output's padded rows for these (batch_data_id, rollout_offset) keys, in this
+        engine's shapes; their padding starts filling now (``collect`` takes them)."""
+        return PaddedRows(keys, self.config.prompt_length, self.config.response_length,
+                          self.pad_token_id, bool(self.config.calculate_log_probs))
 
     def collect(
         self,

@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from agentrl.protocol import DataProto
-from agentrl.rollout.output import PaddedRows
 
 logger = logging.getLogger(__name__)
 
@@ -137,10 +136,7 @@ class ShardedRolloutEngine:
                    for worker, rows in zip(self.workers, shards, strict=False)]
         # the output's padding is filled (by a thread) while the workers roll out
         n, _ = self.collector.sampling_params(bool(batch.meta_info.get("validate", False)))
-        config = self.collector.config
-        padded = PaddedRows([(i, k) for i in range(len(batch)) for k in range(n)],
-                            config.prompt_length, config.response_length,
-                            self.collector.pad_token_id, bool(config.calculate_log_probs))
+        padded = self.collector.padded_rows([(i, k) for i in range(len(batch)) for k in range(n)])
         requests = []
         while futures:
             done, futures = ray.wait(futures, num_returns=1)
