@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Create the virtual environment .venv (once) and install agentrl into it with its test
-# extras. Safe to re-run. Environment knobs:
+# extras, every dependency at the version requirements/lock.txt pins (scripts/lock.sh
+# regenerates it). Safe to re-run. Environment knobs:
 #   PYTHON=python3.11          interpreter that creates the venv (default: python3)
 #   AGENTRL_VENV=.venv         where the venv lives
 #   AGENTRL_TORCH_SPEC=...     torch to install first when the venv has none
 #                              (default torch==2.13.0, the CPU build; on a GPU machine
 #                              install your CUDA torch into the venv first, it is kept)
+#   AGENTRL_EXTRAS=test        the extras to install (any of the locked ones, comma-separated)
+#   AGENTRL_LOCK=requirements/lock.txt   the pins (empty: resolve freely, unlocked)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${AGENTRL_VENV:-.venv}
 TORCH_SPEC=${AGENTRL_TORCH_SPEC:-torch==2.13.0}
+EXTRAS=${AGENTRL_EXTRAS:-test}
+LOCK=${AGENTRL_LOCK-requirements/lock.txt}
 
 if [ ! -x "$VENV/bin/python" ]; then
   echo "creating $VENV with $($PYTHON --version)"
@@ -27,5 +32,10 @@ fi
 constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
 "$VENV/bin/python" -c "import torch; print('torch==' + torch.__version__)" > "$constraints"
-echo "installing agentrl (editable) with $(cat "$constraints")"
-"$VENV/bin/pip" install -q --disable-pip-version-check -c "$constraints" -e ".[test]"
+locked=()
+if [ -n "$LOCK" ]; then
+  locked=(-c "$LOCK")
+fi
+echo "installing agentrl[$EXTRAS] (editable) with $(cat "$constraints")${LOCK:+, pinned by $LOCK}"
+"$VENV/bin/pip" install -q --disable-pip-version-check -c "$constraints" "${locked[@]}" \
+  -e ".[$EXTRAS]"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,21 @@ def ray_cluster():
 
     with ray_session(num_cpus=2):
         yield
+
+
+def _process_group_initialized() -> bool:
+    dist = sys.modules.get("torch.distributed")  # never imported: no group can exist
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
+@pytest.fixture(autouse=True)
+def _no_process_group_outlives_its_test(request: pytest.FixtureRequest):
+    """A torch.distributed process group that a test's worker group made must be gone when
+    the test ends (tests run in random order: a leaked group fails whoever runs next)."""
+    before = _process_group_initialized()
+    yield
+    if before or not _process_group_initialized():
+        return
+    gc.collect()  # a worker group dropped without shutdown() leaves it when collected
+    if _process_group_initialized():
+        pytest.fail(f"{request.node.nodeid} left a torch.distributed process group initialised")

@@ -17,6 +17,7 @@ interface, for a plain debugger and fast tests. A failure on any rank raises
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -151,9 +152,12 @@ class InProcessWorkerGroup(WorkerGroup):
     ) -> None:
         super().__init__(workers)
         self._host: WorkerHost | None = WorkerHost(self.specs)
+        # A group dropped without shutdown() (a notebook cell, a test) still leaves the
+        # process group once it is collected: no torch.distributed group outlives it.
+        self._release = weakref.finalize(self, self._host.shutdown)
         failure = self._host.setup(None, None, dist_timeout_s)
         if failure is not None:
-            self._host.shutdown()
+            self._release()
             self._host = None
             raise WorkerError("worker group setup", [failure], 1)
 
@@ -177,6 +181,8 @@ class InProcessWorkerGroup(WorkerGroup):
         return [result]
 
     def shutdown(self) -> None:
+        """Close the roles and leave the process group (the last in-process group of this
+        process destroys it). Safe to call twice."""
         if self._host is not None:
-            self._host.shutdown()
+            self._release()  # runs WorkerHost.shutdown once, and not again when collected
             self._host = None

@@ -40,7 +40,12 @@ _FLAGS = {
     "--seed": (int, "seed of weights, data and sampling"),
     "--steps": (int, "GRPO steps (0: SFT only)"),
     "--size": (str, "tiny model size (make-tiny-model --size)"),
-    "--sft-steps": (int, "SFT steps"),
+    "--sft-steps": (int, "cap on SFT steps (the exact count with --sft-check 0)"),
+    "--sft-check": (
+        float,
+        "held-out turn reproduction that ends SFT, then --sft-extra-steps more (0: no check)",
+    ),
+    "--sft-extra-steps": (int, "SFT steps after the held-out check passes"),
     "--sft-examples": (int, "distinct SFT conversations"),
     "--sft-lr": (float, "SFT learning rate"),
     "--sft-batch-size": (int, "SFT batch size"),

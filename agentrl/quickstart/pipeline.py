@@ -11,7 +11,10 @@ a nano model learns, on CPU, when to call its tool.
 3. sft: a warm-up on an imperfect teacher: on some question phrasings most traces answer at
    once, with the true answer, instead of calling the tool. The model cannot know these
    answers, so after SFT it under-uses the tool and is often wrong: RL has something to
-   discover, namely when to call it;
+   discover, namely when to call it. The stage ends on a measured skill, not a step count:
+   once the model reproduces `sft_check` of the turns of held-out tool-using traces
+   (`agentrl.trainer.sft_check`; the skill arrives in a jump whose step moves with the
+   seed), it trains `sft_extra_steps` more and stops; `sft_steps` is the cap;
 4. eval_sft: greedy and sampled rollouts of the test set with the real tool;
 5. rl: GRPO with multi-turn tool rollouts (`agentrl.trainer.run_train`, the task's recipe),
    reward = the task's exact score only; rollouts dumped for the report's trajectory viewer;
@@ -62,7 +65,11 @@ class QuickstartSettings:
     seed: int = 0
     size: str = "nano"  # agentrl.models.tiny.TINY_SIZES
     steps: int = 25  # GRPO steps (0: stop after SFT)
-    sft_steps: int = 1100  # SFT optimizer steps
+    sft_steps: int = 3000  # cap on SFT optimizer steps (exact count with sft_check=0)
+    sft_check: float = 0.8  # held-out turn reproduction that ends SFT (0: no check)
+    sft_extra_steps: int = 400  # SFT steps after the check first passes
+    sft_check_rows: int = 128  # tool-using SFT conversations held out for the check
+    sft_warmup_steps: int = 110  # linear learning-rate warm-up
     sft_examples: int = 8192  # distinct SFT conversations
     sft_lr: float = 3e-3
     sft_batch_size: int = 32
@@ -188,12 +195,14 @@ def _run_stages(
             )  # fmt: skip
             return metrics
 
+        sft_rows, check = sft_stop_rule(data.sft, s)
         sft_kwargs = {"lr": s.sft_lr, "batch_size": s.sft_batch_size, "seed": s.seed}
         with _stage("sft", timing):
             report["sft"] = run_sft(
-                init_dir, data.sft, out_dir / "model_sft", steps=s.sft_steps, eval_loss=False,
-                **sft_kwargs,
+                init_dir, sft_rows, out_dir / "model_sft", steps=s.sft_steps, eval_loss=False,
+                warmup_steps=s.sft_warmup_steps, until=check, **sft_kwargs,
             )  # fmt: skip
+        _log_sft_stop(report["sft"])
         with _stage("eval_sft", timing):
             report["eval_sft"] = evaluate(out_dir / "model_sft", "eval_sft")
         if s.steps <= 0:
@@ -210,11 +219,51 @@ def _run_stages(
         with _stage("control", timing):
             # The same teacher for as long as RL ran: no warm-up, the SFT lr from the start.
             report["control_sft"] = run_sft(
-                out_dir / "model_sft", data.sft, out_dir / "model_control", steps=10**9,
+                out_dir / "model_sft", sft_rows, out_dir / "model_control", steps=10**9,
                 max_time_s=timing["rl"], warmup_ratio=0.0, eval_loss=False, **sft_kwargs,
             )  # fmt: skip
         with _stage("eval_control", timing):
             report["control"] = evaluate(out_dir / "model_control", "eval_control")
+
+
+def sft_stop_rule(sft_path: Path, s: QuickstartSettings) -> tuple[list[dict], Any]:
+    """The SFT training rows and the check that ends the stage: the last
+    `sft_check_rows` tool-using conversations are held out of training for the check
+    (None, and every row trained, with `sft_check=0`)."""
+    from agentrl.data.sft import read_sft_rows
+    from agentrl.trainer.sft_check import SkillCheck
+
+    rows = read_sft_rows(sft_path)
+    if s.sft_check <= 0:
+        return rows, None
+    held = [i for i, r in enumerate(rows) if r.get("uses_tool", True)][-s.sft_check_rows :]
+    if len(held) < s.sft_check_rows or len(held) >= len(rows):
+        raise ValueError(
+            f"sft_check_rows={s.sft_check_rows} needs that many tool-using SFT conversations "
+            f"and some left to train on; {sft_path} has {len(rows)} rows, {len(held)} held"
+        )
+    chosen = set(held)
+    check = SkillCheck(
+        [rows[i] for i in held], threshold=s.sft_check, extra_steps=s.sft_extra_steps
+    )
+    return [r for i, r in enumerate(rows) if i not in chosen], check
+
+
+def _log_sft_stop(sft: dict[str, Any]) -> None:
+    check = sft.get("skill_check")
+    if check is None:
+        return
+    if check["reached_at"] is None:
+        logger.warning(
+            "sft: the held-out check never reached %.2f turn reproduction (last %.3f) within "
+            "the cap of %d steps (--sft-steps); RL may get no signal", check["threshold"],
+            check["last"] or 0.0, sft["steps"],
+        )  # fmt: skip
+    else:
+        logger.info(
+            "sft: held-out turn reproduction reached %.2f at step %d; stopped at step %d",
+            check["threshold"], check["reached_at"], sft["steps"],
+        )  # fmt: skip
 
 
 class _stage:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.data.sft import SFTDataset, read_sft_rows, sft_collate_fn
+from agentrl.trainer.sft_check import SkillCheck, SkillStop, turn_reproduction
 from agentrl.utils.seeding import seed_everything
 
 logger = logging.getLogger(__name__)
@@ -118,21 +119,28 @@ def run_sft(
     steps: int | None = None,
     max_time_s: float | None = None,
     warmup_ratio: float = 0.1,
+    warmup_steps: int | None = None,
     eval_loss: bool = True,
     progress: bool = True,
+    until: SkillCheck | None = None,
 ) -> dict[str, Any]:
     """Fine-tune `model_path` on `data` (a jsonl/parquet path or rows) and save it.
 
     Trains `epochs` passes over the data, or exactly `steps` optimizer steps when given
     (the data repeats, reshuffled each pass); `max_time_s` stops earlier once that many
     seconds of training have passed (a compute-matched control). The learning rate warms
-    up linearly over the first `warmup_ratio` of the steps, then stays constant.
+    up linearly over the first `warmup_ratio` of the steps (or `warmup_steps`, when given:
+    a run whose length a check decides), then stays constant. With
+    `until` (agentrl/trainer/sft_check.py), the run stops once a held-out skill check
+    passes; `steps` is then the cap, and reaching it first is logged as a warning.
 
     Returns metrics: `loss_before` and `loss_after` (token-mean loss over the whole data
     with the initial and the final weights; None with `eval_loss=False`), `epoch_losses`
     (mean training loss of each pass, the last one possibly partial), `loss_curve`
     (`[step, mean loss since the previous point]`, ~50 points), `steps` (done), `examples`,
-    `assistant_tokens`, `time_s`, `output_dir`.
+    `assistant_tokens`, `time_s`, `output_dir`, `stop_reason` (`steps`, `time`, `skill`
+    or `cap`: `steps` reached before `until` passed) and, with `until`, `skill_check`
+    (`threshold`, `reached_at`, `curve`, `last`).
     """
     if epochs < 1 or batch_size < 1:
         raise ValueError(f"epochs and batch_size must be >= 1, got {epochs} and {batch_size}")
@@ -158,14 +166,29 @@ def run_sft(
     loss_before = evaluate_loss(model, eval_loader) if eval_loss else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     total_steps = steps if steps is not None else epochs * len(train_loader)
-    warmup = max(1, math.ceil(warmup_ratio * total_steps))
+    if warmup_steps is not None and warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be >= 0 when given, got {warmup_steps}")
+    if warmup_steps is None:
+        warmup_steps = math.ceil(warmup_ratio * total_steps)
+    warmup = max(1, warmup_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / warmup)
     )
     deadline = None if max_time_s is None else time.perf_counter() + max_time_s
+    skill = _skill_stop(model, tokenizer, until, max_length, truncation, pad)
     run = _train_steps(
-        model, train_loader, optimizer, scheduler, max_grad_norm, total_steps, deadline, progress
-    )
+        model, train_loader, optimizer, scheduler, max_grad_norm, total_steps, deadline, progress,
+        skill.after_step if skill else None,
+    )  # fmt: skip
+    if skill is not None:
+        run["skill_check"] = skill.summary()
+        if run["stop_reason"] == "steps":
+            run["stop_reason"] = "cap"
+            logger.warning(
+                "sft hit its cap of %d steps before the held-out skill check passed: turn "
+                "reproduction %.3f < %.2f; the model may lack the skill the next stage needs",
+                total_steps, skill.summary()["last"] or 0.0, until.threshold,
+            )  # fmt: skip
     loss_after = evaluate_loss(model, eval_loader) if eval_loss else None
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -191,6 +214,24 @@ def run_sft(
     return metrics
 
 
+def _skill_stop(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    check: SkillCheck | None,
+    max_length: int,
+    truncation: str,
+    pad: int,
+) -> SkillStop | None:
+    """The stop rule of `check` on `model`, its held-out rows tokenized as training's."""
+    if check is None:
+        return None
+    held_out = SFTDataset(_rows(check.rows), tokenizer, max_length=max_length,
+                          truncation=truncation).examples  # fmt: skip
+    return SkillStop(
+        check, lambda: turn_reproduction(model, held_out, pad, check.batch_size)
+    )
+
+
 def _train_steps(
     model: torch.nn.Module,
     loader: DataLoader,
@@ -200,15 +241,17 @@ def _train_steps(
     total_steps: int,
     deadline: float | None,
     progress: bool,
+    stop: Callable[[int], bool] | None = None,
 ) -> dict[str, Any]:
     """Up to `total_steps` optimizer steps over repeated passes of `loader`, stopping at
-    `deadline` (perf_counter seconds); returns `steps`, `epoch_losses`, `loss_curve`."""
+    `deadline` (perf_counter seconds) or when `stop(step)` says so; returns `steps`,
+    `epoch_losses`, `loss_curve`, `stop_reason` (`steps`, `time` or `skill`)."""
     model.train()
     every = max(1, total_steps // 50)
     epoch_losses: list[float] = []
     curve: list[list[float]] = []
     window, window_tokens = 0.0, 0.0
-    step = 0
+    step, reason = 0, "steps"
     bar = tqdm(
         total=total_steps if deadline is None else None,  # a time budget: steps unknown
         desc="sft",
@@ -216,7 +259,10 @@ def _train_steps(
         disable=not progress,
         leave=False,
     )
-    while step < total_steps and (deadline is None or time.perf_counter() < deadline):
+    while reason == "steps" and step < total_steps:
+        if deadline is not None and time.perf_counter() >= deadline:
+            reason = "time"
+            break
         total, tokens = 0.0, 0.0
         for batch in loader:
             loss, n = batch_loss(model, batch)
@@ -234,9 +280,18 @@ def _train_steps(
                 bar.set_postfix(loss=f"{curve[-1][1]:.3f}")
                 window, window_tokens = 0.0, 0.0
             bar.update(1)
-            if step >= total_steps or (deadline is not None and time.perf_counter() >= deadline):
+            if stop is not None and stop(step):
+                reason = "skill"
+                if not curve or curve[-1][0] != step:  # the curve ends where training did
+                    curve.append([float(step), window / max(window_tokens, 1.0)])
+                break
+            if deadline is not None and time.perf_counter() >= deadline:
+                reason = "time"
+                break
+            if step >= total_steps:
                 break
         epoch_losses.append(total / max(tokens, 1.0))
         logger.debug("sft pass %d: loss %.4f (step %d)", len(epoch_losses), epoch_losses[-1], step)
     bar.close()
-    return {"steps": step, "epoch_losses": epoch_losses, "loss_curve": curve}
+    return {"steps": step, "epoch_losses": epoch_losses, "loss_curve": curve,
+            "stop_reason": reason}  # fmt: skip

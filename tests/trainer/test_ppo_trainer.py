@@ -75,6 +75,30 @@ def test_grpo_fit_two_steps_logs_verl_metrics_dumps_and_checkpoints(make_config,
     assert state["dataloader"]["epoch"] == 0 and state["dataloader"]["batches_consumed"] == 2
 
 
+def test_two_trainers_one_after_the_other_in_one_process(make_config, tmp_path):
+    """A notebook's second run: each trainer leaves torch.distributed as it found it, so
+    the next one starts its own process group, trains, and leaves it too. A worker group
+    dropped without shutdown() leaves the group once it is collected."""
+    import gc
+
+    import torch.distributed as dist
+
+    from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
+    from agentrl.distributed.testing import EchoWorker
+
+    assert not dist.is_initialized()
+    for run in range(2):
+        cfg = make_config(
+            "trainer.total_training_steps=1", f"trainer.default_local_dir={tmp_path / str(run)}"
+        )
+        (metrics,) = run_train(cfg)
+        assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
+        assert not dist.is_initialized(), f"run {run} left its process group"
+    InProcessWorkerGroup(WorkerSpec(EchoWorker))  # built, then dropped without shutdown()
+    gc.collect()
+    assert not dist.is_initialized()
+
+
 def test_ppo_with_critic_and_kl_in_reward(make_config, tmp_path):
     cfg = make_config(
         "algorithm.adv_estimator=gae",

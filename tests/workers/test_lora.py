@@ -62,4 +62,5 @@ def test_lora_trains_adapters_only_and_the_rollout_follows(varied_model_dir, tmp
             torch.testing.assert_close(reloaded.state_dict()[name], tensor)
         assert (export / "lora_adapter" / "adapter_config.json").is_file()
     finally:
-        group.close()
+        group.close()  # the worker's own close
+        group.shutdown()

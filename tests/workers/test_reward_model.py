@@ -50,37 +50,37 @@ def _direct(rm_dir: Path, ids: list[int]) -> float:
 
 def test_scores_the_trajectory_tokens_on_the_last_response_token(tiny_model_dir, tmp_path):
     rm_dir = _write_reward_model(tiny_model_dir, tmp_path / "rm")
-    group = _group(tiny_model_dir, rm_dir, "reward_model.micro_batch_size_per_gpu=3")
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    batch = make_trajectory_batch(5, P, R, vocab_size=len(tokenizer), seed=1)
-    rm_scores = group.compute_rm_score(batch).batch["rm_scores"]
-    assert rm_scores.shape == (5, R)
-    attention = batch.batch["attention_mask"]
-    for i in range(5):
-        last = int(torch.nonzero(attention[i, -R:]).max())
-        assert torch.count_nonzero(rm_scores[i]) == 1 and rm_scores[i, last] != 0
-        ids = batch.batch["input_ids"][i][attention[i].bool()].tolist()
-        assert rm_scores[i, last].item() == pytest.approx(_direct(rm_dir, ids), abs=1e-4)
-    assert len(set(rm_scores.sum(-1).tolist())) == 5  # the inputs are told apart
-    # as in verl, the reward managers return the reward model's scores as the reward
-    batch.batch["rm_scores"] = rm_scores
-    out = NaiveRewardManager(tokenizer)(batch, return_dict=True)
-    assert torch.equal(out["reward_tensor"], rm_scores)
-    assert out["reward_extra_info"]["rm_score"] == rm_scores.sum(-1).tolist()
+    with _group(tiny_model_dir, rm_dir, "reward_model.micro_batch_size_per_gpu=3") as group:
+        tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+        batch = make_trajectory_batch(5, P, R, vocab_size=len(tokenizer), seed=1)
+        rm_scores = group.compute_rm_score(batch).batch["rm_scores"]
+        assert rm_scores.shape == (5, R)
+        attention = batch.batch["attention_mask"]
+        for i in range(5):
+            last = int(torch.nonzero(attention[i, -R:]).max())
+            assert torch.count_nonzero(rm_scores[i]) == 1 and rm_scores[i, last] != 0
+            ids = batch.batch["input_ids"][i][attention[i].bool()].tolist()
+            assert rm_scores[i, last].item() == pytest.approx(_direct(rm_dir, ids), abs=1e-4)
+        assert len(set(rm_scores.sum(-1).tolist())) == 5  # the inputs are told apart
+        # as in verl, the reward managers return the reward model's scores as the reward
+        batch.batch["rm_scores"] = rm_scores
+        out = NaiveRewardManager(tokenizer)(batch, return_dict=True)
+        assert torch.equal(out["reward_tensor"], rm_scores)
+        assert out["reward_extra_info"]["rm_score"] == rm_scores.sum(-1).tolist()
 
 
 def test_a_reward_model_with_its_own_template_reads_the_messages(tiny_model_dir, tmp_path):
     template = ("{% for m in messages %}<<{{ m['role'] }}>> {{ m['content'] }}\n{% endfor %}")
     rm_dir = _write_reward_model(tiny_model_dir, tmp_path / "rm", chat_template=template)
-    group = _group(tiny_model_dir, rm_dir, "reward_model.max_length=8")
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    batch = make_trajectory_batch(2, P, R, vocab_size=len(tokenizer), seed=2)
-    messages = [[{"role": "user", "content": "what is 6 times 7"},
-                 {"role": "assistant", "content": f"it is {42 + i}"}] for i in range(2)]
-    batch.non_tensor_batch["messages"] = np.array(messages + [None], dtype=object)[:2]
-    rm_scores = group.compute_rm_score(batch).batch["rm_scores"].sum(-1)
-    rm_tokenizer = AutoTokenizer.from_pretrained(rm_dir)
-    for i in range(2):
-        ids = rm_tokenizer.apply_chat_template(messages[i], tokenize=True)
-        ids = list(ids["input_ids"] if isinstance(ids, Mapping) else ids)[-8:]  # max_length
-        assert rm_scores[i].item() == pytest.approx(_direct(rm_dir, ids), abs=1e-4)
+    with _group(tiny_model_dir, rm_dir, "reward_model.max_length=8") as group:
+        tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+        batch = make_trajectory_batch(2, P, R, vocab_size=len(tokenizer), seed=2)
+        messages = [[{"role": "user", "content": "what is 6 times 7"},
+                     {"role": "assistant", "content": f"it is {42 + i}"}] for i in range(2)]
+        batch.non_tensor_batch["messages"] = np.array(messages + [None], dtype=object)[:2]
+        rm_scores = group.compute_rm_score(batch).batch["rm_scores"].sum(-1)
+        rm_tokenizer = AutoTokenizer.from_pretrained(rm_dir)
+        for i in range(2):
+            ids = rm_tokenizer.apply_chat_template(messages[i], tokenize=True)
+            ids = list(ids["input_ids"] if isinstance(ids, Mapping) else ids)[-8:]  # max_length
+            assert rm_scores[i].item() == pytest.approx(_direct(rm_dir, ids), abs=1e-4)
