@@ -6,8 +6,8 @@ latency, measured in one run.
     python bench/async_vs_sync.py --seeds 0 1 --steps 25 --out-dir outputs/async_vs_sync
     python bench/async_vs_sync.py --modes async --max-staleness 1   # one mode, another bound
 
-The quickstart's model is SFT-warm-started once per seed (its defaults: nano model, 1,100
-steps on the imperfect teacher); then each mode runs GRPO from that model with the
+The quickstart's model is SFT-warm-started once per seed (its defaults: nano model, the
+imperfect teacher, until the held-out skill check passes); then each mode runs GRPO from that model with the
 quickstart's recipe, its calculator answering after a lognormal delay (median 200 ms, capped
 at 3 s: bench/latency_calculator.py); async runs with ``async.max_staleness`` 2 unless
 ``--max-staleness`` says otherwise (one_step_off is 1 by definition). Steps per minute count
@@ -52,7 +52,12 @@ def run_seed(
 ) -> dict[str, Any]:
     from agentrl.models.tiny import make_tiny_model
     from agentrl.quickstart.evaluation import evaluate_model
-    from agentrl.quickstart.pipeline import QuickstartSettings, rl_config, rl_model_dir
+    from agentrl.quickstart.pipeline import (
+        QuickstartSettings,
+        rl_config,
+        rl_model_dir,
+        sft_stop_rule,
+    )
     from agentrl.quickstart.tasks import CALCULATOR, recipe_file
     from agentrl.trainer import run_train
     from agentrl.trainer.sft import run_sft
@@ -63,8 +68,10 @@ def run_seed(
     if not (sft_dir / "config.json").is_file():
         init = make_tiny_model(out / "model_init", size=s.size, seed=seed,
                                chat_template="compact_tools")
-        run_sft(init, data.sft, sft_dir, steps=s.sft_steps, lr=s.sft_lr,
-                batch_size=s.sft_batch_size, seed=seed, eval_loss=False)
+        rows, check = sft_stop_rule(data.sft, s)  # the quickstart's SFT, check included
+        run_sft(init, rows, sft_dir, steps=s.sft_steps, lr=s.sft_lr,
+                batch_size=s.sft_batch_size, seed=seed, eval_loss=False,
+                warmup_steps=s.sft_warmup_steps, until=check)
     plain_tools = recipe_file("quickstart", "calculator_tool.yaml")
     slow_tools = latency_tools(out / "latency_tool.yaml", seed)
 

@@ -46,7 +46,7 @@ def prepare(out: Path, sft_steps: int, seed: int) -> tuple[Path, Path, Path]:
     from agentrl.quickstart.tasks import recipe_file
 
     run_quickstart(out, settings_for("calculator", steps=0, control=False, sft_steps=sft_steps,
-                                     n_train=256, n_test=16, seed=seed))
+                                     sft_check=0, n_train=256, n_test=16, seed=seed))
     return (out / "model_sft", out / "data" / "train.parquet",
             recipe_file("quickstart", "calculator_tool.yaml"))
 
