@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -142,6 +143,25 @@ def worst_last(reports: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return dict(sorted(reports.items(), key=lambda kv: -kv[1]["eval_rl"]["accuracy"]))
 
 
+def summary_line(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The JSON line: each figure's `median`, `min` and `max` over the seeds (each seed a
+    fresh process), `runs` and `seeds`."""
+    figures = {
+        "eval_sft_accuracy": [r["eval_sft"]["accuracy"] for r in reports.values()],
+        "eval_rl_accuracy": [r["eval_rl"]["accuracy"] for r in reports.values()],
+        "control_accuracy": [r["control"]["accuracy"] for r in reports.values()],
+        "sft_steps": [r["sft"]["steps"] for r in reports.values()],
+        "total_s": [r["timing_s"]["total"] for r in reports.values()],
+    }
+    return {
+        "median": {k: statistics.median(v) for k, v in figures.items()},
+        "min": {k: min(v) for k, v in figures.items()},
+        "max": {k: max(v) for k, v in figures.items()},
+        "runs": len(reports),
+        "seeds": list(reports),
+    }
+
+
 def check(reports: dict[int, dict[str, Any]], task: str) -> list[str]:
     return [
         f"{'PASS' if all(test(r) for r in reports.values()) else 'FAIL'} {name}: "
@@ -168,6 +188,7 @@ def main() -> int:
     sys.stdout.write(
         table(reports) + "\n\n" + "\n".join(check(reports, args.task)) + "\n"
         f"worst seed: {worst} (after GRPO {_pm(last['eval_rl'])})\n"
+        + json.dumps(summary_line(reports)) + "\n"
     )
     return 0
 
