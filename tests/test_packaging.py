@@ -56,7 +56,8 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_a_command(tmp_path):
     _run(
         [
             str(fresh / "bin" / "agentrl"), "quickstart", "--out-dir", str(out), "--steps", "0",
-            "--sft-steps", "2", "--sft-examples", "8", "--n-train", "8", "--n-test", "4",
+            "--sft-steps", "2", "--sft-check", "0", "--sft-examples", "8", "--n-train", "8",
+            "--n-test", "4",
         ],
         cwd=tmp_path,
         timeout=300,

@@ -240,7 +240,8 @@ def sft_stop_rule(sft_path: Path, s: QuickstartSettings) -> tuple[list[dict], An
     if len(held) < s.sft_check_rows or len(held) >= len(rows):
         raise ValueError(
             f"sft_check_rows={s.sft_check_rows} needs that many tool-using SFT conversations "
-            f"and some left to train on; {sft_path} has {len(rows)} rows, {len(held)} held"
+            f"and some left to train on; {sft_path} has {len(rows)} rows, {len(held)} of them "
+            "tool-using (more --sft-examples, or --sft-check 0 for a fixed --sft-steps)"
         )
     chosen = set(held)
     check = SkillCheck(

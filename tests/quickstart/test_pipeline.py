@@ -166,3 +166,24 @@ def test_ci_size_quickstart_learns_when_to_call_the_tool(tmp_path, caplog):
 
 
 CI_RL_STEPS = 20
+
+
+def test_the_sft_check_holds_out_tool_using_traces_and_trains_on_the_rest(tmp_path):
+    from agentrl.data.sft import read_sft_rows
+    from agentrl.quickstart.pipeline import sft_stop_rule
+    from agentrl.utils.jsonl import write_jsonl
+
+    rows = [{"messages": [{"role": "user", "content": str(i)}], "uses_tool": i % 3 != 0}
+            for i in range(30)]  # fmt: skip
+    path = write_jsonl(rows, tmp_path / "sft.jsonl")
+    train, check = sft_stop_rule(path, QuickstartSettings(sft_check=0.7, sft_check_rows=5,
+                                                          sft_extra_steps=9))  # fmt: skip
+    held = [r["messages"][0]["content"] for r in check.rows]
+    assert held == ["23", "25", "26", "28", "29"]  # the last five tool-using ones
+    assert all(r["uses_tool"] for r in check.rows)
+    assert len(train) == 25 and not {r["messages"][0]["content"] for r in train} & set(held)
+    assert (check.threshold, check.extra_steps) == (0.7, 9)
+    unchecked, none = sft_stop_rule(path, QuickstartSettings(sft_check=0))
+    assert none is None and unchecked == read_sft_rows(path)
+    with pytest.raises(ValueError, match="sft_check_rows=25 needs that many tool-using"):
+        sft_stop_rule(path, QuickstartSettings(sft_check_rows=25))

@@ -54,11 +54,25 @@ def _sandbox_processes() -> list[psutil.Process]:
     return found
 
 
+_CHILDREN_BEFORE: set[int] = set()  # this process's children when the current test began
+
+
+@pytest.fixture(autouse=True)
+def _children_before_the_test():
+    """Children this test did not start (a multiprocessing resource tracker that an earlier
+    test in the random order started lives as long as pytest) are not its leftovers."""
+    _CHILDREN_BEFORE.clear()
+    _CHILDREN_BEFORE.update(p.pid for p in psutil.Process().children(recursive=True))
+    yield
+
+
+def _new_children() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in _CHILDREN_BEFORE]
+
+
 def assert_nothing_left() -> None:
     deadline = time.monotonic() + 3
-    while (left := psutil.Process().children(recursive=True) + _sandbox_processes()) and (
-        time.monotonic() < deadline
-    ):
+    while (left := _new_children() + _sandbox_processes()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert left == [], [(p.pid, p.name()) for p in left]
 
