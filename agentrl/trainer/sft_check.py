@@ -6,7 +6,7 @@ count that happened to suffice for some seeds.
 
 A tiny model learns to copy digits (from the question into a tool call, from the tool's
 output into the answer) in a sudden jump whose step moves with the seed and even the thread
-count (../shared/reference/quickstart_notes.md). A fixed step count that suffices for some
+count (docs/quickstart.md, "Why SFT ends on a check"). A fixed step count that suffices for some
 seeds stops others before the jump, and RL then has no signal. The check measures the skill
 directly: teacher-forced on held-out conversations, the share of assistant turns the model
 reproduces exactly (every trained token after the turn's first one is the argmax).
