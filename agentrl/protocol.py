@@ -42,6 +42,13 @@ from tensordict import TensorDict
 
 logger = logging.getLogger(__name__)
 
+# Key of a sample's ``reward_scores`` (the rollout's tool rewards) holding ``{tool: [step
+# rewards of execute]}``. They are not part of the trajectory's tool reward: the rollout also
+# places them on the token of the turn that made the call (``batch["step_rewards"]``), which
+# the reward manager weights by ``step_reward_weight``. Shared by rollout and reward, so it
+# lives here, below both.
+STEP_REWARDS_KEY = "step_rewards"
+
 __all__ = ["DataProto", "to_object_array"]
 
 

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from agentrl.algos.registry import Registry
+from agentrl.protocol import STEP_REWARDS_KEY  # noqa: F401 - re-exported
 from agentrl.reward.score import default_compute_score
 
 logger = logging.getLogger(__name__)
@@ -95,10 +96,6 @@ class Sample:
     tool_reward: float  # sum of the tool rewards, already weighted
 
 
-# Key of ``reward_scores`` holding ``{tool: [step rewards of execute]}``. They are not part of
-# the trajectory's tool reward: the rollout also places them on the token of the turn that
-# made the call (``batch["step_rewards"]``), weighted by ``step_reward_weight``.
-STEP_REWARDS_KEY = "step_rewards"
 
 
 def _tool_reward_sum(scores: Any, top_level: bool = True) -> float:

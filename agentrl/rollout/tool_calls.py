@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentrl.interactions.base import BaseInteraction
-from agentrl.reward.base import STEP_REWARDS_KEY
+from agentrl.protocol import STEP_REWARDS_KEY
 from agentrl.rollout.parsers import ParsedCall
 from agentrl.rollout.request import AsyncRolloutRequest
 from agentrl.tools import BaseTool, execute_tool_call
