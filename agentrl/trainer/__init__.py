@@ -7,7 +7,8 @@
 See docs/trainer.md.
 """
 
-from agentrl.trainer.ppo_trainer import PPOTrainer, create_trainer, run_train
+from agentrl.trainer.main import create_trainer, run_train
+from agentrl.trainer.ppo_trainer import PPOTrainer
 from agentrl.trainer.tracking import Tracking
 
 __all__ = ["PPOTrainer", "Tracking", "create_trainer", "run_train"]

@@ -15,9 +15,15 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
+
+from omegaconf import DictConfig
 
 from agentrl.config import ConfigError
 from agentrl.config.cli import add_config_arguments, config_from_args
+
+if TYPE_CHECKING:
+    from agentrl.trainer.ppo_trainer import PPOTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -28,9 +34,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
 
 
-def run(args: argparse.Namespace) -> int:
-    from agentrl.trainer.ppo_trainer import run_train
+def create_trainer(config: DictConfig) -> PPOTrainer:
+    """The trainer of ``trainer.mode``: PPOTrainer (sync), else AsyncPPOTrainer."""
+    from agentrl.trainer.ppo_trainer import PPOTrainer
 
+    if config.trainer.mode == "sync":
+        return PPOTrainer(config)
+    from agentrl.trainer.async_trainer import AsyncPPOTrainer
+
+    return AsyncPPOTrainer(config)
+
+
+def run_train(config: DictConfig) -> list[dict[str, float]]:
+    """Build the trainer of ``trainer.mode``, fit it, close it; returns the per-step
+    metrics."""
+    trainer = create_trainer(config)
+    try:
+        return trainer.fit()
+    finally:
+        trainer.close()
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         history = run_train(config_from_args(args))
     except ConfigError as err:

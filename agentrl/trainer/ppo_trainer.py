@@ -773,21 +773,3 @@ class PPOTrainer:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-
-def create_trainer(config: DictConfig) -> PPOTrainer:
-    """The trainer of ``trainer.mode``: PPOTrainer (sync), else AsyncPPOTrainer."""
-    if config.trainer.mode == "sync":
-        return PPOTrainer(config)
-    from agentrl.trainer.async_trainer import AsyncPPOTrainer
-
-    return AsyncPPOTrainer(config)
-
-
-def run_train(config: DictConfig) -> list[dict[str, float]]:
-    """Build the trainer of ``trainer.mode``, fit it, close it; returns the per-step
-    metrics."""
-    trainer = create_trainer(config)
-    try:
-        return trainer.fit()
-    finally:
-        trainer.close()
