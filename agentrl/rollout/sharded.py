@@ -47,7 +47,7 @@ class AgentWorker:
     ) -> None:
         from agentrl.models.tokenizer import load_tokenizer
         from agentrl.rollout.engine import AsyncRolloutEngine
-        from agentrl.workers.rollout import LoopThread
+        from agentrl.utils.aio import LoopThread
 
         tokenizer = load_tokenizer(**dict(tokenizer_source))
         self.loop = LoopThread("agentrl-agent-worker")

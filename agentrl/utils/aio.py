@@ -5,15 +5,21 @@ task, which runs only after every callback already queued on the loop. With thou
 requests in flight that queue is long: at 2,048 requests a generation's answer waited over
 a second before its tool call even started, two such hops in a row (issue 18). ``within``
 and ``gather_inline`` await in the caller's own task where they can.
+
+``LoopThread``: an event loop in a daemon thread, for synchronous callers (the rollout
+worker, the sharded engine's driver) that run coroutines on one loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 async def within(awaitable: Awaitable[T], timeout: float | None) -> T:
@@ -41,3 +47,34 @@ async def gather_inline(*coroutines: Coroutine[Any, Any, T],
 
 
 __all__ = ["gather_inline", "within"]
+
+
+class LoopThread:
+    """An asyncio event loop running in a daemon thread; ``run`` blocks on a coroutine."""
+
+    def __init__(self, name: str = "agentrl-rollout") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        """Cancel the tasks still pending (a backend's batching task), then stop the loop."""
+        if self.loop.is_closed():
+            return
+        try:
+            self.run(_cancel_pending(), timeout=10)
+        except Exception as exc:  # noqa: BLE001 - shutting down regardless
+            logger.warning("cancelling the rollout loop's tasks failed: %s", exc)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+async def _cancel_pending() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -27,13 +27,10 @@ and resumed before the next weight sync, so training has the GPU to itself (slee
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import shutil
 import tempfile
-import threading
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,41 +38,11 @@ import torch
 import torch.distributed as dist
 
 from agentrl.protocol import DataProto
+from agentrl.utils.aio import LoopThread
 from agentrl.workers.fsdp import full_state_dict, iter_full_weights
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class LoopThread:
-    """An asyncio event loop running in a daemon thread; ``run`` blocks on a coroutine."""
-
-    def __init__(self, name: str = "agentrl-rollout") -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        """Cancel the tasks still pending (a backend's batching task), then stop the loop."""
-        if self.loop.is_closed():
-            return
-        try:
-            self.run(_cancel_pending(), timeout=10)
-        except Exception as exc:  # noqa: BLE001 - shutting down regardless
-            logger.warning("cancelling the rollout loop's tasks failed: %s", exc)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
-        self.loop.close()
-
-
-async def _cancel_pending() -> None:
-    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _rank() -> int:
