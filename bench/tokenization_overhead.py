@@ -17,6 +17,7 @@ Target: the delta cost stays flat as the conversation grows (full grows linearly
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -110,14 +111,19 @@ def main() -> None:
     renderer = ChatRenderer(AutoTokenizer.from_pretrained(path))
     print(f"{'turns':>6} {'delta ms/turn':>14} {'full ms/turn':>13} {'full/delta':>11}")
     results = []
+    line: dict[str, float] = {}
     for turns in args.turns:
         delta, full = measure(renderer, turns, args.repeats)
         results.append(delta)
         print(f"{turns:>6} {delta * 1e3:>14.3f} {full * 1e3:>13.3f} {full / delta:>11.1f}")
+        line |= {f"delta_ms_{turns}": round(delta * 1e3, 4), f"full_ms_{turns}": round(full * 1e3, 4),
+                 f"full_over_delta_{turns}": round(full / delta, 2)}  # fmt: skip
+    line["delta_last_over_first"] = round(results[-1] / results[0], 3)
     print(
         f"delta cost at {args.turns[-1]} turns / at {args.turns[0]} turns: "
         f"{results[-1] / results[0]:.2f} (target: ~1, flat)"
     )
+    print(json.dumps(line))  # one JSON line (bench/repeat.py reads it)
 
 
 if __name__ == "__main__":
