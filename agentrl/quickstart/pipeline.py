@@ -69,7 +69,7 @@ class QuickstartSettings:
     sft_check: float = 0.8  # held-out turn reproduction that ends SFT (0: no check)
     sft_extra_steps: int = 400  # SFT steps after the check first passes
     sft_check_rows: int = 128  # tool-using SFT conversations held out for the check
-    sft_warmup_steps: int = 110  # linear learning-rate warm-up
+    sft_warmup_steps: int | None = 110  # linear lr warm-up (None: the first 10% of sft_steps)
     sft_examples: int = 8192  # distinct SFT conversations
     sft_lr: float = 3e-3
     sft_batch_size: int = 32

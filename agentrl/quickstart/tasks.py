@@ -149,8 +149,10 @@ SEARCH = Task(
     tool_name="search",
     prepare=_lazy(_SEARCH, "write_search_data", SEARCH_DIRECT_PHRASINGS),
     tools=_lazy(_SEARCH, "serve_search_tool"),
-    # a fixed SFT length (sft_check 0): the held-out check is not yet measured on this task
-    defaults={"steps": 24, "sft_steps": 800, "sft_check": 0.0, "n_test": 300},
+    # a fixed SFT length (sft_check 0) warmed up over its first 10%, as measured: the
+    # held-out check is not yet measured on this task
+    defaults={"steps": 24, "sft_steps": 800, "sft_check": 0.0, "sft_warmup_steps": None,
+              "n_test": 300},
     aliases={
         "exact_match": "accuracy",
         "exact_match_stderr": "accuracy_stderr",
@@ -167,9 +169,9 @@ RETOOL = Task(
     tool_name="code_interpreter",
     prepare=_lazy(_RETOOL, "write_code_data", RETOOL_DIRECT_PHRASINGS),
     tools=_lazy(_RETOOL, "serve_sandbox_tool"),
-    # programs are longer to copy than expressions; a fixed SFT length (sft_check 0): the
-    # held-out check is not yet measured on this task
-    defaults={"sft_steps": 1800, "sft_check": 0.0, "n_test": 300},
+    # programs are longer to copy than expressions; a fixed SFT length (sft_check 0) warmed
+    # up over its first 10%, as measured: the held-out check is not yet measured on this task
+    defaults={"sft_steps": 1800, "sft_check": 0.0, "sft_warmup_steps": None, "n_test": 300},
     aliases={"sandbox_runs_per_question": "tool_calls_per_question"},
     answer_tag="\\boxed{",
 )
