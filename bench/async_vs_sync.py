@@ -6,10 +6,10 @@ latency, measured in one run.
     python bench/async_vs_sync.py --seeds 0 1 --steps 25 --out-dir outputs/async_vs_sync
     python bench/async_vs_sync.py --modes async --max-staleness 1   # one mode, another bound
 
-The quickstart's model is SFT-warm-started once per seed (its defaults: nano model, the
-imperfect teacher, until the held-out skill check passes); then each mode runs GRPO from that model with the
-quickstart's recipe, its calculator answering after a lognormal delay (median 200 ms, capped
-at 3 s: bench/latency_calculator.py); async runs with ``async.max_staleness`` 2 unless
+The quickstart's model is SFT-warm-started once per seed (its SFT stage and defaults: nano
+model, the imperfect teacher, until the held-out skill check passes); then each mode runs
+GRPO from that model with the quickstart's recipe, its calculator answering after a
+lognormal delay (median 200 ms, capped at 3 s: bench/latency_calculator.py); async runs with ``async.max_staleness`` 2 unless
 ``--max-staleness`` says otherwise (one_step_off is 1 by definition). Steps per minute count
 the training loop's steps over the sum of their wall times (server start-up, validation and
 the final checkpoint excluded);
@@ -56,11 +56,10 @@ def run_seed(
         QuickstartSettings,
         rl_config,
         rl_model_dir,
-        sft_stop_rule,
+        sft_stage,
     )
     from agentrl.quickstart.tasks import CALCULATOR, recipe_file
     from agentrl.trainer import run_train
-    from agentrl.trainer.sft import run_sft
 
     s = QuickstartSettings(seed=seed, steps=steps)
     data = CALCULATOR.prepare(out / "data", s)
@@ -68,10 +67,7 @@ def run_seed(
     if not (sft_dir / "config.json").is_file():
         init = make_tiny_model(out / "model_init", size=s.size, seed=seed,
                                chat_template="compact_tools")
-        rows, check = sft_stop_rule(data.sft, s)  # the quickstart's SFT, check included
-        run_sft(init, rows, sft_dir, steps=s.sft_steps, lr=s.sft_lr,
-                batch_size=s.sft_batch_size, seed=seed, eval_loss=False,
-                warmup_steps=s.sft_warmup_steps, until=check)
+        sft_stage(init, data.sft, sft_dir, s)  # the quickstart's SFT, its check included
     plain_tools = recipe_file("quickstart", "calculator_tool.yaml")
     slow_tools = latency_tools(out / "latency_tool.yaml", seed)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -145,21 +144,20 @@ def worst_last(reports: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 def summary_line(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """The JSON line: each figure's `median`, `min` and `max` over the seeds (each seed a
-    fresh process), `runs` and `seeds`."""
-    figures = {
-        "eval_sft_accuracy": [r["eval_sft"]["accuracy"] for r in reports.values()],
-        "eval_rl_accuracy": [r["eval_rl"]["accuracy"] for r in reports.values()],
-        "control_accuracy": [r["control"]["accuracy"] for r in reports.values()],
-        "sft_steps": [r["sft"]["steps"] for r in reports.values()],
-        "total_s": [r["timing_s"]["total"] for r in reports.values()],
-    }
-    return {
-        "median": {k: statistics.median(v) for k, v in figures.items()},
-        "min": {k: min(v) for k, v in figures.items()},
-        "max": {k: max(v) for k, v in figures.items()},
-        "runs": len(reports),
-        "seeds": list(reports),
-    }
+    fresh process; bench/repeat.py's summary), `runs` and `seeds`."""
+    from repeat import summarize  # bench/repeat.py, beside this script
+
+    figures = [
+        {
+            "eval_sft_accuracy": r["eval_sft"]["accuracy"],
+            "eval_rl_accuracy": r["eval_rl"]["accuracy"],
+            "control_accuracy": r["control"]["accuracy"],
+            "sft_steps": r["sft"]["steps"],
+            "total_s": r["timing_s"]["total"],
+        }
+        for r in reports.values()
+    ]
+    return {**summarize(figures), "runs": len(reports), "seeds": list(reports)}
 
 
 def check(reports: dict[int, dict[str, Any]], task: str) -> list[str]:

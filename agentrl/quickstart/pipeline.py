@@ -195,14 +195,9 @@ def _run_stages(
             )  # fmt: skip
             return metrics
 
-        sft_rows, check = sft_stop_rule(data.sft, s)
-        sft_kwargs = {"lr": s.sft_lr, "batch_size": s.sft_batch_size, "seed": s.seed}
         with _stage("sft", timing):
-            report["sft"] = run_sft(
-                init_dir, sft_rows, out_dir / "model_sft", steps=s.sft_steps, eval_loss=False,
-                warmup_steps=s.sft_warmup_steps, until=check, **sft_kwargs,
-            )  # fmt: skip
-        _log_sft_stop(report["sft"])
+            report["sft"], sft_rows = sft_stage(init_dir, data.sft, out_dir / "model_sft", s)
+        sft_kwargs = {"lr": s.sft_lr, "batch_size": s.sft_batch_size, "seed": s.seed}
         with _stage("eval_sft", timing):
             report["eval_sft"] = evaluate(out_dir / "model_sft", "eval_sft")
         if s.steps <= 0:
@@ -250,21 +245,26 @@ def sft_stop_rule(sft_path: Path, s: QuickstartSettings) -> tuple[list[dict], An
     return [r for i, r in enumerate(rows) if i not in chosen], check
 
 
-def _log_sft_stop(sft: dict[str, Any]) -> None:
-    check = sft.get("skill_check")
-    if check is None:
-        return
-    if check["reached_at"] is None:
-        logger.warning(
-            "sft: the held-out check never reached %.2f turn reproduction (last %.3f) within "
-            "the cap of %d steps (--sft-steps); RL may get no signal", check["threshold"],
-            check["last"] or 0.0, sft["steps"],
-        )  # fmt: skip
-    else:
+def sft_stage(
+    init_dir: Path, sft_path: Path, out_dir: Path, s: QuickstartSettings
+) -> tuple[dict[str, Any], list[dict]]:
+    """The quickstart's SFT stage (also the warm start of bench/async_vs_sync.py): the
+    model of `init_dir` trained on `sft_path` into `out_dir` until `sft_stop_rule`'s check
+    passes (or for `sft_steps`); returns run_sft's metrics and the rows it trained on."""
+    from agentrl.trainer.sft import run_sft
+
+    rows, check = sft_stop_rule(sft_path, s)
+    metrics = run_sft(
+        init_dir, rows, out_dir, steps=s.sft_steps, lr=s.sft_lr, batch_size=s.sft_batch_size,
+        seed=s.seed, eval_loss=False, warmup_steps=s.sft_warmup_steps, until=check,
+    )  # fmt: skip
+    reached = (metrics.get("skill_check") or {}).get("reached_at")
+    if reached is not None:  # a cap hit first is run_sft's own warning
         logger.info(
             "sft: held-out turn reproduction reached %.2f at step %d; stopped at step %d",
-            check["threshold"], check["reached_at"], sft["steps"],
+            check.threshold, reached, metrics["steps"],
         )  # fmt: skip
+    return metrics, rows
 
 
 class _stage:

@@ -96,8 +96,6 @@ class Sample:
     tool_reward: float  # sum of the tool rewards, already weighted
 
 
-
-
 def _tool_reward_sum(scores: Any, top_level: bool = True) -> float:
     """Sum of ``{tool: float | [floats]}`` (None or empty -> 0), step rewards left out."""
     if scores is None:

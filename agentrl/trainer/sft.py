@@ -181,13 +181,13 @@ def run_sft(
         skill.after_step if skill else None,
     )  # fmt: skip
     if skill is not None:
-        run["skill_check"] = skill.summary()
+        run["skill_check"] = summary = skill.summary()
         if run["stop_reason"] == "steps":
             run["stop_reason"] = "cap"
             logger.warning(
                 "sft hit its cap of %d steps before the held-out skill check passed: turn "
                 "reproduction %.3f < %.2f; the model may lack the skill the next stage needs",
-                total_steps, skill.summary()["last"] or 0.0, until.threshold,
+                total_steps, summary["last"] or 0.0, summary["threshold"],
             )  # fmt: skip
     loss_after = evaluate_loss(model, eval_loader) if eval_loss else None
     output_dir = Path(output_dir)

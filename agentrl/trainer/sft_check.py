@@ -20,7 +20,7 @@ teacher's tool-using traces), or the share cannot reach 1.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -101,7 +101,7 @@ class SkillStop:
     it returns True when the run should stop. `curve` holds `[step, share]` points;
     `reached_at` the step the threshold was first met (None until then)."""
 
-    def __init__(self, check: SkillCheck, measure: Any):
+    def __init__(self, check: SkillCheck, measure: Callable[[], float]):
         self.check, self.measure = check, measure  # measure() -> share, on the current model
         self.curve: list[list[float]] = []
         self.reached_at: int | None = None

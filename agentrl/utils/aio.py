@@ -46,8 +46,6 @@ async def gather_inline(*coroutines: Coroutine[Any, Any, T],
         return [err]
 
 
-__all__ = ["gather_inline", "within"]
-
 
 class LoopThread:
     """An asyncio event loop running in a daemon thread; ``run`` blocks on a coroutine."""
@@ -78,3 +76,6 @@ async def _cancel_pending() -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+__all__ = ["LoopThread", "gather_inline", "within"]
