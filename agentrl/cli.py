@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
+
+from agentrl.utils.command import configure_logging, run_command_module
 
 # command name -> (module implementing it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -66,15 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level)
     module_name, help_text = COMMANDS[args.command]
     module = importlib.import_module(module_name)
-    cmd_parser = argparse.ArgumentParser(prog=f"agentrl {args.command}", description=help_text)
-    module.add_arguments(cmd_parser)
-    cmd_args = cmd_parser.parse_intermixed_args(rest)
-    return int(module.run(cmd_args) or 0)
+    return run_command_module(module, args.command, rest, description=help_text)
 
 
 def run_command(command: str, argv: Sequence[str] | None = None) -> int:

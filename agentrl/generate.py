@@ -41,6 +41,7 @@ from tqdm import tqdm
 from agentrl.config import ConfigError
 from agentrl.config.cli import add_config_arguments, config_from_args
 from agentrl.protocol import DataProto
+from agentrl.rollout.assembly import configured_interactions, configured_tools
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +107,8 @@ async def _generate(cfg: DictConfig, backend: Any) -> dict[str, float]:
         rollout,
         tokenizer,
         backend,
-        tools=_tools(rollout.multi_turn),
-        interactions=_interactions(rollout.multi_turn),
+        tools=configured_tools(rollout.multi_turn),
+        interactions=configured_interactions(rollout.multi_turn),
         chat_template_kwargs=OmegaConf.to_container(cfg.data.apply_chat_template_kwargs),
     )
     reward_fn = _reward_manager(cfg, dataset, tokenizer)
@@ -147,23 +148,6 @@ def _files(path: Any) -> list[str]:
         if isinstance(path, (list, tuple)) or OmegaConf.is_list(path)
         else [str(path)]
     )
-
-
-def _tools(multi_turn: DictConfig) -> dict:
-    if not multi_turn.tool_config_path:
-        return {}
-    from agentrl.tools import load_tools, wrap_tools
-
-    tools = load_tools(multi_turn.tool_config_path)
-    return wrap_tools(tools, multi_turn.tool_record_mode, multi_turn.tool_record_path)
-
-
-def _interactions(multi_turn: DictConfig) -> dict:
-    if not multi_turn.interaction_config_path:
-        return {}
-    from agentrl.interactions import load_interactions
-
-    return load_interactions(multi_turn.interaction_config_path)
 
 
 def _reward_manager(cfg: DictConfig, dataset: Any, tokenizer: Any) -> Any:
@@ -283,6 +267,6 @@ def _jsonable(obj: Any) -> Any:
 if __name__ == "__main__":
     import sys
 
-    from agentrl.cli import run_command
+    from agentrl.utils.command import main_of
 
-    sys.exit(run_command("generate"))
+    sys.exit(main_of(sys.modules[__name__], "generate"))

@@ -112,6 +112,6 @@ def _run_sft():
 if __name__ == "__main__":
     import sys
 
-    from agentrl.cli import run_command
+    from agentrl.utils.command import main_of
 
-    sys.exit(run_command("sft"))
+    sys.exit(main_of(sys.modules[__name__], "sft"))

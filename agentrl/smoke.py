@@ -100,6 +100,6 @@ def run_smoke(out_dir: Path, steps: int = 3, size: str = "tiny", seed: int = 0,
 if __name__ == "__main__":
     import sys
 
-    from agentrl.cli import run_command
+    from agentrl.utils.command import main_of
 
-    sys.exit(run_command("smoke"))
+    sys.exit(main_of(sys.modules[__name__], "smoke"))

@@ -6,6 +6,7 @@ seed. Rows are ordered best first: the worst seed is the last row, and named las
     python bench/quickstart_seeds.py --seeds 0 --out-dir /tmp/qs   # one seed
     python bench/quickstart_seeds.py --task search         # the CPU Search-R1 run's table
     python bench/quickstart_seeds.py --task retool         # the CPU ReTool run's table
+    python bench/quickstart_seeds.py --task dapo           # recipes/dapo/run_cpu.sh's table
     python bench/quickstart_seeds.py --agent-function examples/agents/calculator_agent.py:run
                                   # GRPO in agent mode: the agent's OpenAI client, the gateway
 
@@ -15,8 +16,10 @@ SFT, after GRPO and of the SFT-only control, each ± its standard error, the sam
 accuracies, the tool-call rates, and the seconds end to end; then every target with PASS or
 FAIL per seed: SFT <= 0.45, GRPO >= 0.85, tool-call rate after GRPO >= 0.95, control at
 least 0.30 below GRPO, total < 300 s (`--task search`: exact match at least 0.30 above SFT,
-two-hop questions improve, total < 600 s; `--task retool`: accuracy at least 0.30 above SFT
-and above the control, total < 900 s). Runs that exist already are read, not run again
+two-hop questions improve, GRPO above the control, total < 600 s; `--task retool`: accuracy
+at least 0.30 above SFT and above the control, total < 900 s; `--task dapo`, the calculator
+task through `recipes/dapo/run_cpu.sh`: the calculator's targets with total < 600 s, and a
+table of the dynamic sampling's generation batches per step). Runs that exist already are read, not run again
 (`--rerun` runs them anyway). With `--agent-function` the GRPO stage runs in agent mode
 (`actor_rollout_ref.rollout.agent_function`, docs/gateway.md) and the runs go to
 `OUT_DIR/agent_seed_N/`; the evaluations are the quickstart's own, so the table compares.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +55,10 @@ SEARCH_TARGETS = (
         lambda r: r["eval_rl"]["by_hops"]["2_hop"]["accuracy"]
         > r["eval_sft"]["by_hops"]["2_hop"]["accuracy"],
     ),
+    (
+        "GRPO above the control",
+        lambda r: r["eval_rl"]["exact_match"] > r["control"]["exact_match"],
+    ),
     ("end to end < 600 s", lambda r: r["timing_s"]["total"] < 600),
 )
 RETOOL_TARGETS = (
@@ -61,7 +69,34 @@ RETOOL_TARGETS = (
     ("GRPO above the control", lambda r: r["eval_rl"]["accuracy"] > r["control"]["accuracy"]),
     ("end to end < 900 s", lambda r: r["timing_s"]["total"] < 900),
 )
-TARGETS = {"calculator": CALCULATOR_TARGETS, "search": SEARCH_TARGETS, "retool": RETOOL_TARGETS}
+DAPO_TARGETS = (
+    *CALCULATOR_TARGETS[:4],
+    ("end to end < 600 s", lambda r: r["timing_s"]["total"] < 600),
+)
+TARGETS = {
+    "calculator": CALCULATOR_TARGETS,
+    "search": SEARCH_TARGETS,
+    "retool": RETOOL_TARGETS,
+    "dapo": DAPO_TARGETS,
+}
+# Tasks run through a recipe script (`bash SCRIPT OUT_DIR --seed N`) instead of
+# `agentrl quickstart --task TASK`.
+RECIPE_SCRIPTS = {"dapo": "recipes/dapo/run_cpu.sh"}
+REPO = Path(__file__).resolve().parent.parent
+
+
+def seed_command(task: str, out: Path, seed: int, agent_function: str | None = None) -> list[str]:
+    """The command that runs one seed of TASK into OUT."""
+    if task in RECIPE_SCRIPTS:
+        cmd = ["bash", str(REPO / RECIPE_SCRIPTS[task]), str(out), "--seed", str(seed)]
+    else:
+        agentrl = Path(sys.executable).with_name("agentrl")
+        cmd = [str(agentrl), "quickstart", "--task", task, "--out-dir", str(out),
+               "--seed", str(seed)]  # fmt: skip
+    if agent_function:
+        cmd += [f"actor_rollout_ref.rollout.agent_function={agent_function}",
+                "actor_rollout_ref.rollout.multi_turn.enable=false"]  # fmt: skip
+    return cmd
 
 
 def run_seed(
@@ -70,14 +105,32 @@ def run_seed(
     name = f"agent_seed_{seed}" if agent_function else f"seed_{seed}"
     report_path = out_dir / name / "report.json"
     if rerun or not report_path.is_file():
-        agentrl = Path(sys.executable).with_name("agentrl")
-        cmd = [str(agentrl), "quickstart", "--task", task, "--out-dir", str(report_path.parent),
-               "--seed", str(seed)]  # fmt: skip
-        if agent_function:
-            cmd += [f"actor_rollout_ref.rollout.agent_function={agent_function}",
-                    "actor_rollout_ref.rollout.multi_turn.enable=false"]
-        subprocess.run(cmd, check=True)
-    return json.loads(report_path.read_text())
+        # The recipe scripts run this interpreter's venv's agentrl.
+        env = {**os.environ, "AGENTRL_VENV": str(Path(sys.executable).parent.parent)}
+        subprocess.run(
+            seed_command(task, report_path.parent, seed, agent_function), check=True, env=env
+        )
+    report = json.loads(report_path.read_text())
+    metrics = report_path.parent / "rl" / "metrics.jsonl"
+    if task == "dapo" and metrics.is_file():
+        report["filter_groups"] = filter_groups_summary(metrics)
+    return report
+
+
+def filter_groups_summary(metrics_path: Path) -> dict[str, float]:
+    """Dynamic sampling per RL step, from the run's metrics.jsonl: generation batches per
+    step (mean, max) and the share of prompts kept per batch (mean, min)."""
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    batches = [r["train/num_gen_batches"] for r in rows if "train/num_gen_batches" in r]
+    kept = [r["train/kept_prompt_ratio"] for r in rows if "train/kept_prompt_ratio" in r]
+    if not batches or not kept:
+        raise ValueError(f"{metrics_path}: no train/num_gen_batches or train/kept_prompt_ratio")
+    return {
+        "gen_batches_mean": sum(batches) / len(batches),
+        "gen_batches_max": max(batches),
+        "kept_ratio_mean": sum(kept) / len(kept),
+        "kept_ratio_min": min(kept),
+    }
 
 
 def _pm(metrics: dict[str, Any], key: str = "accuracy", err: str = "accuracy_stderr") -> str:
@@ -130,6 +183,15 @@ def table(reports: dict[int, dict[str, Any]]) -> str:
             lines.append(
                 f"| {seed} | {r['eval_sft']['sandbox_runs_per_question']:.2f} -> "
                 f"{r['eval_rl']['sandbox_runs_per_question']:.2f} | " + " | ".join(cells) + " |"
+            )
+    if "filter_groups" in first:
+        lines += ["", "| seed | generation batches per step (mean, max) "
+                  "| prompts kept per batch (mean, min) |", "|---|---|---|"]  # fmt: skip
+        for seed, r in reports.items():
+            f = r["filter_groups"]
+            lines.append(
+                f"| {seed} | {f['gen_batches_mean']:.1f}, {f['gen_batches_max']:.0f} "
+                f"| {f['kept_ratio_mean']:.2f}, {f['kept_ratio_min']:.2f} |"
             )
     n = int(first["eval_sft"]["trajectories"])
     lines.append(f"\n{n} held-out problems per evaluation; ± is the binomial standard error.")

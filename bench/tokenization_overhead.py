@@ -6,7 +6,7 @@
 A conversation of N turns (assistant tool call + tool response) is built; the cost of
 appending turn N is measured both ways:
 
-- delta: what the rollout engine does (agentrl.rollout.chat.ChatRenderer.delta_text +
+- delta: what the rollout engine does (agentrl.models.chat.ChatRenderer.delta_text +
   encode): render a fixed three-message base plus the new messages, tokenize the suffix;
 - full: render and tokenize the whole conversation again (what a naive rollout does).
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from agentrl.rollout.chat import ChatRenderer
+from agentrl.models.chat import ChatRenderer
 
 TOOLS = [
     {

@@ -32,7 +32,7 @@ from agentrl.models.tiny import make_tiny_model
 from agentrl.protocol import DataProto
 from agentrl.workers import ActorRolloutRefWorker
 from agentrl.workers.micro_batch import MicroBatching, padded_tokens, plan_micro_batches
-from agentrl.workers.testing import make_trajectory_batch, worker_config
+from agentrl.testing.workers import make_trajectory_batch, worker_config
 
 
 def tokens_per_second(

@@ -41,8 +41,8 @@ from agentrl.algos.policy_loss import (
     get_policy_loss_fn,
     register_policy_loss,
 )
-from agentrl.algos.registry import Registry, UnknownNameError
 from agentrl.algos.rollout_correction import PolicyLossSettings, policy_loss_settings
+from agentrl.utils.registry import Registry, UnknownNameError
 
 __all__ = [
     "ADV_ESTIMATORS",

@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from agentrl.algos.core import masked_whiten
-from agentrl.algos.registry import Registry
+from agentrl.utils.registry import Registry
 
 Tensor = torch.Tensor
 AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]

@@ -36,8 +36,8 @@ from typing import Any
 import torch
 
 from agentrl.algos.core import agg_loss, masked_mean
-from agentrl.algos.registry import Registry
 from agentrl.algos.rollout_correction import policy_loss_settings, rollout_correction
+from agentrl.utils.registry import Registry
 
 Tensor = torch.Tensor
 PolicyLossFn = Callable[..., tuple[Tensor, dict[str, float]]]

@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from agentrl.cli import run_command
+    import sys
 
-    sys.exit(run_command("config"))
+    from agentrl.utils.command import main_of
+
+    sys.exit(main_of(sys.modules[__name__], "config"))

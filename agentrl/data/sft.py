@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from agentrl.rollout.chat import ChatRenderer
+from agentrl.models.chat import ChatRenderer
 from agentrl.utils.jsonl import read_jsonl
 
 logger = logging.getLogger(__name__)

@@ -40,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
 
     from agentrl.gateway.server import create_app
     from agentrl.models.tokenizer import load_tokenizer
+    from agentrl.rollout.assembly import configured_tools
     from agentrl.rollout.backends.factory import create_backend
-    from agentrl.workers.rollout import configured_tools
 
     try:
         cfg = load_config(overrides=[*args.overrides, f"actor_rollout_ref.model.path={args.model}"])
@@ -54,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
     rollout = cfg.actor_rollout_ref.rollout
     multi_turn = rollout.multi_turn
     backend = create_backend(rollout, args.model, tokenizer, seed=int(cfg.trainer.seed))
-    tools = configured_tools(multi_turn.tool_config_path, multi_turn.tool_record_mode,
-                             multi_turn.tool_record_path)
+    tools = configured_tools(multi_turn)
     app = create_app(
         backend, tokenizer, model_name=Path(args.model).name,
         tool_format=multi_turn.format,
@@ -72,6 +71,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from agentrl.cli import run_command
+    from agentrl.utils.command import main_of
 
-    sys.exit(run_command("gateway"))
+    sys.exit(main_of(sys.modules[__name__], "gateway"))

@@ -52,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.gateway.sessions import Session, normalize_message
 from agentrl.gateway.tools import SessionTools
-from agentrl.rollout.chat import ChatRenderer
+from agentrl.models.chat import ChatRenderer
 from agentrl.rollout.parsers import ParseResult, get_tool_parser
 from agentrl.utils.http_limits import BodyLimitMiddleware
 

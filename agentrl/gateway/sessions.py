@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.rollout.chat import ChatRenderer
+from agentrl.models.chat import ChatRenderer
 
 
 def normalize_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 import sys
 
-from agentrl.cli import run_command
+import agentrl.quickstart as quickstart_command
+from agentrl.utils.command import main_of
 
-sys.exit(run_command("quickstart"))
+sys.exit(main_of(quickstart_command, "quickstart"))

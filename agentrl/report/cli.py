@@ -45,6 +45,6 @@ def run(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     import sys
 
-    from agentrl.cli import run_command
+    from agentrl.utils.command import main_of
 
-    sys.exit(run_command("report"))
+    sys.exit(main_of(sys.modules[__name__], "report"))

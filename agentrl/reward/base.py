@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.algos.registry import Registry
 from agentrl.protocol import STEP_REWARDS_KEY  # noqa: F401 - re-exported
 from agentrl.reward.score import default_compute_score
+from agentrl.utils.registry import Registry
 
 logger = logging.getLogger(__name__)
 

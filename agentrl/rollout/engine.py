@@ -54,8 +54,8 @@ from typing import Any
 
 from agentrl.data.rows import select_tool_schemas
 from agentrl.interactions.base import BaseInteraction
+from agentrl.models.chat import ChatRenderer
 from agentrl.protocol import DataProto
-from agentrl.rollout.chat import ChatRenderer
 from agentrl.rollout.generation import generate_with_retries
 from agentrl.rollout.output import PaddedRows, batch_metrics, batch_timing, build_output
 from agentrl.rollout.parsers import ParsedCall, ParseResult, get_tool_parser

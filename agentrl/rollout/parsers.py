@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.algos.registry import Registry
+from agentrl.utils.registry import Registry
 
 TOOL_PARSERS: Registry[type[ToolCallParser]] = Registry("tool-call parser")
 

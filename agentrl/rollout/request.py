@@ -13,7 +13,7 @@ method that grows them:
     [prompt: loss 0][model turn: loss 1, log-probs][tool turn delta: loss 0][model turn: 1]..
 
 Model tokens are appended exactly as the backend returned them (never decoded and
-re-encoded); every other turn is a template delta (`agentrl.rollout.chat`). `finalize`
+re-encoded); every other turn is a template delta (`agentrl.models.chat`). `finalize`
 re-renders the whole conversation and compares it with the trajectory (the tokenization
 sanity check), then cuts every aligned list at the response budget.
 """
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-from agentrl.rollout.chat import ChatRenderer
+from agentrl.models.chat import ChatRenderer
 
 logger = logging.getLogger(__name__)
 

@@ -69,6 +69,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from agentrl.cli import run_command
+    from agentrl.utils.command import main_of
 
-    sys.exit(run_command("train"))
+    sys.exit(main_of(sys.modules[__name__], "train"))

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import sys
 
-from agentrl.cli import run_command
+from agentrl.trainer import main as train_command
+from agentrl.utils.command import main_of
 
 
 def main() -> int:
-    return run_command("train")
+    return main_of(train_command, "train")
 
 
 if __name__ == "__main__":

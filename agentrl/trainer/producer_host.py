@@ -41,8 +41,8 @@ class ProducerHost:
         max_staleness: int,
         total_batches: int,
     ) -> None:
+        from agentrl.rollout.assembly import engine_factories
         from agentrl.rollout.sharded import AgentWorker
-        from agentrl.workers.rollout import engine_factories
 
         # the same engine as an agent worker's: tokenizer, backend client, tools, loop
         self.worker = AgentWorker(rollout, tokenizer_source, *engine_factories(rollout, model_path),

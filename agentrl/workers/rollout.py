@@ -27,7 +27,6 @@ and resumed before the next weight sync, so training has the GPU to itself (slee
 
 from __future__ import annotations
 
-import functools
 import logging
 import shutil
 import tempfile
@@ -38,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from agentrl.protocol import DataProto
+from agentrl.rollout.assembly import configured_interactions, configured_tools, engine_factories
 from agentrl.utils.aio import LoopThread
 from agentrl.workers.fsdp import full_state_dict, iter_full_weights
 
@@ -52,43 +52,6 @@ def _rank() -> int:
 def _barrier() -> None:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()
-
-
-def configured_tools(
-    tool_config_path: str | None, record_mode: str | None, record_path: str | None
-) -> dict[str, Any]:
-    """The tools of ``multi_turn.tool_config_path`` (wrapped for record/replay)."""
-    if not tool_config_path:
-        return {}
-    from agentrl.tools import load_tools, wrap_tools
-
-    return wrap_tools(load_tools(tool_config_path), record_mode, record_path)
-
-
-def configured_interactions(interaction_config_path: str | None) -> dict[str, Any]:
-    """The interactions of ``multi_turn.interaction_config_path``."""
-    if not interaction_config_path:
-        return {}
-    from agentrl.interactions.loader import load_interactions
-
-    return load_interactions(interaction_config_path)
-
-
-def engine_factories(
-    rollout: dict[str, Any], model_path: str | None
-) -> tuple[functools.partial, functools.partial, functools.partial]:
-    """Picklable ``(make_backend(tokenizer), make_tools(), make_interactions())`` of a plain
-    ``rollout`` config dict: what an engine built in another process needs (the agent
-    workers, the off-policy producer; ``agentrl.rollout.sharded.AgentWorker``)."""
-    from agentrl.rollout.backends.factory import create_backend
-
-    multi_turn = rollout["multi_turn"]
-    return (
-        functools.partial(create_backend, rollout, model_path),
-        functools.partial(configured_tools, multi_turn["tool_config_path"],
-                          multi_turn["tool_record_mode"], multi_turn["tool_record_path"]),
-        functools.partial(configured_interactions, multi_turn["interaction_config_path"]),
-    )
 
 
 class HybridRollout:
@@ -138,12 +101,10 @@ class HybridRollout:
         )
 
     def _tools(self) -> dict[str, Any]:
-        multi_turn = self.rollout_cfg.multi_turn
-        return configured_tools(multi_turn.tool_config_path, multi_turn.tool_record_mode,
-                                multi_turn.tool_record_path)
+        return configured_tools(self.rollout_cfg.multi_turn)
 
     def _interactions(self) -> dict[str, Any]:
-        return configured_interactions(self.rollout_cfg.multi_turn.interaction_config_path)
+        return configured_interactions(self.rollout_cfg.multi_turn)
 
     def _sharded_engine(self, config: Any, chat_template_kwargs: Any) -> Any:
         """``agent_workers`` engines in Ray actors, each with its own SGLang client of this

@@ -18,8 +18,8 @@ from agentrl.algos import (
     get_adv_estimator_fn,
     register_adv_est,
 )
-from agentrl.algos.registry import Registry
 from agentrl.protocol import DataProto
+from agentrl.utils.registry import Registry
 
 
 def uids(*names: str) -> np.ndarray:

@@ -16,10 +16,10 @@ from agentrl.data.sft import (
     sft_collate_fn,
     tokenize_conversation,
 )
+from agentrl.models.chat import ChatRenderer
 from agentrl.protocol import DataProto
 from agentrl.rollout import AsyncRolloutEngine
 from agentrl.rollout.backends import GenerationOutput
-from agentrl.rollout.chat import ChatRenderer
 from agentrl.utils.jsonl import write_parquet
 from tools.calculator import CalculatorTool
 

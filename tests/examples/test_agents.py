@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.gateway.agent_rollout import AgentRollout
-from agentrl.rollout.testing import ScriptedBackend, prompts_batch, rollout_config
+from agentrl.testing.rollout import ScriptedBackend, prompts_batch, rollout_config
 
 pytest.importorskip("openai")
 AGENTS = Path(__file__).resolve().parents[2] / "examples" / "agents"

@@ -9,7 +9,7 @@ import re
 import torch
 
 from agentrl.gateway.agent_rollout import AgentRollout
-from agentrl.rollout.testing import ScriptedBackend, call_text, prompts_batch, rollout_config
+from agentrl.testing.rollout import ScriptedBackend, call_text, prompts_batch, rollout_config
 
 SCRIPTS = {0: [call_text("calculator", "6*7") + "<|im_end|>", "It is 42.<|im_end|>"],
            1: ["x<|im_end|>"], 2: ["y<|im_end|>"], 3: ["z<|im_end|>"]}

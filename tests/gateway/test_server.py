@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from agentrl.gateway import create_app
-from agentrl.rollout.chat import ChatRenderer
-from agentrl.rollout.testing import ScriptedBackend, call_text
+from agentrl.models.chat import ChatRenderer
+from agentrl.testing.rollout import ScriptedBackend, call_text
 from agentrl.utils.serving import serve_in_thread
 
 openai = pytest.importorskip("openai")

@@ -14,7 +14,7 @@ import pytest
 
 from agentrl.gateway import create_app
 from agentrl.gateway.agent_rollout import AgentRollout
-from agentrl.rollout.testing import RecordingTool, ScriptedBackend, prompts_batch, rollout_config
+from agentrl.testing.rollout import RecordingTool, ScriptedBackend, prompts_batch, rollout_config
 from agentrl.tools.loader import load_tools
 from agentrl.utils.serving import serve_in_thread
 

@@ -159,8 +159,8 @@ def test_cli_writes_a_loadable_directory(tmp_path):
 def test_compact_tools_template_lists_tools_in_one_line_and_keeps_the_rest(tmp_path):
     """`compact_tools` differs from `qwen25` only in the system turn's tool block, and the
     rollout's token-delta renderer accepts it (prefix-stable)."""
+    from agentrl.models.chat import ChatRenderer
     from agentrl.models.chat_template import COMPACT_TOOLS_CHAT_TEMPLATE
-    from agentrl.rollout.chat import ChatRenderer
     from tools.calculator import DEFAULT_SCHEMA
 
     path = make_tiny_model(tmp_path / "m", size="nano", chat_template="compact_tools")

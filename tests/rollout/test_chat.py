@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
+from agentrl.models.chat import ChatRenderer, TemplateError
 from agentrl.models.chat_template import DEFAULT_SYSTEM_PROMPT, QWEN25_CHAT_TEMPLATE
-from agentrl.rollout.chat import ChatRenderer, TemplateError
 
 TOOLS = [
     {

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from agentrl.config import load_config
 from agentrl.reward import load_reward_manager
 from agentrl.rollout import AsyncRolloutEngine, AsyncRolloutRequest
-from agentrl.rollout.testing import (
+from agentrl.testing.rollout import (
     PROMPT_LENGTH,
     RESPONSE_LENGTH,
     ScriptedBackend,

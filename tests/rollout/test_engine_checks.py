@@ -10,7 +10,7 @@ import torch
 from agentrl.interactions import BaseInteraction
 from agentrl.rollout import AsyncRolloutEngine, AsyncRolloutRequest
 from agentrl.rollout.backends import GenerationOutput
-from agentrl.rollout.testing import (
+from agentrl.testing.rollout import (
     ScriptedBackend,
     prompts_batch,
     rollout_config,

@@ -10,7 +10,7 @@ import pytest
 from agentrl.protocol import DataProto
 from agentrl.rollout import AsyncRolloutEngine, AsyncRolloutRequest
 from agentrl.rollout.backends import BackendError
-from agentrl.rollout.testing import (
+from agentrl.testing.rollout import (
     RecordingTool,
     ScriptedBackend,
     call_text,

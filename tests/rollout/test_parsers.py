@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from agentrl.algos.registry import UnknownNameError
 from agentrl.rollout.parsers import (
     TOOL_PARSERS,
     HermesToolParser,
@@ -16,6 +15,7 @@ from agentrl.rollout.parsers import (
     get_tool_parser,
     register_tool_parser,
 )
+from agentrl.utils.registry import UnknownNameError
 
 SCHEMAS = [
     {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.rollout.chat import ChatRenderer
+from agentrl.models.chat import ChatRenderer
 from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
 
 TOOLS = [

@@ -11,7 +11,7 @@ import torch
 
 from agentrl.rollout import AsyncRolloutEngine
 from agentrl.rollout.sharded import ShardedRolloutEngine, shard_rows
-from agentrl.rollout.testing import (
+from agentrl.testing.rollout import (
     ScriptedBackend,
     call_text,
     make_tools,

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from agentrl.rollout import AsyncRolloutEngine
-from agentrl.rollout.testing import ScriptedBackend, rollout_config
+from agentrl.testing.rollout import ScriptedBackend, rollout_config
 from agentrl.rollout.waves import GenerationWaves
 
 

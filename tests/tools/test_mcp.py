@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.rollout import AsyncRolloutEngine
-from agentrl.rollout.testing import ScriptedBackend, prompts_batch, rollout_config
+from agentrl.testing.rollout import ScriptedBackend, prompts_batch, rollout_config
 from agentrl.tools.loader import ToolConfigError, load_tool_schemas, load_tools
 
 pytest.importorskip("mcp")

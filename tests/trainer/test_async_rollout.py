@@ -7,7 +7,7 @@ import time
 import pytest
 
 from agentrl.rollout.engine import AsyncRolloutEngine
-from agentrl.rollout.testing import ScriptedBackend, prompts_batch, rollout_config
+from agentrl.testing.rollout import ScriptedBackend, prompts_batch, rollout_config
 from agentrl.trainer.async_rollout import RolloutProducer
 from agentrl.workers.rollout import LoopThread
 

@@ -21,7 +21,7 @@ from agentrl.distributed import (
 )
 from agentrl.protocol import DataProto
 from agentrl.workers import ActorRolloutRefWorker
-from agentrl.workers.testing import (
+from agentrl.testing.workers import (
     greedy_continuations,
     make_trajectory_batch,
     reference_log_probs,

@@ -9,7 +9,7 @@ from transformers import AutoModelForTokenClassification
 from agentrl.algos import compute_value_loss
 from agentrl.distributed import InProcessWorkerGroup, WorkerError, WorkerSpec
 from agentrl.workers import CriticWorker
-from agentrl.workers.testing import make_trajectory_batch, worker_config
+from agentrl.testing.workers import make_trajectory_batch, worker_config
 
 P, R = 12, 16
 

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
 from agentrl.protocol import DataProto
 from agentrl.workers import ActorRolloutRefWorker
-from agentrl.workers.testing import greedy_continuations, response_tokens, worker_config
+from agentrl.testing.workers import greedy_continuations, response_tokens, worker_config
 
 P, R = 32, 16
 LORA = ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",

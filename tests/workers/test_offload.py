@@ -15,7 +15,7 @@ from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
 from agentrl.protocol import DataProto
 from agentrl.workers import ActorRolloutRefWorker, CriticWorker
 from agentrl.workers.offload import Residency, move_optimizer_state
-from agentrl.workers.testing import worker_config
+from agentrl.testing.workers import worker_config
 
 P, R = 32, 8
 SIZES = [f"data.max_prompt_length={P}", f"data.max_response_length={R}"]
@@ -171,7 +171,7 @@ def test_critic_offloads_between_uses(tiny_model_dir):
         "critic.model.fsdp_config.optimizer_offload=true", "critic.ppo_mini_batch_size=4",
         "data.train_batch_size=4",
     ])
-    from agentrl.workers.testing import make_trajectory_batch
+    from agentrl.testing.workers import make_trajectory_batch
 
     data = make_trajectory_batch(4, P, R, vocab_size=500, seed=0)
     with InProcessWorkerGroup(WorkerSpec(CriticWorker, cfg.critic, seed=0)) as group:

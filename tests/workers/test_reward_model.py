@@ -14,7 +14,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
 from agentrl.reward import NaiveRewardManager
 from agentrl.workers.reward_model import RewardModelWorker
-from agentrl.workers.testing import make_trajectory_batch, worker_config
+from agentrl.testing.workers import make_trajectory_batch, worker_config
 
 P, R = 24, 12
 

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.protocol import DataProto
 from agentrl.workers.rollout import HybridRollout, LoopThread
-from agentrl.workers.testing import greedy_continuations, response_tokens, worker_config
+from agentrl.testing.workers import greedy_continuations, response_tokens, worker_config
 
 P, R = 40, 10
 

@@ -14,7 +14,7 @@ import torch
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
-from agentrl.workers.testing import bucketed_sync_rank
+from agentrl.testing.workers import bucketed_sync_rank
 
 BUCKET = 64 * 1024  # bytes: far below the model, so the sync takes many buckets
 

@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentrl.algos.registry import Registry, UnknownNameError
 from agentrl.reward.score import arithmetic, code_exec, gsm8k, math, search_r1
+from agentrl.utils.registry import Registry, UnknownNameError
 
 Scorer = Callable[[str, Any, dict | None], float | dict]
 SCORERS: Registry[Scorer] = Registry("data_source")

@@ -1,0 +1,214 @@
+"""Chat-template rendering for token-in/token-out trajectories.
+
+A multi-turn trajectory is one growing list of token ids. The model's tokens are appended
+exactly as sampled; everything else (tool responses, user turns, the next generation
+prompt) is appended as the *delta* between two renderings of the chat template:
+
+    delta(new) = render(BASE + new, add_generation_prompt=True) - render(BASE)
+
+where BASE is a fixed three-message conversation (system, user, assistant). The cost of a
+turn is therefore constant, not proportional to the conversation so far, and the tokens
+match what rendering the whole conversation would give. Two pitfalls of Qwen-style
+templates (../shared/reference/sglang_api.md section 5) are handled here:
+
+- default system prompt: rendering tool messages alone makes the template inject its
+  default system prompt; BASE has an explicit system message, so the delta never has one;
+- the newline after `<|im_end|>`: generation stops at `<|im_end|>`, but the template
+  writes `<|im_end|>\\n` after each turn. `split_turn_end` finds which part of the
+  template's end-of-turn text the model did not write; it is prepended to the next delta.
+
+Deltas are rendered without tool schemas: templates put the schemas in the system turn,
+which the delta never contains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+_BASE_USER = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Hi."},
+]
+_BASE = [*_BASE_USER, {"role": "assistant", "content": "Hello."}]
+_SENTINEL = "<<agentrl-sentinel-31f7>>"
+_MAX_VERBATIM_SHAPES = 256  # cached (role, name, ...) shapes of one-message deltas
+
+
+class TemplateError(ValueError):
+    """The chat template cannot be used for token-in/token-out (not prefix-stable)."""
+
+
+class ChatRenderer:
+    """Renders conversations with a tokenizer's chat template and tokenizes the deltas.
+
+    Args:
+        tokenizer: a transformers tokenizer with a chat template.
+        chat_template_kwargs: extra keyword arguments for `apply_chat_template`
+            (`data.apply_chat_template_kwargs`), e.g. `enable_thinking`.
+    """
+
+    def __init__(self, tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None):
+        self.tokenizer = tokenizer
+        self.kwargs = dict(chat_template_kwargs or {})
+        base_user = self.render(_BASE_USER)
+        self.generation_prompt = self._suffix(
+            base_user, self.render(_BASE_USER, True), "adding the generation prompt"
+        )
+        with_sentinel = self._suffix(
+            base_user,
+            self.render([*_BASE_USER, {"role": "assistant", "content": _SENTINEL}]),
+            "appending an assistant message",
+        )
+        cut = with_sentinel.find(_SENTINEL)
+        if cut < 0:
+            raise TemplateError("the chat template does not render assistant content verbatim")
+        self.assistant_prefix = with_sentinel[:cut]  # e.g. "<|im_start|>assistant\n"
+        self.turn_end = with_sentinel[cut + len(_SENTINEL) :]  # e.g. "<|im_end|>\n"
+        self._base_user_text = base_user
+        self._base_text = self.render(_BASE)
+        self._turn_end_cuts = self._cut_points(self.turn_end)
+        # role -> (text before, text after) the content of a one-message delta, where the
+        # template writes that role's content verbatim (checked with probes): such a delta
+        # is a concatenation, not a template render (the common tool-response turn)
+        self._verbatim: dict[tuple[str, bool], tuple[str, str] | None] = {}
+
+    # ------------------------------------------------------------------ rendering
+
+    def render(
+        self,
+        messages: Sequence[dict],
+        add_generation_prompt: bool = False,
+        tools: Sequence[dict] | None = None,
+    ) -> str:
+        """The template's text for `messages` (with `tools` schemas when given)."""
+        return self.tokenizer.apply_chat_template(
+            list(messages),
+            tools=list(tools) if tools else None,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            **self.kwargs,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` (no BOS/EOS added: the template writes its own markup)."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """``encode`` of each text, in one call (a fast tokenizer spreads it over the cores
+        and leaves the interpreter lock to the event loop)."""
+        if not texts:
+            return []
+        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)
+                ["input_ids"]]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids` with every special token kept (what the template would write)."""
+        # `decode` is `to_py_obj` (a Python pass over every id, ~40% of a long trajectory's
+        # decode) then `_decode`; our ids are a flat list of ints already
+        decode = getattr(self.tokenizer, "_decode", None) or self.tokenizer.decode
+        return decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def prompt_ids(self, messages: Sequence[dict], tools: Sequence[dict] | None) -> list[int]:
+        """The prompt: the messages, the tool schemas and the generation prompt."""
+        return self.encode(self.render(messages, True, tools))
+
+    def delta_text(self, new_messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
+        """The text the template adds for `new_messages` after an assistant turn.
+
+        One plain `{"role", "content": str}` message of a role whose content the template
+        writes verbatim is concatenated from cached pieces instead of rendered (the same
+        text; the trajectory's sanity check compares with a full render at the end)."""
+        if len(new_messages) == 1:
+            message = new_messages[0]
+            content = message.get("content")
+            fields = tuple(sorted((k, v) for k, v in message.items() if k != "content"))
+            if isinstance(content, str) and all(isinstance(v, str) for _, v in fields):
+                pieces = self._verbatim_pieces(fields, add_generation_prompt)
+                if pieces is not None:
+                    return pieces[0] + content + pieces[1]
+        return self._render_delta(new_messages, add_generation_prompt)
+
+    def _verbatim_pieces(
+        self, fields: tuple[tuple[str, str], ...], add_generation_prompt: bool
+    ) -> tuple[str, str] | None:
+        key = (fields, add_generation_prompt)
+        if key not in self._verbatim:
+            if len(self._verbatim) >= _MAX_VERBATIM_SHAPES:  # many tool names: stop caching
+                return None
+            self._verbatim[key] = self._probe_verbatim(dict(fields), add_generation_prompt)
+        return self._verbatim[key]
+
+    def _probe_verbatim(
+        self, fields: dict[str, str], add_generation_prompt: bool
+    ) -> tuple[str, str] | None:
+        """The text around the content of a message with these other `fields` (role, tool
+        name), if the template writes any content verbatim (probed with a sentinel and
+        contents that trimming, escaping or markup handling would change); else None."""
+        try:
+            with_sentinel = self._render_delta(
+                [{**fields, "content": _SENTINEL}], add_generation_prompt)
+        except Exception:  # a message the template does not take: no fast path
+            return None
+        if with_sentinel.count(_SENTINEL) != 1:
+            return None
+        before, after = with_sentinel.split(_SENTINEL)
+        for probe in ("  padded \n\t", "{{ x }} {% if %} <tool_call> </think>\n\n", ""):
+            rendered = self._render_delta([{**fields, "content": probe}], add_generation_prompt)
+            if rendered != before + probe + after:
+                return None
+        return before, after
+
+    def _render_delta(self, new_messages: Sequence[dict], add_generation_prompt: bool) -> str:
+        full = self.render([*_BASE, *new_messages], add_generation_prompt)
+        return self._suffix(
+            self._base_text,
+            full,
+            "appending " + ", ".join(m.get("role", "?") for m in new_messages) + " messages",
+        )
+
+    def assistant_text(self, message: dict) -> str:
+        """The template's text for one assistant message, from its header to its turn end."""
+        full = self.render([*_BASE_USER, message])
+        return self._suffix(self._base_user_text, full, "appending an assistant message")
+
+    # ------------------------------------------------------------------ the model's turn end
+
+    def split_turn_end(self, text: str) -> tuple[str, str]:
+        """Split a model turn into `(content, missing)`.
+
+        `content` is the text without the end-of-turn markup the model wrote (e.g. a final
+        `<|im_end|>`); `missing` is the rest of the template's end-of-turn text that the
+        model did not write (e.g. the `\\n` after `<|im_end|>`, or all of `<|im_end|>\\n`
+        when generation stopped for another reason).
+        """
+        for cut in self._turn_end_cuts:
+            if text.endswith(self.turn_end[:cut]):
+                return text[: len(text) - cut], self.turn_end[cut:]
+        return text, self.turn_end
+
+    def _cut_points(self, turn_end: str) -> list[int]:
+        """Where a model may stop inside the turn end: after the whole of it, or right after
+        a special token in it (its EOS). Longest first; never inside a token's text, so a
+        model text ending in "<" is not mistaken for the start of "<|im_end|>"."""
+        cuts = {len(turn_end)}
+        for token in self.tokenizer.all_special_tokens:
+            start = turn_end.find(token) if token else -1
+            if start >= 0:
+                cuts.add(start + len(token))
+        return sorted((c for c in cuts if c > 0), reverse=True)
+
+    @staticmethod
+    def _suffix(prefix: str, full: str, what: str) -> str:
+        if not full.startswith(prefix):
+            at = next(
+                (i for i, (a, b) in enumerate(zip(prefix, full, strict=False)) if a != b),
+                min(len(prefix), len(full)),
+            )
+            raise TemplateError(
+                f"the chat template is not prefix-stable: {what} changes the text rendered "
+                f"before it (at character {at}: {prefix[max(at - 30, 0) : at + 30]!r} became "
+                f"{full[max(at - 30, 0) : at + 30]!r}), so turns cannot be appended as token "
+                "deltas"
+            )
+        return full[len(prefix) :]

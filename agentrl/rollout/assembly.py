@@ -1,0 +1,55 @@
+"""Assembling a rollout from its config: the one place that loads tools and interactions.
+
+Every caller that builds a rollout engine from `actor_rollout_ref.rollout` takes its tools
+and interactions here: the hybrid rollout worker (`agentrl.workers.rollout`), the agent
+workers and the off-policy producer (through `engine_factories`), the gateway command and
+`agentrl generate`.
+
+    tools = configured_tools(rollout.multi_turn)                 # {name: BaseTool}, wrapped
+    interactions = configured_interactions(rollout.multi_turn)   # {name: BaseInteraction}
+    make_backend, make_tools, make_interactions = engine_factories(rollout_dict, model_path)
+
+`multi_turn` is the `rollout.multi_turn` subtree as a DictConfig or a plain dict.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+
+def configured_tools(multi_turn: Mapping[str, Any]) -> dict[str, Any]:
+    """The tools of `multi_turn.tool_config_path`, wrapped for `tool_record_mode` (record
+    or replay to `tool_record_path`); no path, no tools."""
+    if not multi_turn["tool_config_path"]:
+        return {}
+    from agentrl.tools import load_tools, wrap_tools
+
+    tools = load_tools(multi_turn["tool_config_path"])
+    return wrap_tools(tools, multi_turn["tool_record_mode"], multi_turn["tool_record_path"])
+
+
+def configured_interactions(multi_turn: Mapping[str, Any]) -> dict[str, Any]:
+    """The interactions of `multi_turn.interaction_config_path`; no path, none."""
+    if not multi_turn["interaction_config_path"]:
+        return {}
+    from agentrl.interactions.loader import load_interactions
+
+    return load_interactions(multi_turn["interaction_config_path"])
+
+
+def engine_factories(
+    rollout: dict[str, Any], model_path: str | None
+) -> tuple[functools.partial, functools.partial, functools.partial]:
+    """Picklable `(make_backend(tokenizer), make_tools(), make_interactions())` of a plain
+    `rollout` config dict: what an engine built in another process needs (the agent
+    workers, the off-policy producer; `agentrl.rollout.sharded.AgentWorker`)."""
+    from agentrl.rollout.backends.factory import create_backend
+
+    multi_turn = dict(rollout["multi_turn"])
+    return (
+        functools.partial(create_backend, rollout, model_path),
+        functools.partial(configured_tools, multi_turn),
+        functools.partial(configured_interactions, multi_turn),
+    )

@@ -1,0 +1,206 @@
+"""Synthetic trajectory batches and small configs for worker tests and benchmarks.
+
+    batch = make_trajectory_batch(8, prompt_length=16, response_length=32, vocab_size=1000)
+    cfg = worker_config(model_dir, ["actor_rollout_ref.actor.ppo_mini_batch_size=4"])
+
+A batch has the layout the rollout engine returns: left-padded prompts, right-padded
+responses whose ``response_mask`` is 0 on "tool" spans (multi-turn) and on padding, plus
+``advantages``. Lengths are drawn between the given bounds, so a batch can have the length
+variance of multi-turn rollouts (``min_response_fraction=0.25``: a 4x spread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.protocol import DataProto
+
+
+def make_trajectory_batch(
+    n: int,
+    prompt_length: int,
+    response_length: int,
+    vocab_size: int,
+    seed: int = 0,
+    min_prompt_fraction: float = 0.5,
+    min_response_fraction: float = 0.25,
+    tool_spans: bool = True,
+) -> DataProto:
+    """``n`` random trajectories (see the module docstring); token ids avoid id 0 (pad)."""
+    rng = np.random.default_rng(seed)
+    P, R = prompt_length, response_length
+    prompt_lens = rng.integers(max(1, int(P * min_prompt_fraction)), P + 1, size=n)
+    response_lens = rng.integers(max(1, int(R * min_response_fraction)), R + 1, size=n)
+    prompts = torch.zeros((n, P), dtype=torch.long)
+    responses = torch.zeros((n, R), dtype=torch.long)
+    prompt_mask = torch.zeros((n, P), dtype=torch.long)
+    response_attention = torch.zeros((n, R), dtype=torch.long)
+    response_mask = torch.zeros((n, R), dtype=torch.long)
+    for i in range(n):
+        p, r = int(prompt_lens[i]), int(response_lens[i])
+        prompts[i, P - p :] = torch.from_numpy(rng.integers(1, vocab_size, size=p))
+        prompt_mask[i, P - p :] = 1
+        responses[i, :r] = torch.from_numpy(rng.integers(1, vocab_size, size=r))
+        response_attention[i, :r] = 1
+        response_mask[i, :r] = 1
+        if tool_spans and r >= 6:  # a tool response in the middle: not the model's tokens
+            start = int(rng.integers(1, r // 2))
+            response_mask[i, start : start + max(1, r // 4)] = 0
+    attention_mask = torch.cat([prompt_mask, response_attention], dim=1)  # (n, P + R)
+    advantages = torch.from_numpy(rng.normal(size=(n, R)).astype(np.float32)) * response_mask
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": torch.clamp(attention_mask.cumsum(-1) - 1, min=0),
+            "response_mask": response_mask,
+            "advantages": advantages,
+        },
+        non_tensors={"uid": [str(i // 2) for i in range(n)]},
+    )
+
+
+def worker_config(model_dir: str | Path, overrides: Sequence[str] = ()) -> Any:
+    """The full validated config for a tiny model with single-process-friendly sizes."""
+    from agentrl.config import load_config
+
+    return load_config(
+        overrides=[
+            f"actor_rollout_ref.model.path={model_dir}",
+            "data.train_batch_size=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=1",
+            "actor_rollout_ref.actor.optim.lr=1e-3",
+            "trainer.n_gpus_per_node=1",
+            *overrides,
+        ]
+    )
+
+
+def reference_log_probs(model: Any, data: DataProto) -> torch.Tensor:
+    """Response log-probs (B, R) from one plain forward pass of an unsharded HF causal LM
+    over the whole padded batch: the single-process reference, 0 on response padding."""
+    from agentrl.algos import logprobs_from_logits
+
+    batch = data.batch
+    response_length = batch["responses"].shape[1]
+    with torch.no_grad():
+        logits = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+        ).logits  # (B, P + R, V)
+    logits = logits[:, -response_length - 1 : -1].float()  # (B, R, V)
+    log_probs = logprobs_from_logits(logits, batch["responses"])
+    return log_probs * batch["attention_mask"][:, -response_length:]
+
+
+def greedy_continuations(model: Any, data: DataProto, max_new_tokens: int) -> list[list[int]]:
+    """For every rollout row, the unsharded model's own greedy continuation of its prompt
+    (unpadded, one row at a time, not stopping at EOS)."""
+    prompt_length = data.batch["prompts"].shape[1]
+    out = []
+    with torch.no_grad():
+        for i in range(len(data)):
+            valid = data.batch["attention_mask"][i, :prompt_length].bool()
+            ids = data.batch["prompts"][i][valid][None]  # (1, p)
+            generated = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+            out.append(generated[0, ids.shape[1] :].tolist())
+    return out
+
+
+def response_tokens(data: DataProto) -> list[list[int]]:
+    """Each row's response ids without padding."""
+    lengths = data.batch["attention_mask"][:, -data.batch["responses"].shape[1] :].sum(-1)
+    return [data.batch["responses"][i, : int(n)].tolist() for i, n in enumerate(lengths)]
+
+
+def bucketed_sync_rank(
+    rank: int, world_size: int, store: str, model_dir: str, bucket_bytes: int, out_dir: str,
+    serve_url: str | None = None,
+) -> None:
+    """One rank of the sharded weight-sync check (``torch.multiprocessing.spawn`` target).
+
+    Shards the model with FSDP2 over ``world_size`` gloo ranks, changes the actor's weights,
+    streams them with ``iter_full_weights`` into this rank's own hf engine, and writes
+    ``{out_dir}/rank{r}.json``: whether the engine's weights equal the actor's gathered
+    ones, the bytes of every bucket, the largest tensor, the names sent, and how many
+    tensors of earlier buckets were still alive when each bucket arrived. With
+    ``serve_url`` rank 0 then has that server (``agentrl serve`` or SGLang) load the
+    exported shards through the SGLang client's ``update_weights`` (weight version "1").
+    """
+    import asyncio
+    import gc
+    import json
+    import weakref
+
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.rollout.backends.hf import HFBackend
+    from agentrl.workers.checkpoint import export_hf
+    from agentrl.workers.fsdp import device_mesh, full_state_dict, iter_full_weights, shard_model
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world_size)
+    try:
+        torch.manual_seed(0)
+        actor = AutoModelForCausalLM.from_pretrained(model_dir)
+        shard_model(actor, device_mesh(world_size, torch.device("cpu")), None)
+        with torch.no_grad():
+            for param in actor.parameters():  # each rank changes its own shard
+                param.mul_(1.5).add_(0.01)
+        engine = HFBackend.from_pretrained(model_dir, device="cpu")
+        earlier: list[weakref.ref] = []
+        alive, sizes, names = [], [], []
+        largest = 0
+        for bucket in iter_full_weights(actor, bucket_bytes):
+            gc.collect()
+            alive.append(sum(ref() is not None for ref in earlier))
+            sizes.append(sum(t.numel() * t.element_size() for t in bucket.values()))
+            largest = max([largest, *(t.numel() * t.element_size() for t in bucket.values())])
+            names += list(bucket)
+            asyncio.run(engine.update_weights(bucket, weight_version="1"))
+            earlier += [weakref.ref(t) for t in bucket.values()]
+            del bucket
+        expected = full_state_dict(actor)
+        got = engine.model.state_dict()
+        equal = all(torch.equal(got[k], v) for k, v in expected.items())
+        result = {"equal": equal, "sizes": sizes, "largest": largest, "names": names,
+                  "alive": alive, "n_expected": len(expected),
+                  "tied": torch.equal(got["lm_head.weight"], got["model.embed_tokens.weight"])}
+        # the SGLang path: rank 0 writes a shard per bucket; a fresh load reads the actor
+        export = Path(out_dir, "export")
+        export_hf(export, actor, bucket_bytes=bucket_bytes)
+        if rank == 0:
+            loaded = AutoModelForCausalLM.from_pretrained(export).state_dict()
+            result["export_equal"] = all(torch.equal(loaded[k], v) for k, v in expected.items())
+            result["export_shards"] = len(list(export.glob("model-*-of-*.safetensors")))
+            if serve_url is not None:
+                from agentrl.rollout.backends.sglang import SGLangBackend
+
+                async def push() -> None:
+                    client = SGLangBackend([serve_url], request_timeout=60)
+                    try:
+                        await client.update_weights(str(export), weight_version="1")
+                    finally:
+                        await client.aclose()
+
+                asyncio.run(push())
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
