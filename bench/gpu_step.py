@@ -230,7 +230,7 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
             for t in {id(p): p for p in model.state_dict(keep_vars=True).values()}.values()
         )
         probe = StageProbe(trainer.actor_rollout_wg, cuda)
-        batches = trainer._batches()
+        batches = trainer.batches()
         for step in range(args.warmup + args.steps):
             if cuda:
                 torch.cuda.reset_peak_memory_stats()

@@ -86,7 +86,7 @@ def time_agentrl(overrides: list[str], steps: int) -> tuple[list[dict[str, float
     records, batches_seen = [], []
     with PPOTrainer(load_config(overrides=overrides)) as trainer:
         trainer.init_workers()
-        batches = trainer._batches()
+        batches = trainer.batches()
         for step in range(steps + 1):  # the first is a warm-up
             trainer.global_steps += 1
             batch = next(batches)

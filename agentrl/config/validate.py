@@ -262,6 +262,19 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
             f"rollout.name is {rollout.name}: agent workers reach the inference servers over "
             "HTTP (name=sglang; agentrl serve on CPU); the hf engine lives in the trainer")
     problems += _mode_problems(cfg)
+    val_kwargs = rollout.val_kwargs
+    greedy = not val_kwargs.do_sample or val_kwargs.temperature == 0
+    if cfg.algorithm.adv_estimator == "remax" and (val_kwargs.n != 1 or not greedy):
+        problems.append(
+            "algorithm.adv_estimator=remax takes its greedy baseline with "
+            "actor_rollout_ref.rollout.val_kwargs: set val_kwargs.n=1 and do_sample=false"
+        )
+    workers = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    if cfg.trainer.worker_group == "in_process" and workers != 1:
+        problems.append(
+            f"trainer.worker_group=in_process runs one worker but trainer.nnodes x "
+            f"trainer.n_gpus_per_node = {workers}; use worker_group=ray or auto"
+        )
     if cfg.reward_model.enable and not cfg.reward_model.model.path:
         problems.append("reward_model.enable is true but reward_model.model.path is null")
     if cfg.data.sampler.class_path:
@@ -278,6 +291,17 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
         if value not in allowed:
             problems.append(f"{key} is {value!r}: {why}; it must stay "
                             f"{' or '.join(repr(a) for a in allowed)}")
+    return problems
+
+
+def training_problems(cfg: DictConfig) -> list[str]:
+    """What training needs beyond a valid config (`agentrl config` and `agentrl generate`
+    take configs without them): the training data and the policy model."""
+    problems = []
+    if not cfg.data.train_files:
+        problems.append("data.train_files must name the training parquet file(s)")
+    if not cfg.actor_rollout_ref.model.path:
+        problems.append("actor_rollout_ref.model.path must name the policy model")
     return problems
 
 

@@ -17,33 +17,39 @@ allows. The actor's workers reach the same servers for validation and weight syn
        pi_old / pi_rollout, truncated: on by default, ``async.rollout_correction``)
     -> one_step_off: wait until nothing is generating -> weight sync -> set_version(step)
 
-Everything from the reward on is the sync trainer's code; this file adds the servers, the
-producer and its versions, and the producer's share of a checkpoint (the finished groups not
-trained yet and the unfinished prompts, so a resumed run trains every prompt once).
+Everything from the reward on is the sync trainer's code: `AsyncPPOTrainer` is `PPOTrainer`
+with a `ProducerBatchSource` (batch_source.py), which adds the servers, the producer and its
+versions, and the producer's share of a checkpoint (the finished groups not trained yet and
+the unfinished prompts, so a resumed run trains every prompt once).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.protocol import DataProto
 from agentrl.rollout.output import model_token_versions
 from agentrl.trainer.async_rollout import TakeStats
-from agentrl.trainer.metrics import timer
-from agentrl.trainer.ppo_trainer import PPOTrainer, isolate_failed
+from agentrl.trainer.ppo_trainer import PPOTrainer
+from agentrl.trainer.scoring import isolate_failed, score
+from agentrl.trainer.worker_setup import init_ray, stop_ray, with_rollout
 
 logger = logging.getLogger(__name__)
 
 SERVE_COMMAND = (sys.executable, "-m", "agentrl.rollout.backends.serve_cli")
 _HF_ENGINE_KWARGS = ("batch_wait_s", "seed", "device")
-_SERVE_MAX_NUM_SEQS = 4096
-_POLL_S = 2.0  # the trainer asks the producer for its batch this often (watchdog progress)  # rollout.max_num_seqs null: every waiting request joins a batch
+_SERVE_MAX_NUM_SEQS = 4096  # rollout.max_num_seqs null: every waiting request joins a batch
+# the trainer asks the producer for its batch this often (each answer is watchdog progress)
+_POLL_S = 2.0
 
 
 def staleness_metrics(
@@ -110,29 +116,56 @@ def serve_launcher(rollout: dict[str, Any], model: Any, seed: int,
                           env=env)
 
 
-class AsyncPPOTrainer(PPOTrainer):
-    """See the module docstring; ``config`` is the full validated tree."""
+class ProducerBatchSource:
+    """The off-policy batch source: servers of its own, a producer that keeps generating on
+    them, each step's batch taken from its finished groups, the weights synced after the
+    update (module docstring)."""
+
+    sync_weights_in_update = False  # the step syncs when the producer allows
 
     def __init__(self, config: DictConfig) -> None:
-        super().__init__(config)
+        self.config = config
         self.mode = str(config.trainer.mode)
-        self.sync_weights_in_update = False  # the step syncs when the producer allows
         self.host: Any = None  # the ProducerHost actor
+        self.batches: Iterator[dict[str, Any]] | None = None
+        self.stats: TakeStats | None = None
         self._started = False
         self._launcher: Any = None
+        self._ray_temp_dir: str | None = None  # a Ray started here (stopped by closing)
         self._restored: dict[str, Any] | None = None  # a checkpoint's producer state
         self._threads_before: int | None = None
 
     # ------------------------------------------------------------------ setup
 
-    def init_workers(self) -> None:
-        """Start the inference servers, the workers (pointed at them), and the producer."""
+    def prepare_workers(self, trainer: PPOTrainer) -> None:
+        """Start the inference servers and point the workers' rollout at them."""
         rollout = OmegaConf.to_container(self.config.actor_rollout_ref.rollout, resolve=True)
         urls = self._start_servers(rollout)
         rollout.update(name="sglang", server_urls=urls, control_urls=[], free_cache_engine=False)
-        self.worker_config = _with_rollout(self.worker_config, rollout)
-        super().init_workers()
-        self._build_producer(rollout)
+        trainer.worker_config = with_rollout(trainer.worker_config, rollout)
+        self._rollout = rollout
+
+    def workers_started(self, trainer: PPOTrainer) -> None:
+        """The producer's process (producer_host.py), its stacks in the watchdog's reports."""
+        import ray
+
+        from agentrl.trainer.producer_host import start_producer_host
+
+        cfg, model, rollout = self.config, self.config.actor_rollout_ref.model, self._rollout
+        self._ray_temp_dir = init_ray(cfg)
+        self.host = start_producer_host(
+            rollout,
+            {"path": str(cfg.data.tokenizer or model.path),
+             "trust_remote_code": bool(cfg.data.trust_remote_code),
+             "chat_template": model.custom_chat_template},
+            str(model.path),
+            OmegaConf.to_container(cfg.data.apply_chat_template_kwargs, resolve=True),
+            n=int(rollout["n"]), max_staleness=int(cfg["async"].max_staleness),
+            total_batches=trainer.total_training_steps,
+        )  # fmt: skip
+        trainer.watchdog.register_source(
+            "async-rollout", lambda: ray.get(self.host.stacks.remote(), timeout=30)
+        )
 
     def _start_servers(self, rollout: dict[str, Any]) -> list[str]:
         from agentrl.rollout.backends.factory import server_launcher
@@ -145,7 +178,7 @@ class AsyncPPOTrainer(PPOTrainer):
             if not torch.cuda.is_available():
                 server_threads, trainer_threads = cpu_split(int(rollout["num_servers"] or 1))
                 env = {"OMP_NUM_THREADS": str(server_threads)}
-                self._threads_before = torch.get_num_threads()  # restored by close
+                self._threads_before = torch.get_num_threads()  # restored by closing
                 torch.set_num_threads(trainer_threads)
                 logger.info("%s on CPU: %d thread(s) per rollout server, %d for training",
                             self.mode, server_threads, trainer_threads)
@@ -156,42 +189,20 @@ class AsyncPPOTrainer(PPOTrainer):
         logger.info("%s: rollout servers %s", self.mode, ", ".join(urls))
         return urls
 
-    def _build_producer(self, rollout: dict[str, Any]) -> None:
-        """The producer's process (producer_host.py), its stacks in the watchdog's reports."""
-        import ray
-
-        from agentrl.trainer.producer_host import start_producer_host
-
-        cfg, model = self.config, self.config.actor_rollout_ref.model
-        self._init_ray()
-        self.host = start_producer_host(
-            rollout,
-            {"path": str(cfg.data.tokenizer or model.path),
-             "trust_remote_code": bool(cfg.data.trust_remote_code),
-             "chat_template": model.custom_chat_template},
-            str(model.path),
-            OmegaConf.to_container(cfg.data.apply_chat_template_kwargs, resolve=True),
-            n=int(rollout["n"]), max_staleness=int(cfg["async"].max_staleness),
-            total_batches=self.total_training_steps,
-        )  # fmt: skip
-        self.watchdog.register_source(
-            "async-rollout", lambda: ray.get(self.host.stacks.remote(), timeout=30)
-        )
-
     def _call(self, method: str, *args: Any) -> Any:
-        """``ProducerHost.method(*args)`` in its process, waited for."""
+        """`ProducerHost.method(*args)` in its process, waited for."""
         import ray
 
         return ray.get(getattr(self.host, method).remote(*args))
 
-    # ------------------------------------------------------------------ the loop's hooks
+    # ------------------------------------------------------------------ the steps
 
-    def _start_training(self) -> None:
-        super()._start_training()
+    def start(self, trainer: PPOTrainer, batches: Iterator[dict[str, Any]]) -> None:
+        self.batches = batches
         if self._restored is not None:
             self._call("load_state_dict", self._restored)
             self._restored = None
-        self._call("start", self.global_steps)
+        self._call("start", trainer.global_steps)
         self._started = True
         self._feed()
 
@@ -199,34 +210,19 @@ class AsyncPPOTrainer(PPOTrainer):
         """Push the loader batches the producer's throttle lets start (the data order stays
         in this process, so a checkpoint's loader position and buffer agree)."""
         for _ in range(self._call("batches_wanted")):
-            self._call("add_batch", next(self._train_batches))
+            self._call("add_batch", next(self.batches))
 
-    def _next_step(self) -> dict[str, float]:
-        """Take finished groups, score them, update, sync the weights (module docstring)."""
-        step, timing = self.global_steps, {}
-        metrics: dict[str, float] = {}
-        self._remember_step_start()
-        with timer("step", timing):
-            with self._stage("wait_for_rollouts", timing):
-                data, stats = self._take(step)
-            isolate_failed(data)
-            with self._stage("reward", timing):
-                data = self._score(data, self.reward_fn)
-            data = self._update(data, step, metrics, timing)
-            with self._stage("weight_sync", timing):
-                if self.mode == "one_step_off":
-                    metrics["async/sync_wait_s"] = self._call("wait_idle")
-                self.actor_rollout_wg.sync_rollout_weights()
-                self._call("set_version", step)
-            self._feed()
-        metrics |= take_metrics(stats, timing["wait_for_rollouts"], step - 1)
-        metrics |= staleness_metrics(
-            data.batch["rollout_versions"], data.batch["response_mask"], step - 1
-        )
-        return self._step_metrics(data, step, metrics, timing)
+    def next_batch(self, trainer: PPOTrainer, step: int,
+                   timing: dict[str, float]) -> tuple[DataProto, dict[str, float]]:  # fmt: skip
+        """Finished groups from the producer (stage `wait_for_rollouts`), scored."""
+        with trainer.stage("wait_for_rollouts", timing):
+            data, self.stats = self._take(trainer, step)
+        isolate_failed(data)
+        with trainer.stage("reward", timing):
+            return score(data, trainer.reward_fn, trainer.rm_wg), {}
 
-    def _take(self, step: int) -> tuple[Any, TakeStats]:
-        """Step ``step``'s batch from the producer; each group it finishes meanwhile is
+    def _take(self, trainer: PPOTrainer, step: int) -> tuple[Any, TakeStats]:
+        """Step `step`'s batch from the producer; each group it finishes meanwhile is
         progress for the watchdog."""
         meta = {"temperature": float(self.config.actor_rollout_ref.rollout.temperature),
                 "global_steps": step}
@@ -238,61 +234,88 @@ class AsyncPPOTrainer(PPOTrainer):
                 return reply
             if reply != finished:
                 finished = reply
-                self.watchdog.beat("wait_for_rollouts")
+                trainer.watchdog.beat("wait_for_rollouts")
 
-    def _stop_training(self) -> None:
-        try:
-            self._close_producer()
-        finally:
-            super()._stop_training()
+    def after_update(self, trainer: PPOTrainer, step: int,
+                     timing: dict[str, float]) -> dict[str, float]:  # fmt: skip
+        """Weight sync (one_step_off: once nothing is generating), the producer's new
+        version, and the batches its throttle now lets start."""
+        metrics = {}
+        with trainer.stage("weight_sync", timing):
+            if self.mode == "one_step_off":
+                metrics["async/sync_wait_s"] = self._call("wait_idle")
+            trainer.actor_rollout_wg.sync_rollout_weights()
+            self._call("set_version", step)
+        self._feed()
+        return metrics
 
-    def _close_producer(self) -> None:
-        """Cancel the producer's work in flight and close its engine (once; ``close`` calls
+    def step_metrics(self, data: DataProto, step: int,
+                     timing: dict[str, float]) -> dict[str, float]:  # fmt: skip
+        metrics = take_metrics(self.stats, timing["wait_for_rollouts"], step - 1)
+        return metrics | staleness_metrics(
+            data.batch["rollout_versions"], data.batch["response_mask"], step - 1
+        )
+
+    def stop(self) -> None:
+        """Cancel the producer's work in flight and close its engine (once; `closing` calls
         it too, for a start that failed half-way)."""
+        self.batches = None
         if self._started:
             self._started = False
             self._call("close")
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _trainer_state(self, step: int) -> dict[str, Any]:
-        state = super()._trainer_state(step)
-        if self._started:  # with the loader's position it goes with (both pushed from here)
-            state["rollout_buffer"] = self._call("state_dict")
-        return state
+    def state_dict(self) -> dict[str, Any]:
+        if not self._started:
+            return {}
+        # with the loader's position it goes with (both pushed from this process)
+        return {"rollout_buffer": self._call("state_dict")}
 
-    def _load_trainer_state(self, state: dict[str, Any]) -> None:
-        super()._load_trainer_state(state)
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self._restored = state.get("rollout_buffer")
 
     # ------------------------------------------------------------------ teardown
 
-    def close(self) -> None:
-        """The sync trainer's close (Ray too, when it started it), then the servers."""
+    @contextlib.contextmanager
+    def closing(self) -> Iterator[None]:
+        """The producer goes first, then (the body) the workers, then Ray when it was
+        started here, the servers and the trainer's thread count."""
         try:
             if self.host is not None:
                 import ray
 
-                self._close_producer()
+                self.stop()
                 ray.kill(self.host)
                 self.host = None
-            super().close()
+            yield
         finally:
-            if self._launcher is not None:
-                self._launcher.stop()
-                self._launcher = None
-            if self._threads_before is not None:
-                torch.set_num_threads(self._threads_before)
-                self._threads_before = None
+            try:
+                stop_ray(self._ray_temp_dir)
+                self._ray_temp_dir = None
+            finally:
+                if self._launcher is not None:
+                    self._launcher.stop()
+                    self._launcher = None
+                if self._threads_before is not None:
+                    torch.set_num_threads(self._threads_before)
+                    self._threads_before = None
 
 
-def _with_rollout(worker_config: DictConfig, rollout: dict[str, Any]) -> DictConfig:
-    """``worker_config`` with ``actor_rollout_ref.rollout`` replaced (read-only, like it)."""
-    tree = OmegaConf.to_container(worker_config, resolve=True)
-    tree["actor_rollout_ref"]["rollout"] = rollout
-    copy = OmegaConf.create(tree)
-    OmegaConf.set_readonly(copy, True)
-    return copy
+class AsyncPPOTrainer(PPOTrainer):
+    """`PPOTrainer` with the off-policy batch source (`trainer.mode: one_step_off | async`);
+    it overrides nothing."""
+
+    def __init__(self, config: DictConfig) -> None:
+        super().__init__(config, source=ProducerBatchSource(config))
+        self.mode = self.source.mode
 
 
-__all__ = ["AsyncPPOTrainer", "cpu_split", "serve_launcher", "staleness_metrics", "take_metrics"]
+__all__ = [
+    "AsyncPPOTrainer",
+    "ProducerBatchSource",
+    "cpu_split",
+    "serve_launcher",
+    "staleness_metrics",
+    "take_metrics",
+]

@@ -159,3 +159,44 @@ def rotate(root: str | Path, part: str, keep: int | None) -> list[Path]:
     if removed:
         logger.info("removed old checkpoints: %s", ", ".join(str(p) for p in removed))
     return removed
+
+
+def save(root: Path, step: int, models: Any, state: dict[str, Any], trainer_config: Any) -> Path:
+    """Write step ``step``: ``global_step_N/{actor,critic,data.pt}`` under a ``.partial`` name
+    until complete (``models``: the run's worker groups, ``update.Models``; ``state``: the
+    driver's share), mark it latest, rotate old ones per ``max_{actor,critic}_ckpt_to_keep``."""
+    remove_partial(root)
+    partial = partial_dir(root, step)
+    partial.mkdir(parents=True, exist_ok=True)
+    models.actor_rollout.save_checkpoint(str(partial / "actor"), global_step=step)
+    if models.critic is not None:
+        models.critic.save_checkpoint(str(partial / "critic"), global_step=step)
+    save_trainer_state(partial, state)
+    path = commit(root, step)
+    rotate(root, "actor", trainer_config.max_actor_ckpt_to_keep)
+    rotate(root, "critic", trainer_config.max_critic_ckpt_to_keep)
+    logger.info("saved checkpoint %s", path)
+    return path
+
+
+def restore(path: Path, models: Any) -> dict[str, Any]:
+    """Load the worker states of checkpoint ``path`` into ``models`` (after checking it is
+    complete); returns the driver's state (``data.pt``)."""
+    check_complete(path, ("actor", "critic") if models.critic is not None else ("actor",))
+    models.actor_rollout.load_checkpoint(str(path.resolve() / "actor"))
+    if models.critic is not None:
+        models.critic.load_checkpoint(str(path.resolve() / "critic"))
+    return load_trainer_state(path)
+
+
+def save_resolved_config(config: Any, root: Path) -> None:
+    """Write the resolved config to ``root/config.yaml`` (``trainer.default_local_dir``), the
+    dump directories made absolute, so ``agentrl report`` finds them from anywhere."""
+    from omegaconf import OmegaConf
+
+    tree = OmegaConf.to_container(config, resolve=True)
+    for key in ("rollout_data_dir", "validation_data_dir"):
+        if tree["trainer"][key]:
+            tree["trainer"][key] = str(Path(tree["trainer"][key]).resolve())
+    root.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(OmegaConf.create(tree), root / "config.yaml")

@@ -11,17 +11,21 @@ rewards are collected, and trims to exactly that many (verl's ``filter_groups``)
                                                  | any key the score function returns
     algorithm.filter_groups.max_num_gen_batches  most generation batches per step (0: any)
 
-The pure functions here pick the rows; ``PPOTrainer`` drives the generation loop.
+The pure functions here pick the rows; ``collect_informative`` is the generation loop the
+trainer's step runs, given a function that generates and scores one more batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from agentrl.protocol import DataProto
+
+logger = logging.getLogger(__name__)
 
 FAILED_SUFFIX = "/failed-"  # what ``isolate_failed`` appends to a failed row's uid
 
@@ -82,4 +86,50 @@ def first_prompts(data: DataProto, count: int) -> DataProto:
     return data[np.array([p in wanted for p in prompts], dtype=bool)]
 
 
-__all__ = ["first_prompts", "informative_rows", "metric_values", "prompt_uid"]
+def collect_informative(
+    data: DataProto,
+    generate_more: Callable[[int], DataProto] | None,
+    filter_groups: Any,
+    target: int,
+    step: int,
+) -> tuple[DataProto, dict[str, float]]:
+    """Keep the prompts of ``data`` whose samples disagree in ``filter_groups.metric``; call
+    ``generate_more(round)`` (round 1, 2, ...: one more scored batch) until ``target`` such
+    prompts are collected, then trim to exactly that many. Returns the batch and the step's
+    ``train/num_gen_batches``, ``train/num_prompts_kept`` and ``train/kept_prompt_ratio``.
+    Running out (``filter_groups.max_num_gen_batches``, or no ``generate_more``) is an error
+    that says what was collected and what to change."""
+    kept: list[DataProto] = []
+    n_kept = n_seen = rounds = 0
+    while True:
+        rounds += 1
+        keep, kept_now, seen_now = informative_rows(data, filter_groups.metric)
+        kept.append(data[keep])
+        n_kept, n_seen = n_kept + kept_now, n_seen + seen_now
+        if n_kept >= target:
+            break
+        if 0 < filter_groups.max_num_gen_batches <= rounds or generate_more is None:
+            raise RuntimeError(
+                f"step {step}: {rounds} generation batches gave {n_kept} of the {target} "
+                f"prompts whose samples differ in {filter_groups.metric!r} "
+                f"(algorithm.filter_groups.max_num_gen_batches="
+                f"{filter_groups.max_num_gen_batches}); raise it (0: no limit), or check that "
+                "the task is neither solved nor hopeless for the policy"
+            )
+        logger.info("step %d: %d of %d prompts with varied %s after %d batches; "
+                    "generating another", step, n_kept, target, filter_groups.metric, rounds)
+        data = generate_more(rounds)
+    return first_prompts(DataProto.concat(kept), target), {
+        "train/num_gen_batches": float(rounds),
+        "train/num_prompts_kept": float(n_kept),
+        "train/kept_prompt_ratio": n_kept / max(n_seen, 1),
+    }
+
+
+__all__ = [
+    "collect_informative",
+    "first_prompts",
+    "informative_rows",
+    "metric_values",
+    "prompt_uid",
+]

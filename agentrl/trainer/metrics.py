@@ -254,3 +254,28 @@ def process_validation_metrics(
         section = "val-core" if core else "val-aux"
         metrics[f"{section}/{source}/{var}/{name}"] = float(np.mean(values))
     return metrics
+
+
+# metric -> its short name in the progress bar
+_PROGRESS_KEYS = {
+    "critic/score/mean": "reward",
+    "rollout/tool_call_rate": "tool_rate",
+    "response_length/mean": "resp_len",
+}
+
+
+def progress_postfix(metrics: dict[str, float]) -> dict[str, str]:
+    """The few numbers of a step the progress bar shows (those present)."""
+    return {short: f"{metrics[k]:.3g}" for k, short in _PROGRESS_KEYS.items() if k in metrics}
+
+
+def batch_metrics(data: Any, timing: dict[str, float], n_workers: int,
+                  use_critic: bool) -> dict[str, float]:  # fmt: skip
+    """A trained batch's metrics: what the rollout and the workers put in its `meta_info`
+    (`metrics`, `timing`), then the data, timing and throughput metrics of the step."""
+    metrics: dict[str, float] = {}
+    for key in ("metrics", "timing"):
+        metrics |= {k: float(v) for k, v in data.meta_info.get(key, {}).items()}
+    metrics |= compute_data_metrics(data, use_critic=use_critic)
+    metrics |= compute_timing_metrics(timing)
+    return metrics | compute_throughput_metrics(data, timing, n_workers)

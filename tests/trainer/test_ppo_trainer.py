@@ -17,7 +17,8 @@ from agentrl.data import create_rl_dataset, create_train_dataloader
 from agentrl.protocol import DataProto
 from agentrl.trainer import PPOTrainer, run_train
 from agentrl.trainer.checkpointing import CheckpointError
-from agentrl.trainer.ppo_trainer import isolate_failed, worker_config
+from agentrl.trainer.scoring import isolate_failed
+from agentrl.trainer.worker_setup import worker_config
 
 VERL_NAMES = [
     "critic/score/mean", "critic/score/max", "critic/score/min", "critic/rewards/mean",

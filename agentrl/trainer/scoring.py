@@ -1,0 +1,72 @@
+"""Scoring a step's trajectories: the prompt batch's uids, failed rollouts as groups of their
+own, the reward (a reward model's score, then the reward function) and ReMax's greedy
+baseline. The trainer's stages `gen`, `gen_max` and `reward` call these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.protocol import DataProto, to_object_array
+from agentrl.trainer.metrics import failed_rows
+
+
+def prompt_batch(batch_dict: dict[str, Any], step: int, round_: int,
+                 temperature: float) -> DataProto:  # fmt: skip
+    """A loader batch as the rollout's input: uids `"{step}-{row}"` (`"{step}.{round}-{row}"`
+    for dynamic sampling's further rounds; deterministic, so a resumed run sees the same
+    batch), the sampling temperature and the step in `meta_info`."""
+    batch = DataProto.from_single_dict(batch_dict)
+    prefix = f"{step}" if round_ == 0 else f"{step}.{round_}"
+    batch.non_tensor_batch["uid"] = to_object_array(
+        [f"{prefix}-{i}" for i in range(len(batch))], "uid"
+    )
+    batch.meta_info.update(temperature=float(temperature), global_steps=step)
+    return batch
+
+
+def isolate_failed(data: DataProto) -> int:
+    """Give every FAILED trajectory a uid of its own; returns how many there are.
+
+    A failed rollout keeps a zero loss mask, so it never trains; but its reward (usually 0)
+    would still enter its group's mean and std and shift the advantages of the samples that
+    did finish. As a group of one it drops out of those statistics (and its advantage is 0).
+    """
+    failed = failed_rows(data)
+    if failed.any():
+        uids = list(data.non_tensor_batch["uid"])
+        for i in np.flatnonzero(failed):
+            uids[i] = f"{uids[i]}/failed-{i}"
+        data.non_tensor_batch["uid"] = to_object_array(uids, "uid")
+    return int(failed.sum())
+
+
+def score(data: DataProto, reward_fn: Any, reward_model: Any = None) -> DataProto:
+    """Add the reward model's score (when there is one), then score `data` with `reward_fn`:
+    `token_level_scores`, and the score function's extra keys per row in
+    `non_tensor_batch["reward_extra_info"]`."""
+    if reward_model is not None:
+        data = data.union(reward_model.compute_rm_score(data))
+    scored = reward_fn(data, return_dict=True)
+    data.batch["token_level_scores"] = scored["reward_tensor"]
+    extra = scored["reward_extra_info"]
+    data.non_tensor_batch["reward_extra_info"] = to_object_array(
+        [{k: v[i] for k, v in extra.items()} for i in range(len(data))],
+        "reward_extra_info",
+    )
+    return data
+
+
+def greedy_baseline(actor_rollout: Any, reward_fn: Any, batch: DataProto,
+                    n_rows: int) -> torch.Tensor:  # fmt: skip
+    """ReMax's baseline: the reward of one greedy sample per prompt, repeated for each of
+    the prompt's `n_rows / len(batch)` samples (B * n,). The greedy sample is drawn with
+    `rollout.val_kwargs` (n = 1, no sampling: the config validator checks it)."""
+    greedy = batch.select(deepcopy=True)
+    greedy.meta_info["validate"] = True
+    out = actor_rollout.generate_sequences(greedy)
+    baseline = reward_fn(out, return_dict=True)["reward_tensor"].sum(-1)  # (B,)
+    return baseline.repeat_interleave(n_rows // len(batch))  # (B * n,)

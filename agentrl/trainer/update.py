@@ -1,0 +1,99 @@
+"""Advantage and update: from scored trajectories to updated models.
+
+    balance (trainer.balance_batch) -> old log-probs -> ref log-probs -> values
+    -> KL-in-reward + advantage (driver, agentrl.algos) -> update_critic -> update_actor
+
+`Models` holds the worker groups a step calls; `update` runs the stages above, each inside
+the trainer's `stage` (timed, watched for hangs), and is the same for the sync and the
+off-policy trainers (they differ in where the batch comes from and when weights sync).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl.algos import apply_kl_penalty, compute_advantage
+from agentrl.protocol import DataProto
+from agentrl.trainer.balance import balance_batch
+from agentrl.trainer.metrics import compute_rollout_logprob_gap
+
+Stage = Callable[[str, dict[str, float]], AbstractContextManager[None]]
+
+
+@dataclass
+class Models:
+    """The worker groups of a run: the actor (with its rollout and, when
+    `use_reference_policy`, the reference policy), the critic (GAE only) and a reward
+    model (`reward_model.enable`); None where the run has none."""
+
+    actor_rollout: Any
+    critic: Any = None
+    reward_model: Any = None
+    use_reference_policy: bool = False
+
+
+def compute_advantages(data: DataProto, algorithm: Any, n: int,
+                       kl_ctrl: Any = None) -> dict[str, float]:  # fmt: skip
+    """`token_level_rewards` (the scores, less the KL penalty when `kl_ctrl`), then the
+    configured estimator's `advantages` and `returns`, in place; returns the KL metrics."""
+    metrics: dict[str, float] = {}
+    if kl_ctrl is not None:
+        data, metrics = apply_kl_penalty(data, kl_ctrl, algorithm.kl_penalty)
+    else:
+        data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+    compute_advantage(
+        data,
+        algorithm.adv_estimator,
+        gamma=float(algorithm.gamma),
+        lam=float(algorithm.lam),
+        num_repeat=n,
+        norm_adv_by_std_in_grpo=bool(algorithm.norm_adv_by_std_in_grpo),
+        config=algorithm,
+    )
+    return metrics
+
+
+def update(
+    data: DataProto,
+    step: int,
+    config: Any,
+    models: Models,
+    *,
+    n_workers: int,
+    kl_ctrl: Any,
+    sync_weights: bool,
+    stage: Stage,
+    metrics: dict[str, float],
+    timing: dict[str, float],
+) -> DataProto:
+    """Scored trajectories -> old (and ref) log-probs, values -> advantages -> critic and
+    actor updates; adds to `metrics` and `timing`, returns the batch with it all. The actor
+    starts updating after `trainer.critic_warmup` steps; it syncs the rollout's weights
+    itself when `sync_weights` (the off-policy trainer syncs when its producer allows)."""
+    if config.trainer.balance_batch:
+        data, balance_metrics = balance_batch(data, n_workers)
+        metrics |= balance_metrics
+    actor = models.actor_rollout
+    with stage("old_log_prob", timing):
+        data = data.union(actor.compute_log_prob(data))
+    metrics |= compute_rollout_logprob_gap(data)
+    if models.use_reference_policy:
+        with stage("ref", timing):
+            data = data.union(actor.compute_ref_log_prob(data))
+    if models.critic is not None:
+        with stage("values", timing):
+            data = data.union(models.critic.compute_values(data))
+    with stage("adv", timing):
+        n = int(config.actor_rollout_ref.rollout.n)
+        metrics |= compute_advantages(data, config.algorithm, n, kl_ctrl)
+    if models.critic is not None:
+        with stage("update_critic", timing):
+            metrics |= models.critic.update_critic(data).meta_info["metrics"]
+    if step > config.trainer.critic_warmup:
+        data.meta_info["sync_weights"] = sync_weights
+        with stage("update_actor", timing):
+            metrics |= actor.update_actor(data).meta_info["metrics"]
+    return data
