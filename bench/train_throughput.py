@@ -30,9 +30,9 @@ from pathlib import Path
 from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
 from agentrl.models.tiny import make_tiny_model
 from agentrl.protocol import DataProto
+from agentrl.testing.workers import make_trajectory_batch, worker_config
 from agentrl.workers import ActorRolloutRefWorker
 from agentrl.workers.micro_batch import MicroBatching, padded_tokens, plan_micro_batches
-from agentrl.testing.workers import make_trajectory_batch, worker_config
 
 
 def tokens_per_second(

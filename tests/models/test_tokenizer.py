@@ -7,8 +7,8 @@ import pytest
 from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
 from agentrl.models.tokenizer import load_tokenizer, resolve_chat_template
 from agentrl.protocol import DataProto
-from agentrl.workers import ActorRolloutRefWorker
 from agentrl.testing.workers import worker_config
+from agentrl.workers import ActorRolloutRefWorker
 
 TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\nCUSTOM {{ m['content'] }}<|im_end|>\n"

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from agentrl.rollout import AsyncRolloutEngine
-from agentrl.testing.rollout import ScriptedBackend, rollout_config
 from agentrl.rollout.waves import GenerationWaves
+from agentrl.testing.rollout import ScriptedBackend, rollout_config
 
 
 def _req(i: int, offset: int = 0) -> SimpleNamespace:

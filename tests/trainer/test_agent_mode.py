@@ -11,7 +11,7 @@ import pytest
 
 from agentrl.trainer import PPOTrainer
 
-AGENT = Path(__file__).with_name("agent_function.py")
+AGENT = Path(__file__).parent.parent / "fixtures" / "agent_function.py"
 
 
 @pytest.mark.slow

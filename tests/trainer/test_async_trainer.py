@@ -26,8 +26,8 @@ from agentrl.trainer.async_trainer import cpu_split, staleness_metrics
 from agentrl.trainer.watchdog import StageHangError
 from tools.calculator import DEFAULT_SCHEMA
 
-HERE = Path(__file__).parent
-EASY_REWARD = HERE / "easy_reward.py"
+FIXTURES = Path(__file__).parent.parent / "fixtures"  # test plugins: rewards, tools
+EASY_REWARD = FIXTURES / "easy_reward.py"
 
 
 def test_staleness_metrics_read_the_oldest_model_token():
@@ -124,7 +124,7 @@ def test_a_killed_async_run_resumes_and_trains_every_prompt_once(
 ):
     model = tmp_path / "model"  # a copy of its own, to find this test's servers by path
     model.symlink_to(tiny_model_dir, target_is_directory=True)
-    tools = _tool_config(tmp_path / "tools.yaml", f"{HERE / 'jitter_tool.py'}:JitterCalculatorTool")
+    tools = _tool_config(tmp_path / "tools.yaml", f"{FIXTURES / 'jitter_tool.py'}:JitterCalculatorTool")
     steps, batch, n = 8, 2, 2
     args = [
         f"actor_rollout_ref.model.path={model}", f"data.train_files={trainer_data['train']}",
@@ -172,7 +172,7 @@ def test_the_watchdog_names_a_hanging_stage_and_stops_with_a_checkpoint(
     make_config, tmp_path, caplog
 ):
     tools = _tool_config(tmp_path / "tools.yaml",
-                         f"{HERE / 'hanging_tool.py'}:HangingCalculatorTool")
+                         f"{FIXTURES / 'hanging_tool.py'}:HangingCalculatorTool")
     cfg = make_config(
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
         "actor_rollout_ref.rollout.multi_turn.tool_timeout=600",
@@ -198,7 +198,7 @@ def test_the_watchdog_names_a_hanging_stage_and_stops_with_a_checkpoint(
 @pytest.mark.slow
 def test_the_watchdog_reports_the_rollout_process_in_async_mode(make_config, tmp_path, caplog):
     tools = _tool_config(tmp_path / "tools.yaml",
-                         f"{HERE / 'hanging_tool.py'}:HangingCalculatorTool")
+                         f"{FIXTURES / 'hanging_tool.py'}:HangingCalculatorTool")
     cfg = make_config(
         "trainer.mode=async", f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
         "actor_rollout_ref.rollout.multi_turn.tool_timeout=600",

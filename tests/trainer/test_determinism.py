@@ -40,7 +40,7 @@ def calling_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TaskD
 def _jitter_tools(out: Path) -> Path:
     path = out / "jitter_tool.yaml"
     path.write_text(yaml.safe_dump({"tools": [{
-        "class_name": f"{Path(__file__).with_name('jitter_tool.py')}:JitterCalculatorTool",
+        "class_name": f"{Path(__file__).parent.parent / 'fixtures' / 'jitter_tool.py'}:JitterCalculatorTool",
         "config": {"type": "native"},
         "tool_schema": load_tool_schemas(recipe_file("quickstart", "calculator_tool.yaml"))[0],
     }]}))  # fmt: skip

@@ -14,7 +14,7 @@ from agentrl.protocol import DataProto
 from agentrl.trainer import PPOTrainer
 from agentrl.trainer.dynamic_sampling import first_prompts, informative_rows, metric_values
 
-REWARD = Path(__file__).with_name("alternating_reward.py")
+REWARD = Path(__file__).parent.parent / "fixtures" / "alternating_reward.py"
 
 
 def _batch(uids, scores, extra=None):

@@ -1,4 +1,4 @@
-"""The training path learns: with an easy reward (tests/trainer/easy_reward.py), GRPO on a
+"""The training path learns: with an easy reward (tests/fixtures/easy_reward.py), GRPO on a
 random tiny model raises the reward within a few steps. A regression anywhere between
 rollout, reward, advantage, update and weight sync leaves the reward flat and fails here."""
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from agentrl.trainer import run_train
 
-EASY_REWARD = Path(__file__).with_name("easy_reward.py")
+EASY_REWARD = Path(__file__).parent.parent / "fixtures" / "easy_reward.py"
 
 
 def test_grpo_raises_an_easy_reward_within_a_few_steps(make_config):

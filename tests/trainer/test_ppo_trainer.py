@@ -11,13 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from agentrl.algos import compute_advantage
 from agentrl.config import ConfigError
 from agentrl.data import create_rl_dataset, create_train_dataloader
-from agentrl.protocol import DataProto
 from agentrl.trainer import PPOTrainer, run_train
 from agentrl.trainer.checkpointing import CheckpointError
-from agentrl.trainer.scoring import isolate_failed
 from agentrl.trainer.worker_setup import worker_config
 
 VERL_NAMES = [
@@ -311,32 +308,6 @@ def test_total_training_steps_and_worker_config(make_config):
 def test_remax_uses_a_greedy_baseline(make_config):
     (m,) = run_train(make_config("algorithm.adv_estimator=remax", "trainer.total_training_steps=1"))
     assert math.isfinite(m["actor/pg_loss"]) and m["timing_s/gen_max"] > 0
-
-
-def _group_batch(states):
-    rewards = torch.zeros(len(states), 3)
-    rewards[:, -1] = torch.tensor([1.0, 0.0, 0.5, 0.0])[: len(states)]
-    mask = torch.ones(len(states), 3)
-    for i, state in enumerate(states):
-        if state == "failed":
-            mask[i] = 0
-    return DataProto.from_dict(
-        tensors={"token_level_rewards": rewards, "response_mask": mask},
-        non_tensors={"uid": ["a"] * len(states), "request_state": states},
-    )
-
-
-def test_failed_trajectories_leave_their_group_statistics():
-    data = _group_batch(["completed", "completed", "completed", "failed"])
-    assert isolate_failed(data) == 1
-    assert list(data.non_tensor_batch["uid"]) == ["a", "a", "a", "a/failed-3"]
-    adv = compute_advantage(data, "grpo").batch["advantages"]
-    # the same as a group of the three finished samples alone: rewards 1, 0, 0.5
-    alone = compute_advantage(_group_batch(["completed"] * 3), "grpo").batch["advantages"]
-    torch.testing.assert_close(adv[:3], alone)
-    assert adv[:3, 0].tolist() == pytest.approx([1.0, -1.0, 0.0], abs=1e-5)  # std 0.5
-    assert adv[3].abs().sum() == 0  # masked out of the loss
-    assert isolate_failed(_group_batch(["completed", "completed"])) == 0
 
 
 @pytest.mark.slow

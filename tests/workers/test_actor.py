@@ -20,7 +20,6 @@ from agentrl.distributed import (
     WorkerSpec,
 )
 from agentrl.protocol import DataProto
-from agentrl.workers import ActorRolloutRefWorker
 from agentrl.testing.workers import (
     greedy_continuations,
     make_trajectory_batch,
@@ -28,6 +27,7 @@ from agentrl.testing.workers import (
     response_tokens,
     worker_config,
 )
+from agentrl.workers import ActorRolloutRefWorker
 
 P, R = 32, 16
 SIZES = [f"data.max_prompt_length={P}", f"data.max_response_length={R}"]

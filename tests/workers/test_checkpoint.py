@@ -7,9 +7,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentrl.distributed import InProcessWorkerGroup, WorkerError, WorkerSpec
+from agentrl.testing.workers import make_trajectory_batch, reference_log_probs, worker_config
 from agentrl.workers import ActorRolloutRefWorker
 from agentrl.workers.checkpoint import rng_state, set_rng_state
-from agentrl.testing.workers import make_trajectory_batch, reference_log_probs, worker_config
 
 P, R = 12, 16
 

@@ -8,8 +8,8 @@ from transformers import AutoModelForTokenClassification
 
 from agentrl.algos import compute_value_loss
 from agentrl.distributed import InProcessWorkerGroup, WorkerError, WorkerSpec
-from agentrl.workers import CriticWorker
 from agentrl.testing.workers import make_trajectory_batch, worker_config
+from agentrl.workers import CriticWorker
 
 P, R = 12, 16
 

@@ -7,8 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
 from agentrl.algos import entropy_from_logits, logprobs_from_logits
-from agentrl.workers.forward import response_log_probs, response_values
 from agentrl.testing.workers import make_trajectory_batch
+from agentrl.workers.forward import response_log_probs, response_values
 
 P, R = 12, 20
 

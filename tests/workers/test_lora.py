@@ -8,8 +8,8 @@ from transformers import AutoModelForCausalLM
 
 from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
 from agentrl.protocol import DataProto
-from agentrl.workers import ActorRolloutRefWorker
 from agentrl.testing.workers import greedy_continuations, response_tokens, worker_config
+from agentrl.workers import ActorRolloutRefWorker
 
 P, R = 32, 16
 LORA = ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",

@@ -13,9 +13,9 @@ import torch
 
 from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
 from agentrl.protocol import DataProto
+from agentrl.testing.workers import worker_config
 from agentrl.workers import ActorRolloutRefWorker, CriticWorker
 from agentrl.workers.offload import Residency, move_optimizer_state
-from agentrl.testing.workers import worker_config
 
 P, R = 32, 8
 SIZES = [f"data.max_prompt_length={P}", f"data.max_response_length={R}"]

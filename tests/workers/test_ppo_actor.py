@@ -7,9 +7,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentrl.algos import agg_loss, kl_penalty
+from agentrl.testing.workers import make_trajectory_batch, worker_config
 from agentrl.workers.micro_batch import MicroBatching
 from agentrl.workers.ppo_actor import PPOActor
-from agentrl.testing.workers import make_trajectory_batch, worker_config
 
 P, R = 12, 20
 

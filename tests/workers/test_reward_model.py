@@ -13,8 +13,8 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
 from agentrl.reward import NaiveRewardManager
-from agentrl.workers.reward_model import RewardModelWorker
 from agentrl.testing.workers import make_trajectory_batch, worker_config
+from agentrl.workers.reward_model import RewardModelWorker
 
 P, R = 24, 12
 

@@ -14,8 +14,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.protocol import DataProto
-from agentrl.workers.rollout import HybridRollout, LoopThread
 from agentrl.testing.workers import greedy_continuations, response_tokens, worker_config
+from agentrl.workers.rollout import HybridRollout, LoopThread
 
 P, R = 40, 10
 
