@@ -41,7 +41,7 @@ from tqdm import tqdm
 from agentrl.config import ConfigError
 from agentrl.config.cli import add_config_arguments, config_from_args
 from agentrl.protocol import DataProto
-from agentrl.rollout.assembly import configured_interactions, configured_tools
+from agentrl.rollout.assembly import build_engine
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,6 @@ def generate(cfg: DictConfig, backend: Any = None) -> dict[str, float]:
 async def _generate(cfg: DictConfig, backend: Any) -> dict[str, float]:
     from agentrl.data import create_rl_dataset, create_val_dataloader
     from agentrl.models.tokenizer import load_tokenizer
-    from agentrl.rollout import AsyncRolloutEngine
 
     tokenizer = load_tokenizer(
         cfg.data.tokenizer or cfg.actor_rollout_ref.model.path,
@@ -103,14 +102,10 @@ async def _generate(cfg: DictConfig, backend: Any) -> dict[str, float]:
         backend = create_backend(
             rollout, cfg.actor_rollout_ref.model.path, tokenizer, seed=int(cfg.trainer.seed)
         )
-    engine = AsyncRolloutEngine(
-        rollout,
-        tokenizer,
-        backend,
-        tools=configured_tools(rollout.multi_turn),
-        interactions=configured_interactions(rollout.multi_turn),
+    engine = build_engine(
+        rollout, tokenizer, backend,
         chat_template_kwargs=OmegaConf.to_container(cfg.data.apply_chat_template_kwargs),
-    )
+    )  # fmt: skip
     reward_fn = _reward_manager(cfg, dataset, tokenizer)
     out_path = Path(cfg.data.output_path).expanduser()
     out_path.parent.mkdir(parents=True, exist_ok=True)

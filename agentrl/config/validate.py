@@ -35,6 +35,7 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
     "data.path": (str, list),
     "data.sampler.class_path": str,
     "actor_rollout_ref.rollout.agent_function": str,
+    "actor_rollout_ref.rollout.engine_class": str,
     "actor_rollout_ref.model.target_modules": (str, list),
     **{f"trainer.alerts.{key}": (float, int) for key in (
         "tool_call_rate_drop", "parse_error_rate", "tool_error_rate", "truncation_rate",
@@ -256,6 +257,11 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     if rollout.agent_function and rollout.multi_turn.interaction_config_path:
         problems.append("actor_rollout_ref.rollout.multi_turn.interaction_config_path is not "
                         "used in agent mode (agent_function): the agent writes the user turns")
+    if rollout.engine_class and (rollout.agent_function or rollout.agent_workers > 1
+                                 or cfg.trainer.mode != "sync"):
+        problems.append("actor_rollout_ref.rollout.engine_class replaces the in-process engine "
+                        "of trainer.mode=sync; it cannot be combined with agent_function, "
+                        f"agent_workers > 1 or trainer.mode={cfg.trainer.mode} yet")
     if rollout.agent_workers > 1 and rollout.name != "sglang":
         problems.append(
             f"actor_rollout_ref.rollout.agent_workers is {rollout.agent_workers} but "

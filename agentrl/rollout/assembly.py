@@ -1,13 +1,20 @@
 """Assembling a rollout from its config: the one place that loads tools and interactions.
 
-Every caller that builds a rollout engine from `actor_rollout_ref.rollout` takes its tools
-and interactions here: the hybrid rollout worker (`agentrl.workers.rollout`), the agent
-workers and the off-policy producer (through `engine_factories`), the gateway command and
-`agentrl generate`.
+Every caller that builds a rollout engine from `actor_rollout_ref.rollout` takes its engine,
+tools and interactions here: the hybrid rollout worker (`agentrl.workers.rollout`) and
+`agentrl generate` (`build_engine`), the agent workers and the off-policy producer (through
+`engine_factories`), the gateway command (`configured_tools`). The servers a rollout needs
+are launched by `agentrl.rollout.backends.factory.server_launcher` (SGLang, or `agentrl
+serve` for the hf engine).
 
+    engine = build_engine(rollout, tokenizer, backend, chat_template_kwargs=...)
     tools = configured_tools(rollout.multi_turn)                 # {name: BaseTool}, wrapped
     interactions = configured_interactions(rollout.multi_turn)   # {name: BaseInteraction}
     make_backend, make_tools, make_interactions = engine_factories(rollout_dict, model_path)
+
+`rollout.engine_class` names a user's engine by path (`pkg.module.Class` or
+`file.py:Class`, as slime's custom rollout functions): a subclass of `AsyncRolloutEngine`
+built with the same arguments, e.g. one that overrides `run_request` (docs/rollout.md).
 
 `multi_turn` is the `rollout.multi_turn` subtree as a DictConfig or a plain dict.
 """
@@ -37,6 +44,36 @@ def configured_interactions(multi_turn: Mapping[str, Any]) -> dict[str, Any]:
     from agentrl.interactions.loader import load_interactions
 
     return load_interactions(multi_turn["interaction_config_path"])
+
+
+def build_engine(
+    rollout: Any,
+    tokenizer: Any,
+    backend: Any,
+    *,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> Any:
+    """The in-process rollout engine of `rollout` (the `actor_rollout_ref.rollout` subtree):
+    `AsyncRolloutEngine`, or the subclass `rollout.engine_class` names, with the configured
+    tools and interactions."""
+    from agentrl.rollout.engine import AsyncRolloutEngine
+
+    engine_class = AsyncRolloutEngine
+    if rollout.get("engine_class"):
+        from agentrl.plugins import PluginLoadError, load_object
+
+        try:
+            engine_class = load_object(str(rollout["engine_class"]), AsyncRolloutEngine)
+        except PluginLoadError as err:
+            raise ValueError(f"actor_rollout_ref.rollout.engine_class: {err}") from err
+    return engine_class(
+        rollout,
+        tokenizer,
+        backend,
+        tools=configured_tools(rollout["multi_turn"]),
+        interactions=configured_interactions(rollout["multi_turn"]),
+        chat_template_kwargs=chat_template_kwargs,
+    )
 
 
 def engine_factories(

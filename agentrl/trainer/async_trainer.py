@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,9 +44,6 @@ from agentrl.trainer.worker_setup import init_ray, stop_ray, with_rollout
 
 logger = logging.getLogger(__name__)
 
-SERVE_COMMAND = (sys.executable, "-m", "agentrl.rollout.backends.serve_cli")
-_HF_ENGINE_KWARGS = ("batch_wait_s", "seed", "device")
-_SERVE_MAX_NUM_SEQS = 4096  # rollout.max_num_seqs null: every waiting request joins a batch
 # the trainer asks the producer for its batch this often (each answer is watchdog progress)
 _POLL_S = 2.0
 
@@ -88,32 +84,6 @@ def cpu_split(num_servers: int, cores: int | None = None) -> tuple[int, int]:
     cores = cores or os.cpu_count() or 1
     rollout = max(1, cores // 2)
     return max(1, rollout // num_servers), max(1, cores - rollout)
-
-
-def serve_launcher(rollout: dict[str, Any], model: Any, seed: int,
-                   env: dict[str, str] | None = None) -> Any:
-    """``agentrl serve`` servers of the policy for ``rollout.name=hf`` (its engine keys as
-    the server's flags)."""
-    from agentrl.rollout.backends.launcher import ServerLauncher
-
-    kwargs = dict(rollout["engine_kwargs"] or {})
-    unknown = sorted(set(kwargs) - set(_HF_ENGINE_KWARGS))
-    if unknown:
-        raise ValueError(f"actor_rollout_ref.rollout.engine_kwargs {unknown} are not hf "
-                         f"engine keys (those are {', '.join(_HF_ENGINE_KWARGS)})")
-    wait = kwargs.get("batch_wait_s")
-    server_args = {
-        "max_num_seqs": rollout["max_num_seqs"] or _SERVE_MAX_NUM_SEQS,
-        "seed": kwargs.get("seed", seed),
-        "device": kwargs.get("device"),
-        "dtype": rollout["dtype"] if torch.cuda.is_available() else None,
-        "context_length": rollout["max_model_len"],
-        "batch_wait_ms": None if wait is None else float(wait) * 1000,
-        "trust_remote_code": bool(model.trust_remote_code),
-    }
-    return ServerLauncher(model.path, int(rollout["num_servers"] or 1), command=SERVE_COMMAND,
-                          server_args=server_args, ready_timeout=rollout["launch_timeout"],
-                          env=env)
 
 
 class ProducerBatchSource:
@@ -172,19 +142,18 @@ class ProducerBatchSource:
 
         if rollout["name"] == "sglang" and rollout["server_urls"]:
             return list(rollout["server_urls"])
-        model = self.config.actor_rollout_ref.model
-        if rollout["name"] == "hf":
-            env = None
-            if not torch.cuda.is_available():
-                server_threads, trainer_threads = cpu_split(int(rollout["num_servers"] or 1))
-                env = {"OMP_NUM_THREADS": str(server_threads)}
-                self._threads_before = torch.get_num_threads()  # restored by closing
-                torch.set_num_threads(trainer_threads)
-                logger.info("%s on CPU: %d thread(s) per rollout server, %d for training",
-                            self.mode, server_threads, trainer_threads)
-            self._launcher = serve_launcher(rollout, model, int(self.config.trainer.seed), env)
-        else:
-            self._launcher = server_launcher(rollout, str(model.path))
+        model, env = self.config.actor_rollout_ref.model, None
+        if rollout["name"] == "hf" and not torch.cuda.is_available():
+            server_threads, trainer_threads = cpu_split(int(rollout["num_servers"] or 1))
+            env = {"OMP_NUM_THREADS": str(server_threads)}
+            self._threads_before = torch.get_num_threads()  # restored by closing
+            torch.set_num_threads(trainer_threads)
+            logger.info("%s on CPU: %d thread(s) per rollout server, %d for training",
+                        self.mode, server_threads, trainer_threads)
+        self._launcher = server_launcher(
+            rollout, str(model.path), seed=int(self.config.trainer.seed),
+            trust_remote_code=bool(model.trust_remote_code), env=env,
+        )  # fmt: skip
         urls = self._launcher.start()
         logger.info("%s: rollout servers %s", self.mode, ", ".join(urls))
         return urls
@@ -315,7 +284,6 @@ __all__ = [
     "AsyncPPOTrainer",
     "ProducerBatchSource",
     "cpu_split",
-    "serve_launcher",
     "staleness_metrics",
     "take_metrics",
 ]

@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from agentrl.protocol import DataProto
-from agentrl.rollout.assembly import configured_interactions, configured_tools, engine_factories
+from agentrl.rollout.assembly import build_engine, configured_tools, engine_factories
 from agentrl.utils.aio import LoopThread
 from agentrl.workers.fsdp import full_state_dict, iter_full_weights
 
@@ -66,7 +66,6 @@ class HybridRollout:
         seed: int | None = None,
     ) -> None:
         from agentrl.rollout.backends.factory import create_backend
-        from agentrl.rollout.engine import AsyncRolloutEngine
 
         self.config = config
         self.rollout_cfg = config.rollout
@@ -86,14 +85,8 @@ class HybridRollout:
                 chat_template_kwargs=chat_template_kwargs, tools=self._tools(),
             )  # fmt: skip
         else:
-            self.engine = AsyncRolloutEngine(
-                self.rollout_cfg,
-                tokenizer,
-                self.backend,
-                tools=self._tools(),
-                interactions=self._interactions(),
-                chat_template_kwargs=chat_template_kwargs,
-            )
+            self.engine = build_engine(self.rollout_cfg, tokenizer, self.backend,
+                                       chat_template_kwargs=chat_template_kwargs)  # fmt: skip
         self.awake = True
         # sleep after generation only where there is device memory to give back
         self.release_after_generation = bool(
@@ -102,9 +95,6 @@ class HybridRollout:
 
     def _tools(self) -> dict[str, Any]:
         return configured_tools(self.rollout_cfg.multi_turn)
-
-    def _interactions(self) -> dict[str, Any]:
-        return configured_interactions(self.rollout_cfg.multi_turn)
 
     def _sharded_engine(self, config: Any, chat_template_kwargs: Any) -> Any:
         """``agent_workers`` engines in Ray actors, each with its own SGLang client of this

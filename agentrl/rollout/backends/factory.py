@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +32,9 @@ from agentrl.rollout.backends.sglang import SGLangBackend
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("hf", "sglang")
+HF_ENGINE_KWARGS = ("batch_wait_s", "seed", "device")  # the hf engine's engine_kwargs
+SERVE_COMMAND = (sys.executable, "-m", "agentrl.rollout.backends.serve_cli")
+SERVE_MAX_NUM_SEQS = 4096  # rollout.max_num_seqs null: every waiting request joins a batch
 
 
 def create_backend(
@@ -109,8 +113,19 @@ def _sglang_backend(cfg: dict[str, Any], model_path: str | None, tokenizer: Any)
     )
 
 
-def server_launcher(cfg: dict[str, Any], model_path: str) -> ServerLauncher:
-    """The SGLang servers (or ``launch_command``'s) of a plain ``rollout`` config dict."""
+def server_launcher(
+    cfg: dict[str, Any],
+    model_path: str,
+    *,
+    seed: int | None = None,
+    trust_remote_code: bool = False,
+    env: dict[str, str] | None = None,
+) -> ServerLauncher:
+    """The inference servers of a plain ``rollout`` config dict, not started: for
+    ``name: hf`` ``agentrl serve`` processes of the embedded engine (``seed``: the trainer's;
+    ``env``: e.g. their thread count), else SGLang's (or ``launch_command``'s)."""
+    if cfg["name"] == "hf":
+        return _serve_launcher(cfg, model_path, seed, trust_remote_code, env)
     tp = cfg["tensor_model_parallel_size"]
     num_servers = cfg["num_servers"]
     if num_servers is None:
@@ -132,4 +147,28 @@ def server_launcher(cfg: dict[str, Any], model_path: str) -> ServerLauncher:
         command=command,
         gpus_per_server=tp if torch.cuda.is_available() else 0,
         ready_timeout=cfg["launch_timeout"],
+        env=env,
     )
+
+
+def _serve_launcher(cfg: dict[str, Any], model_path: str, seed: int | None,
+                    trust_remote_code: bool, env: dict[str, str] | None) -> ServerLauncher:  # fmt: skip
+    """``agentrl serve`` servers of the policy for ``rollout.name=hf`` (its engine keys as
+    the server's flags)."""
+    kwargs = dict(cfg["engine_kwargs"] or {})
+    unknown = sorted(set(kwargs) - set(HF_ENGINE_KWARGS))
+    if unknown:
+        raise ValueError(f"actor_rollout_ref.rollout.engine_kwargs {unknown} are not hf "
+                         f"engine keys (those are {', '.join(HF_ENGINE_KWARGS)})")
+    wait = kwargs.get("batch_wait_s")
+    server_args = {
+        "max_num_seqs": cfg["max_num_seqs"] or SERVE_MAX_NUM_SEQS,
+        "seed": kwargs.get("seed", seed),
+        "device": kwargs.get("device"),
+        "dtype": cfg["dtype"] if torch.cuda.is_available() else None,
+        "context_length": cfg["max_model_len"],
+        "batch_wait_ms": None if wait is None else float(wait) * 1000,
+        "trust_remote_code": trust_remote_code,
+    }
+    return ServerLauncher(model_path, int(cfg["num_servers"] or 1), command=SERVE_COMMAND,
+                          server_args=server_args, ready_timeout=cfg["launch_timeout"], env=env)

@@ -1,0 +1,83 @@
+"""One place builds a rollout from the config: the engine (the default or a user's by
+path), its tools and interactions, and the engine factories another process builds from."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from agentrl.config import ConfigError, load_config
+from agentrl.rollout.assembly import (
+    build_engine,
+    configured_interactions,
+    configured_tools,
+    engine_factories,
+)
+from agentrl.rollout.engine import AsyncRolloutEngine
+from agentrl.testing.rollout import ScriptedBackend, prompts_batch, rollout_config, run
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+ENGINE = f"{FIXTURES / 'counting_engine.py'}:CountingEngine"
+
+
+@pytest.fixture
+def tool_config(tmp_path):
+    path = tmp_path / "tools.yaml"
+    path.write_text(yaml.safe_dump({"tools": [{
+        "class_name": "tools.calculator.CalculatorTool",
+        "config": {"type": "native"},
+        "tool_schema": {"type": "function", "function": {
+            "name": "calculator", "description": "evaluate",
+            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
+                           "required": ["expression"]}}},
+    }]}))  # fmt: skip
+    return path
+
+
+def test_no_paths_no_tools_no_interactions():
+    multi_turn = rollout_config().multi_turn
+    assert configured_tools(multi_turn) == {} and configured_interactions(multi_turn) == {}
+
+
+def test_the_default_engine_gets_the_configured_tools(tiny_tokenizer, tool_config):
+    rollout = rollout_config(f"multi_turn.tool_config_path={tool_config}")
+    engine = build_engine(rollout, tiny_tokenizer, ScriptedBackend(tiny_tokenizer, {}))
+    assert type(engine) is AsyncRolloutEngine
+    assert list(engine.tools) == ["calculator"]
+
+
+def test_a_users_engine_by_path_runs_the_rollout(tiny_tokenizer):
+    rollout = rollout_config(f"engine_class={ENGINE}")
+    backend = ScriptedBackend(tiny_tokenizer, {0: ["4<|im_end|>"], 1: ["5<|im_end|>"]})
+    engine = build_engine(rollout, tiny_tokenizer, backend)
+    assert type(engine).__name__ == "CountingEngine"
+    before = type(engine).requests_run
+    out = run(engine, prompts_batch(2))
+    assert len(out) == 2 * int(rollout.n)
+    assert type(engine).requests_run - before == len(out)
+
+
+def test_an_engine_class_that_is_not_an_engine_is_named(tiny_tokenizer):
+    rollout = rollout_config(f"engine_class={FIXTURES / 'counting_engine.py'}:NotAnEngine")
+    with pytest.raises(ValueError, match="engine_class: .*not a subclass of .*AsyncRolloutEngine"):
+        build_engine(rollout, tiny_tokenizer, ScriptedBackend(tiny_tokenizer, {}))
+
+
+@pytest.mark.parametrize(
+    "other", ["trainer.mode=async", "actor_rollout_ref.rollout.agent_function=a.py:run"]
+)
+def test_the_validator_keeps_engine_class_to_the_in_process_engine(other):
+    with pytest.raises(ConfigError, match="engine_class replaces the in-process engine"):
+        load_config(overrides=[f"actor_rollout_ref.rollout.engine_class={ENGINE}", other])
+
+
+def test_engine_factories_pickle_and_build_the_tools(tool_config):
+    rollout = OmegaConf.to_container(
+        rollout_config(f"multi_turn.tool_config_path={tool_config}"), resolve=True
+    )
+    _, make_tools, make_interactions = pickle.loads(pickle.dumps(engine_factories(rollout, None)))
+    assert list(make_tools()) == ["calculator"] and make_interactions() == {}
