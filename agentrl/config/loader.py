@@ -119,6 +119,9 @@ def _mode_defaults(cfg: DictConfig) -> None:
     loss = cfg.actor_rollout_ref.actor.policy_loss
     if cfg.trainer.mode != "sync" and cfg["async"].rollout_correction and loss.rollout_is is None:
         loss.rollout_is = "token"
+        logger.info("trainer.mode=%s with async.rollout_correction: actor_rollout_ref.actor."
+                    "policy_loss.rollout_is set to 'token' (truncated per-token importance "
+                    "weights; choose another rollout_is to override)", cfg.trainer.mode)
 
 
 def config_to_yaml(cfg: DictConfig) -> str:

@@ -72,21 +72,15 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "reward_model.strategy": _STRATEGIES,
     "actor_rollout_ref.actor.loss_agg_mode": _LOSS_AGG_MODES,
     "critic.loss_agg_mode": _LOSS_AGG_MODES,
-    "actor_rollout_ref.actor.policy_loss.rollout_is": (None, "token", "sequence", "geometric"),
-    "actor_rollout_ref.actor.policy_loss.rollout_rs": (None, "token", "sequence", "geometric"),
     "actor_rollout_ref.actor.optim.warmup_style": ("constant", "cosine"),
     "critic.optim.warmup_style": ("constant", "cosine"),
     "actor_rollout_ref.actor.fsdp_config.model_dtype": ("fp32", "bf16", "fp16"),
     "critic.model.fsdp_config.model_dtype": ("fp32", "bf16", "fp16"),
     "reward_model.model.fsdp_config.model_dtype": ("fp32", "bf16", "fp16"),
     "actor_rollout_ref.ref.fsdp_config.model_dtype": ("fp32", "bf16", "fp16"),
-    "actor_rollout_ref.rollout.name": ("hf", "sglang"),
-    "actor_rollout_ref.rollout.load_balance": ("least_loaded", "round_robin"),
     "actor_rollout_ref.rollout.mode": ("async",),
     "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side": ("left", "right",
                                                                           "middle"),
-    "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": (
-        "strict", "ignore_strippable", "disable"),
     "actor_rollout_ref.rollout.multi_turn.tool_record_mode": (None, "record", "replay"),
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
     "trainer.device": ("auto", "cpu", "cuda"),
@@ -95,8 +89,10 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "trainer.mode": ("sync", "one_step_off", "async"),
     "trainer.watchdog_action": ("log", "stop"),
 }
+# trainer.logger: the tracker's backends (agentrl/trainer/tracking.py imports this list)
+LOGGERS = ("console", "file", "tensorboard", "wandb", "mlflow")
 LIST_CHOICES: dict[str, tuple[str, ...]] = {
-    "trainer.logger": ("console", "wandb", "tensorboard", "mlflow", "file"),
+    "trainer.logger": LOGGERS,
     "actor_rollout_ref.actor.checkpoint.save_contents": _CKPT_CONTENTS,
     "actor_rollout_ref.actor.checkpoint.load_contents": _CKPT_CONTENTS,
     "critic.checkpoint.save_contents": _CKPT_CONTENTS,
@@ -262,6 +258,13 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
         problems.append("actor_rollout_ref.rollout.engine_class replaces the in-process engine "
                         "of trainer.mode=sync; it cannot be combined with agent_function, "
                         f"agent_workers > 1 or trainer.mode={cfg.trainer.mode} yet")
+    if rollout.name == "hf" and rollout.engine_kwargs:
+        from agentrl.rollout.backends.base import HF_ENGINE_KWARGS
+
+        unknown = sorted(set(rollout.engine_kwargs) - set(HF_ENGINE_KWARGS))
+        if unknown:
+            problems.append(f"actor_rollout_ref.rollout.engine_kwargs has {_show(unknown)}: not "
+                            f"keys of the hf engine (those are {_show(HF_ENGINE_KWARGS)})")
     if rollout.agent_workers > 1 and rollout.name != "sglang":
         problems.append(
             f"actor_rollout_ref.rollout.agent_workers is {rollout.agent_workers} but "
@@ -369,9 +372,27 @@ def registry_choices() -> dict[str, tuple[str, ...]]:
     }
 
 
+def component_choices() -> dict[str, tuple[Any, ...]]:
+    """Keys whose valid values the component that reads them
+    defines, for components below the config layer (docs/architecture.md): one source, and
+    the component checks the same list when built without a config. Components above it
+    (the trainer) import their lists from here instead (`LOGGERS`)."""
+    from agentrl.algos.rollout_correction import RATIO_LEVELS
+    from agentrl.rollout.backends.base import BACKENDS, LOAD_BALANCE
+    from agentrl.rollout.request import SANITY_CHECK_MODES
+
+    return {
+        "actor_rollout_ref.actor.policy_loss.rollout_is": (None, *RATIO_LEVELS),
+        "actor_rollout_ref.actor.policy_loss.rollout_rs": (None, *RATIO_LEVELS),
+        "actor_rollout_ref.rollout.name": BACKENDS,
+        "actor_rollout_ref.rollout.load_balance": LOAD_BALANCE,
+        "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": SANITY_CHECK_MODES,
+    }
+
+
 def _choice_problems(cfg: DictConfig) -> list[str]:
     problems = []
-    for key, allowed in {**CHOICES, **registry_choices()}.items():
+    for key, allowed in {**CHOICES, **component_choices(), **registry_choices()}.items():
         value = OmegaConf.select(cfg, key)
         if value not in allowed:
             problems.append(f"{key} is {value!r}; choose one of {_show(allowed)}")

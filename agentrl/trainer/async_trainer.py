@@ -111,6 +111,10 @@ class ProducerBatchSource:
         """Start the inference servers and point the workers' rollout at them."""
         rollout = OmegaConf.to_container(self.config.actor_rollout_ref.rollout, resolve=True)
         urls = self._start_servers(rollout)
+        if rollout["name"] != "sglang" or not rollout["server_urls"]:
+            logger.info("%s: the workers reach the rollout servers over HTTP: their "
+                        "actor_rollout_ref.rollout.name is sglang (was %s), server_urls %s",
+                        self.mode, rollout["name"], ", ".join(urls))
         rollout.update(name="sglang", server_urls=urls, control_urls=[], free_cache_engine=False)
         trainer.worker_config = with_rollout(trainer.worker_config, rollout)
         self._rollout = rollout

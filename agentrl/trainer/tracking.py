@@ -30,9 +30,11 @@ from typing import Any, Protocol
 
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.config.validate import LOGGERS
+
 logger = logging.getLogger("agentrl.trainer")
 
-BACKENDS = ("console", "file", "tensorboard", "wandb", "mlflow")
+BACKENDS = LOGGERS  # trainer.logger's choices, defined by the config validator
 # backend -> (module to import, pip package that provides it)
 _PACKAGES = {
     "tensorboard": ("tensorboard", "tensorboard"),

@@ -81,6 +81,11 @@ def test_deprecated_and_new_micro_batch_keys_conflict():
     ("actor_rollout_ref.rollout.multi_turn.tool_record_mode=replay", "tool_record_path is null"),
     (("actor_rollout_ref.rollout.agent_function=a.py:run",
       "actor_rollout_ref.rollout.deterministic=true"), "deterministic cannot hold in agent mode"),
+    ("+actor_rollout_ref.rollout.engine_kwargs.batch_wait=1",
+     "engine_kwargs has batch_wait: not keys of the hf engine (those are batch_wait_s, seed, "
+     "device)"),
+    ("actor_rollout_ref.actor.policy_loss.rollout_is=tokens",
+     "rollout_is is 'tokens'; choose one of null, token, sequence, geometric"),
     (("actor_rollout_ref.rollout.agent_function=a.py:run",
       "actor_rollout_ref.rollout.multi_turn.interaction_config_path=i.yaml"),
      "interaction_config_path is not used in agent mode"),
@@ -139,11 +144,14 @@ def test_verl_features_not_here_yet_are_refused_not_ignored(override, fragment):
 # ---------------------------------------------------------------------- trainer.mode
 
 
-def test_off_policy_modes_turn_the_rollout_correction_on_unless_told():
+def test_off_policy_modes_turn_the_rollout_correction_on_unless_told(caplog):
     assert load_config().actor_rollout_ref.actor.policy_loss.rollout_is is None  # sync
+    assert "rollout_is set to 'token'" not in caplog.text
     for mode in ("one_step_off", "async"):
-        cfg = load_config(overrides=[f"trainer.mode={mode}"])
+        with caplog.at_level("INFO", logger="agentrl.config.loader"):
+            cfg = load_config(overrides=[f"trainer.mode={mode}"])
         assert cfg.actor_rollout_ref.actor.policy_loss.rollout_is == "token"
+        assert f"trainer.mode={mode} with async.rollout_correction" in caplog.text  # logged
     cfg = load_config(overrides=["trainer.mode=async", "async.rollout_correction=false"])
     assert cfg.actor_rollout_ref.actor.policy_loss.rollout_is is None
     cfg = load_config(overrides=["trainer.mode=async", f"{A}policy_loss.rollout_is=geometric"])

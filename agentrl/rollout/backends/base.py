@@ -19,6 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+BACKENDS = ("hf", "sglang")  # rollout.name
+HF_ENGINE_KWARGS = ("batch_wait_s", "seed", "device")  # rollout.engine_kwargs of the hf engine
+LOAD_BALANCE = ("least_loaded", "round_robin")  # rollout.load_balance (SGLang's servers)
+
 FinishReason = Literal["stop", "length", "abort"]
 
 

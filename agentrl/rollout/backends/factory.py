@@ -24,15 +24,13 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from agentrl.rollout.backends.base import GenerationBackend
+from agentrl.rollout.backends.base import BACKENDS, HF_ENGINE_KWARGS, GenerationBackend
 from agentrl.rollout.backends.hf import HFBackend
 from agentrl.rollout.backends.launcher import ServerLauncher
 from agentrl.rollout.backends.sglang import SGLangBackend
 
 logger = logging.getLogger(__name__)
 
-BACKENDS = ("hf", "sglang")
-HF_ENGINE_KWARGS = ("batch_wait_s", "seed", "device")  # the hf engine's engine_kwargs
 SERVE_COMMAND = (sys.executable, "-m", "agentrl.rollout.backends.serve_cli")
 SERVE_MAX_NUM_SEQS = 4096  # rollout.max_num_seqs null: every waiting request joins a batch
 

@@ -42,12 +42,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agentrl.rollout.backends.base import BackendError, GenerationOutput
+from agentrl.rollout.backends.base import LOAD_BALANCE, BackendError, GenerationOutput
 from agentrl.utils.http import HTTPCallError, JSONClient, RetryPolicy
 
 logger = logging.getLogger(__name__)
 
-LOAD_BALANCE = ("least_loaded", "round_robin")
 _QUICK_TIMEOUT = 30.0  # seconds for abort calls and health polls
 
 
