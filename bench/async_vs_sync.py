@@ -9,7 +9,7 @@ latency, measured in one run.
 The quickstart's model is SFT-warm-started once per seed (its SFT stage and defaults: nano
 model, the imperfect teacher, until the held-out skill check passes); then each mode runs
 GRPO from that model with the quickstart's recipe, its calculator answering after a
-lognormal delay (median 200 ms, capped at 3 s: bench/latency_calculator.py); async runs with ``async.max_staleness`` 2 unless
+lognormal delay (median 200 ms, capped at 3 s: bench/latency_calculator.py); async runs with ``off_policy.max_staleness`` 2 unless
 ``--max-staleness`` says otherwise (one_step_off is 1 by definition). Steps per minute count
 the training loop's steps over the sum of their wall times (server start-up, validation and
 the final checkpoint excluded);
@@ -82,7 +82,7 @@ def run_seed(
     for mode in modes:
         overrides = [f"trainer.mode={mode}"]
         if mode == "async":
-            overrides.append(f"async.max_staleness={max_staleness}")
+            overrides.append(f"off_policy.max_staleness={max_staleness}")
         settings = dataclasses.replace(s, overrides=tuple(overrides))
         cfg = rl_config(sft_dir, data, slow_tools, out / f"rl_{mode}", settings)
         history = run_train(cfg)

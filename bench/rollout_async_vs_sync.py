@@ -235,7 +235,7 @@ def prompts(n: int) -> DataProto:
 
 def _latency_backend(workload: Workload, args: argparse.Namespace, tokenizer):
     """An agent worker's backend: the latency model with its share of the capacity."""
-    shared = argparse.Namespace(**{**vars(args), "capacity": max(1, args.capacity // args.agent_workers)})
+    shared = argparse.Namespace(**{**vars(args), "capacity": max(1, args.capacity // args.engine_workers)})
     return LatencyModelBackend(tokenizer, workload, shared)
 
 
@@ -275,10 +275,10 @@ def run_sharded(args, workload: Workload):
 
     from agentrl.rollout.sharded import ShardedRolloutEngine
 
-    ray.init(include_dashboard=False, num_cpus=max(2, args.agent_workers))
+    ray.init(include_dashboard=False, num_cpus=max(2, args.engine_workers))
     cfg = make_engine_config(args)
     engine = ShardedRolloutEngine(
-        args.agent_workers, cfg, {"path": str(args.model_dir)},
+        args.engine_workers, cfg, {"path": str(args.model_dir)},
         functools.partial(_latency_backend, workload, args),
         functools.partial(_wait_tools, workload.latency),
     )  # fmt: skip
@@ -339,7 +339,7 @@ def main() -> None:
                         help="latency: run (a) over this many engine processes (Ray actors), "
                              "each with capacity / N of the latency model")
     args = parser.parse_args()
-    if args.agent_workers > 1 and args.backend != "latency":
+    if args.engine_workers > 1 and args.backend != "latency":
         parser.error("--agent-workers > 1 needs --backend latency")
 
     from agentrl.models.tiny import make_tiny_model
@@ -355,7 +355,7 @@ def main() -> None:
         f"max {max(workload.latency.values()):.3f} s; backend {args.backend}"
     )
 
-    if args.agent_workers > 1:
+    if args.engine_workers > 1:
         wall_async, out = run_sharded(args, workload)
         busy = busy_from_output(out, args)
     else:
@@ -386,7 +386,7 @@ def main() -> None:
         per_event_ms = max(wall_async - bound, 0.0) / events * 1000
         print(f"engine cost per event {per_event_ms:8.3f} ms ({events} events)")
         print(json.dumps({
-            "requests": args.requests, "agent_workers": args.agent_workers,
+            "requests": args.requests, "engine_workers": args.engine_workers,
             "async_s": round(wall_async, 3),
             "bound_s": round(bound, 3), "async_over_bound": round(wall_async / bound, 3),
             "turn_sync_s": round(wall_sync, 3), "per_event_ms": round(per_event_ms, 4),

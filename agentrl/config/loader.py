@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from omegaconf.errors import OmegaConfBaseException
 from agentrl.config.compose import ComposeError, Override, compose_user_config
 from agentrl.config.validate import NULLABLE_TYPES, check_consistency
 from agentrl.config.verl_keys import (
+    DEPRECATED_KEYS,
     alias_of,
     is_inert,
     normalise_values,
@@ -79,7 +81,12 @@ def load_config(
         raise ConfigError([str(exc)]) from exc
 
     for old, new in rename_keys(composed):
-        logger.info("verl key %s is agentrl's %s", old, new)
+        if old in DEPRECATED_KEYS:
+            message = f"config key {old} is deprecated: it is {new} now (the old name works for now)"
+            warnings.warn(message, DeprecationWarning, stacklevel=2)
+            logger.warning("%s", message)
+        else:
+            logger.info("verl key %s is agentrl's %s", old, new)
     inert = pop_inert_keys(composed)
     if inert:
         logger.warning(
@@ -114,12 +121,12 @@ def load_config(
 
 
 def _mode_defaults(cfg: DictConfig) -> None:
-    """The off-policy modes' correction (docs/async.md): with ``async.rollout_correction``
+    """The off-policy modes' correction (docs/off_policy.md): with ``off_policy.rollout_correction``
     and no ``policy_loss.rollout_is`` chosen, truncated importance weights per token."""
     loss = cfg.actor_rollout_ref.actor.policy_loss
-    if cfg.trainer.mode != "sync" and cfg["async"].rollout_correction and loss.rollout_is is None:
+    if cfg.trainer.mode != "sync" and cfg.off_policy.rollout_correction and loss.rollout_is is None:
         loss.rollout_is = "token"
-        logger.info("trainer.mode=%s with async.rollout_correction: actor_rollout_ref.actor."
+        logger.info("trainer.mode=%s with off_policy.rollout_correction: actor_rollout_ref.actor."
                     "policy_loss.rollout_is set to 'token' (truncated per-token importance "
                     "weights; choose another rollout_is to override)", cfg.trainer.mode)
 

@@ -122,7 +122,7 @@ NOT_YET: dict[str, tuple[tuple[Any, ...], str]] = {
 # Keys that must be >= 1 (when not null).
 POSITIVE: tuple[str, ...] = (
     "trainer.alerts.window",
-    "actor_rollout_ref.rollout.agent_workers",
+    "actor_rollout_ref.rollout.engine_workers",
     "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
     "data.val_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size",
     "actor_rollout_ref.actor.ppo_epochs", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
@@ -139,7 +139,7 @@ POSITIVE: tuple[str, ...] = (
 # Keys that must be >= 0 (when not null), with what 0 means.
 NON_NEGATIVE: dict[str, str] = {
     "algorithm.filter_groups.max_num_gen_batches": "0: no limit",
-    "async.max_staleness": "0: only the newest version",
+    "off_policy.max_staleness": "0: only the newest version",
     "trainer.watchdog_s": "0 or null: off",
 }
 
@@ -243,9 +243,9 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
                         f"(got {cfg.actor_rollout_ref.rollout.n}): a group of one sample "
                         "never varies")
     rollout = cfg.actor_rollout_ref.rollout
-    if rollout.agent_function and rollout.agent_workers > 1:
+    if rollout.agent_function and rollout.engine_workers > 1:
         problems.append("actor_rollout_ref.rollout.agent_function runs in the trainer's "
-                        "gateway: agent_workers must be 1")
+                        "gateway: engine_workers must be 1")
     if rollout.agent_function and rollout.deterministic:
         problems.append("actor_rollout_ref.rollout.deterministic cannot hold in agent mode "
                         "(agent_function): the agents' calls reach the engine as they come; "
@@ -253,11 +253,11 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     if rollout.agent_function and rollout.multi_turn.interaction_config_path:
         problems.append("actor_rollout_ref.rollout.multi_turn.interaction_config_path is not "
                         "used in agent mode (agent_function): the agent writes the user turns")
-    if rollout.engine_class and (rollout.agent_function or rollout.agent_workers > 1
+    if rollout.engine_class and (rollout.agent_function or rollout.engine_workers > 1
                                  or cfg.trainer.mode != "sync"):
         problems.append("actor_rollout_ref.rollout.engine_class replaces the in-process engine "
                         "of trainer.mode=sync; it cannot be combined with agent_function, "
-                        f"agent_workers > 1 or trainer.mode={cfg.trainer.mode} yet")
+                        f"engine_workers > 1 or trainer.mode={cfg.trainer.mode} yet")
     if rollout.name == "hf" and rollout.engine_kwargs:
         from agentrl.rollout.backends.base import HF_ENGINE_KWARGS
 
@@ -265,9 +265,9 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
         if unknown:
             problems.append(f"actor_rollout_ref.rollout.engine_kwargs has {_show(unknown)}: not "
                             f"keys of the hf engine (those are {_show(HF_ENGINE_KWARGS)})")
-    if rollout.agent_workers > 1 and rollout.name != "sglang":
+    if rollout.engine_workers > 1 and rollout.name != "sglang":
         problems.append(
-            f"actor_rollout_ref.rollout.agent_workers is {rollout.agent_workers} but "
+            f"actor_rollout_ref.rollout.engine_workers is {rollout.engine_workers} but "
             f"rollout.name is {rollout.name}: agent workers reach the inference servers over "
             "HTTP (name=sglang; agentrl serve on CPU); the hf engine lives in the trainer")
     problems += _mode_problems(cfg)
@@ -316,13 +316,13 @@ def training_problems(cfg: DictConfig) -> list[str]:
 
 def _mode_problems(cfg: DictConfig) -> list[str]:
     """What the off-policy modes (trainer.mode one_step_off | async) cannot run with."""
-    mode, staleness = cfg.trainer.mode, cfg["async"].max_staleness
+    mode, staleness = cfg.trainer.mode, cfg.off_policy.max_staleness
     problems: list[str] = []
     if mode == "sync":
         return problems
     if mode == "one_step_off" and staleness != 1:
         problems.append(f"trainer.mode=one_step_off trains each batch one version behind: "
-                        f"async.max_staleness must be 1, got {staleness!r} (use mode=async)")
+                        f"off_policy.max_staleness must be 1, got {staleness!r} (use mode=async)")
     rollout, algorithm = cfg.actor_rollout_ref.rollout, cfg.algorithm
     unsupported = {
         "actor_rollout_ref.rollout.agent_function": rollout.agent_function,
@@ -336,8 +336,8 @@ def _mode_problems(cfg: DictConfig) -> list[str]:
         problems.append(f"actor_rollout_ref.rollout.deterministic cannot hold with "
                         f"trainer.mode={mode}: what is generated under which weights depends "
                         "on timing; set it to null or false")
-    if rollout.agent_workers > 1:
-        problems.append(f"actor_rollout_ref.rollout.agent_workers must be 1 with "
+    if rollout.engine_workers > 1:
+        problems.append(f"actor_rollout_ref.rollout.engine_workers must be 1 with "
                         f"trainer.mode={mode} (its rollout runs in the trainer's process)")
     if algorithm.adv_estimator == "remax":
         problems.append("algorithm.adv_estimator=remax needs a greedy rollout of each "

@@ -10,6 +10,8 @@ Two tables, applied by the loader (agentrl/config/loader.py):
   `validate.NOT_YET`.
 - `KEY_ALIASES`: verl's other names of a key (older verl's `multi_turn.max_turns`, newer
   verl's `ray_kwargs.ray_init`), moved to agentrl's name before validation.
+- `DEPRECATED_KEYS`: agentrl's own former names of a key or section, moved the same way
+  with a deprecation warning that names the new key.
 - `VALUE_ALIASES`: verl's other spellings of a value (`model_dtype: bfloat16`,
   `multi_turn.format: qwen`), rewritten to agentrl's canonical one before validation.
 """
@@ -82,6 +84,14 @@ KEY_ALIASES: dict[str, str] = {
     "ray_kwargs.ray_init": "ray_init",
 }
 
+# agentrl's former key (or section) -> its name now; using one warns (DeprecationWarning)
+DEPRECATED_KEYS: dict[str, str] = {
+    "async": "off_policy",  # "async" is the asyncio engine; the section is off-policy training
+    # engine processes, not agents (agent mode is rollout.agent_function)
+    "actor_rollout_ref.rollout.agent_workers": "actor_rollout_ref.rollout.engine_workers",
+}
+_ALL_ALIASES = {**KEY_ALIASES, **DEPRECATED_KEYS}
+
 _DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32",
            "bf16": "bf16", "bfloat16": "bf16",
            "fp16": "fp16", "float16": "fp16", "half": "fp16"}
@@ -113,10 +123,10 @@ def parent_of(tree: DictConfig, key: str) -> tuple[Any, str]:
 
 
 def rename_keys(tree: DictConfig) -> list[tuple[str, str]]:
-    """Move every `KEY_ALIASES` key present in `tree` to agentrl's name (a section is merged
-    into agentrl's); return `(verl key, agentrl key)` for each move."""
+    """Move every `KEY_ALIASES` and `DEPRECATED_KEYS` key present in `tree` to agentrl's name
+    (a section is merged into agentrl's); return `(old key, agentrl key)` for each move."""
     moved = []
-    for old, new in KEY_ALIASES.items():
+    for old, new in _ALL_ALIASES.items():
         parent, leaf = parent_of(tree, old)
         if not isinstance(parent, DictConfig) or leaf not in parent:
             continue
@@ -129,8 +139,9 @@ def rename_keys(tree: DictConfig) -> list[tuple[str, str]]:
 
 
 def alias_of(key: str) -> str:
-    """A dotted key with a `KEY_ALIASES` prefix replaced by agentrl's name."""
-    for old, new in KEY_ALIASES.items():
+    """A dotted key with a `KEY_ALIASES` or `DEPRECATED_KEYS` prefix replaced by agentrl's
+    name."""
+    for old, new in _ALL_ALIASES.items():
         if key == old or key.startswith(old + "."):
             return new + key[len(old):]
     return key

@@ -81,7 +81,7 @@ def engine_factories(
 ) -> tuple[functools.partial, functools.partial, functools.partial]:
     """Picklable `(make_backend(tokenizer), make_tools(), make_interactions())` of a plain
     `rollout` config dict: what an engine built in another process needs (the agent
-    workers, the off-policy producer; `agentrl.rollout.sharded.AgentWorker`)."""
+    workers, the off-policy producer; `agentrl.rollout.sharded.EngineWorker`)."""
     from agentrl.rollout.backends.factory import create_backend
 
     multi_turn = dict(rollout["multi_turn"])

@@ -1,9 +1,9 @@
-"""Rollout across worker processes (``actor_rollout_ref.rollout.agent_workers: N``).
+"""Rollout across worker processes (``actor_rollout_ref.rollout.engine_workers: N``).
 
 One ``AsyncRolloutEngine`` spends its own CPU on every generation and tool event (rendering,
 tokenizing, parsing, bookkeeping); with thousands of multi-turn requests in flight that, not
 the inference servers, sets the step time. ``ShardedRolloutEngine`` runs N engines in N Ray
-actors (``AgentWorker``), gives each a contiguous slice of the batch's prompts, and merges
+actors (``EngineWorker``), gives each a contiguous slice of the batch's prompts, and merges
 their finished requests (unpadded token lists, far smaller than the padded tensors) back in
 the original order, padded once by the driver, with exactly the metrics one engine reports
 (they are computed over all the requests):
@@ -29,11 +29,12 @@ from typing import Any
 import numpy as np
 
 from agentrl.protocol import DataProto
+from agentrl.utils.deprecation import renamed_attributes
 
 logger = logging.getLogger(__name__)
 
 
-class AgentWorker:
+class EngineWorker:
     """One process's engine (the body of a Ray actor; see the module docstring)."""
 
     def __init__(
@@ -91,7 +92,7 @@ class _NoBackend:
 
 
 class ShardedRolloutEngine:
-    """N ``AgentWorker`` Ray actors behind ``generate_sequences`` (see the module docstring)."""
+    """N ``EngineWorker`` Ray actors behind ``generate_sequences`` (see the module docstring)."""
 
     def __init__(
         self,
@@ -109,10 +110,10 @@ class ShardedRolloutEngine:
         from agentrl.rollout.engine import AsyncRolloutEngine
 
         if n_workers < 2:
-            raise ValueError(f"agent_workers must be >= 2 to shard, got {n_workers}")
+            raise ValueError(f"engine_workers must be >= 2 to shard, got {n_workers}")
         if not ray.is_initialized():
             ray.init(include_dashboard=False)
-        remote = ray.remote(num_cpus=0)(AgentWorker)  # event-loop processes, not compute
+        remote = ray.remote(num_cpus=0)(EngineWorker)  # event-loop processes, not compute
         self.workers = [
             remote.remote(rollout_config, dict(tokenizer_source), make_backend, make_tools,
                           make_interactions, dict(chat_template_kwargs or {}))
@@ -158,4 +159,7 @@ class ShardedRolloutEngine:
         self.workers = []
 
 
-__all__ = ["AgentWorker", "ShardedRolloutEngine", "shard_rows"]
+__all__ = ["EngineWorker", "ShardedRolloutEngine", "shard_rows"]
+
+
+__getattr__ = renamed_attributes(__name__, {"AgentWorker": "EngineWorker"})

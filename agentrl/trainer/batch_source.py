@@ -11,7 +11,7 @@ the sync and the off-policy trainers differ.
 `RolloutInStep` (here, `trainer.mode: sync`) rolls the loader's next batch out inside the
 step, scores it, and with `algorithm.filter_groups` generates more until enough prompts
 disagree; the actor syncs the rollout's weights at the end of its update. The off-policy
-source (`ProducerBatchSource`, trainer/async_trainer.py) takes finished groups from a
+source (`ProducerBatchSource`, trainer/off_policy.py) takes finished groups from a
 producer that generates on servers of its own, and syncs the weights after the update.
 """
 

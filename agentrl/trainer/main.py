@@ -35,14 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def create_trainer(config: DictConfig) -> PPOTrainer:
-    """The trainer of ``trainer.mode``: PPOTrainer (sync), else AsyncPPOTrainer."""
+    """The trainer of ``trainer.mode``: PPOTrainer (sync), else OffPolicyTrainer."""
     from agentrl.trainer.ppo_trainer import PPOTrainer
 
     if config.trainer.mode == "sync":
         return PPOTrainer(config)
-    from agentrl.trainer.async_trainer import AsyncPPOTrainer
+    from agentrl.trainer.off_policy import OffPolicyTrainer
 
-    return AsyncPPOTrainer(config)
+    return OffPolicyTrainer(config)
 
 
 def run_train(config: DictConfig) -> list[dict[str, float]]:

@@ -14,7 +14,7 @@ groups (worker_setup.py, docs/workers.md). One step, each stage in the module na
     -> checkpoint (every save_freq steps and after the last)              checkpointing.py
 
 The hang guard (hang_guard.py) times and watches every stage. The off-policy trainer
-(async_trainer.py) is this class with another batch source. Departures from verl: uids are
+(off_policy.py) is this class with another batch source. Departures from verl: uids are
 `"{step}-{row}"` (a resumed run sees the same batch); a FAILED rollout is a group of its own
 (scoring.isolate_failed); `trainer.balance_batch` evens tokens across ranks (balance.py).
 """

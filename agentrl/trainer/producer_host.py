@@ -6,11 +6,11 @@
     ray.get(host.add_batch.remote(batch_dict))            # the trainer pushes the data order
     reply = ray.get(host.take_batch.remote(16, 0, meta_info, 2.0))   # an int: not ready yet
 
-The actor builds an agent worker's engine (``agentrl.rollout.sharded.AgentWorker``: the
+The actor builds an agent worker's engine (``agentrl.rollout.sharded.EngineWorker``: the
 tokenizer, an inference-backend client of the rollout servers, ``rollout`` being the plain
 rollout config with ``name=sglang`` and their URLs, the configured tools and interactions,
 an ``AsyncRolloutEngine`` on a ``LoopThread``) and a ``RolloutProducer`` over it
-(async_rollout.py). In
+(producer.py). In
 its own process the agent loop's Python work never holds the trainer's interpreter lock. The
 actor is threaded (``max_concurrency``), so ``stacks`` answers while a ``take_batch`` waits:
 the trainer's hang watchdog reports this process's threads and tasks through it.
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentrl.protocol import DataProto
-from agentrl.trainer.async_rollout import RolloutProducer, TakeStats
+from agentrl.trainer.producer import RolloutProducer, TakeStats
 
 _CONCURRENCY = 4  # take_batch, stacks, and the control calls at once
 
@@ -42,10 +42,10 @@ class ProducerHost:
         total_batches: int,
     ) -> None:
         from agentrl.rollout.assembly import engine_factories
-        from agentrl.rollout.sharded import AgentWorker
+        from agentrl.rollout.sharded import EngineWorker
 
         # the same engine as an agent worker's: tokenizer, backend client, tools, loop
-        self.worker = AgentWorker(rollout, tokenizer_source, *engine_factories(rollout, model_path),
+        self.worker = EngineWorker(rollout, tokenizer_source, *engine_factories(rollout, model_path),
                                   chat_template_kwargs)
         self.loop = self.worker.loop
         self.producer = RolloutProducer(self.worker.engine, self.loop, n=n,

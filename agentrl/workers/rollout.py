@@ -74,7 +74,7 @@ class HybridRollout:
         self.weights_dir = Path(weights_dir or tempfile.mkdtemp(prefix="agentrl_weights_"))
         self.backend = create_backend(self.rollout_cfg, config.model.path, tokenizer, seed=seed)
         self.sharded = None
-        if int(self.rollout_cfg.agent_workers) > 1:
+        if int(self.rollout_cfg.engine_workers) > 1:
             self.sharded = self._sharded_engine(config, chat_template_kwargs)
         if self.rollout_cfg.agent_function:  # agent mode: a user's function per sample
             from agentrl.gateway.agent_rollout import AgentRollout, load_agent_function
@@ -97,7 +97,7 @@ class HybridRollout:
         return configured_tools(self.rollout_cfg.multi_turn)
 
     def _sharded_engine(self, config: Any, chat_template_kwargs: Any) -> Any:
-        """``agent_workers`` engines in Ray actors, each with its own SGLang client of this
+        """``engine_workers`` engines in Ray actors, each with its own SGLang client of this
         rank's servers (launched above when ``server_urls`` was empty) and its own tools."""
         from omegaconf import OmegaConf
 
@@ -105,13 +105,13 @@ class HybridRollout:
         from agentrl.rollout.sharded import ShardedRolloutEngine
 
         if not isinstance(self.backend, SGLangBackend):
-            raise ValueError("actor_rollout_ref.rollout.agent_workers > 1 needs rollout.name="
+            raise ValueError("actor_rollout_ref.rollout.engine_workers > 1 needs rollout.name="
                              "sglang: the agent workers reach the inference servers over HTTP")
         rollout = OmegaConf.to_container(self.rollout_cfg, resolve=True)
         rollout.update(server_urls=list(self.backend.server_urls),
                        control_urls=list(self.backend.control_urls))
         return ShardedRolloutEngine(
-            int(rollout["agent_workers"]),
+            int(rollout["engine_workers"]),
             OmegaConf.create(rollout),
             {"path": config.model.path, "trust_remote_code": bool(config.model.trust_remote_code),
              "chat_template": config.model.custom_chat_template},

@@ -151,8 +151,8 @@ def test_off_policy_modes_turn_the_rollout_correction_on_unless_told(caplog):
         with caplog.at_level("INFO", logger="agentrl.config.loader"):
             cfg = load_config(overrides=[f"trainer.mode={mode}"])
         assert cfg.actor_rollout_ref.actor.policy_loss.rollout_is == "token"
-        assert f"trainer.mode={mode} with async.rollout_correction" in caplog.text  # logged
-    cfg = load_config(overrides=["trainer.mode=async", "async.rollout_correction=false"])
+        assert f"trainer.mode={mode} with off_policy.rollout_correction" in caplog.text  # logged
+    cfg = load_config(overrides=["trainer.mode=async", "off_policy.rollout_correction=false"])
     assert cfg.actor_rollout_ref.actor.policy_loss.rollout_is is None
     cfg = load_config(overrides=["trainer.mode=async", f"{A}policy_loss.rollout_is=geometric"])
     assert cfg.actor_rollout_ref.actor.policy_loss.rollout_is == "geometric"
@@ -160,15 +160,15 @@ def test_off_policy_modes_turn_the_rollout_correction_on_unless_told(caplog):
 
 def test_what_the_off_policy_modes_cannot_run_with_is_named():
     R = "actor_rollout_ref.rollout."
-    problems = _problems("trainer.mode=one_step_off", "async.max_staleness=2",
+    problems = _problems("trainer.mode=one_step_off", "off_policy.max_staleness=2",
                          f"{R}deterministic=true", f"{R}calculate_log_probs=false",
                          "algorithm.filter_groups.enable=true", f"{R}n=2")
-    assert any("async.max_staleness must be 1, got 2" in p for p in problems)
+    assert any("off_policy.max_staleness must be 1, got 2" in p for p in problems)
     assert any(p.startswith(f"{R}deterministic cannot hold") for p in problems)
     assert any("calculate_log_probs=true" in p for p in problems)
     assert any(p.startswith("algorithm.filter_groups.enable is not supported") for p in problems)
-    assert _problems("trainer.mode=async", "async.max_staleness=-1") == [
-        "async.max_staleness must be >= 0 (0: only the newest version), got -1"]
+    assert _problems("trainer.mode=async", "off_policy.max_staleness=-1") == [
+        "off_policy.max_staleness must be >= 0 (0: only the newest version), got -1"]
     assert _problems("trainer.mode=later") == [
         "trainer.mode is 'later'; choose one of sync, one_step_off, async"]
     assert _problems("trainer.watchdog_s=-5") == [

@@ -34,7 +34,7 @@ def test_shards_are_contiguous_and_near_equal():
 
 
 @pytest.mark.slow
-def test_two_agent_workers_give_the_same_trajectories_as_one(ray_cluster, tiny_model_dir,
+def test_two_engine_workers_give_the_same_trajectories_as_one(ray_cluster, tiny_model_dir,
                                                              tiny_tokenizer):
     cfg = rollout_config()
     batch = prompts_batch(5, tools_kwargs={"echo": {}, "wrap": {}, "reverse": {}})

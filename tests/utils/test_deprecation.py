@@ -15,6 +15,8 @@ MOVED = [
     ("agentrl.rollout.chat", "agentrl.models.chat", "ChatRenderer"),
     ("agentrl.rollout.testing", "agentrl.testing.rollout", "ScriptedBackend"),
     ("agentrl.workers.testing", "agentrl.testing.workers", "worker_config"),
+    ("agentrl.trainer.async_trainer", "agentrl.trainer.off_policy", "OffPolicyTrainer"),
+    ("agentrl.trainer.async_rollout", "agentrl.trainer.producer", "RolloutProducer"),
 ]
 
 
@@ -48,3 +50,31 @@ def test_moved_module_replaces_the_module_being_imported(monkeypatch):
 
     assert sys.modules["agentrl_test_old_name"] is json
     monkeypatch.delitem(sys.modules, "agentrl_test_old_name")
+
+
+def test_renamed_classes_keep_their_old_names_with_a_warning():
+    import agentrl.rollout.sharded as sharded
+    import agentrl.trainer.off_policy as off_policy
+
+    with pytest.warns(DeprecationWarning, match="AsyncPPOTrainer is deprecated: it is "
+                      "agentrl.trainer.off_policy.OffPolicyTrainer now"):  # fmt: skip
+        assert off_policy.AsyncPPOTrainer is off_policy.OffPolicyTrainer
+    with pytest.warns(DeprecationWarning, match="EngineWorker"):
+        assert sharded.AgentWorker is sharded.EngineWorker
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        sharded.Nope  # noqa: B018
+
+
+@pytest.mark.parametrize(("override", "old_key", "new_key", "value"), [
+    ("async.max_staleness=0", "async", "off_policy.max_staleness", 0),
+    ("actor_rollout_ref.rollout.agent_workers=1", "actor_rollout_ref.rollout.agent_workers",
+     "actor_rollout_ref.rollout.engine_workers", 1),
+])
+def test_former_config_keys_are_read_with_a_warning(override, old_key, new_key, value):
+    from omegaconf import OmegaConf
+
+    from agentrl.config import load_config
+
+    with pytest.warns(DeprecationWarning, match=f"config key {old_key} is deprecated"):
+        cfg = load_config(overrides=["trainer.mode=async", override])
+    assert OmegaConf.select(cfg, new_key) == value

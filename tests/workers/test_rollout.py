@@ -127,7 +127,7 @@ def test_sglang_servers_load_the_exported_directory(varied_model_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_agent_workers_roll_out_from_the_same_servers(varied_model_dir, tmp_path):
+def test_engine_workers_roll_out_from_the_same_servers(varied_model_dir, tmp_path):
     pytest.importorskip("ray")
     from agentrl.distributed.testing import ray_session
     from agentrl.rollout.backends.hf import HFBackend
@@ -146,7 +146,7 @@ def test_agent_workers_roll_out_from_the_same_servers(varied_model_dir, tmp_path
             "actor_rollout_ref.rollout.name=sglang",
             f"actor_rollout_ref.rollout.server_urls=[{url}]",
             "actor_rollout_ref.rollout.request_timeout=60",
-            "actor_rollout_ref.rollout.agent_workers=2",
+            "actor_rollout_ref.rollout.engine_workers=2",
         )
         rollout = HybridRollout(config, tokenizer, weights_dir=tmp_path / "weights")
         try:

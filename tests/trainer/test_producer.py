@@ -8,7 +8,7 @@ import pytest
 
 from agentrl.rollout.engine import AsyncRolloutEngine
 from agentrl.testing.rollout import ScriptedBackend, prompts_batch, rollout_config
-from agentrl.trainer.async_rollout import RolloutProducer
+from agentrl.trainer.producer import RolloutProducer
 from agentrl.workers.rollout import LoopThread
 
 N, BATCH = 2, 2

@@ -1,6 +1,6 @@
 """The off-policy modes end to end (trainer.mode one_step_off | async) against agentrl serve
 servers the trainer launches: the reward rises, no trained token is staler than
-async.max_staleness, a run killed with kill -9 and resumed trains every prompt of the data
+off_policy.max_staleness, a run killed with kill -9 and resumed trains every prompt of the data
 order exactly once and leaves no server behind; and the hang watchdog names a stage that
 hangs, with the stack of the coroutine that hangs."""
 
@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from agentrl.trainer import run_train
-from agentrl.trainer.async_trainer import cpu_split, staleness_metrics
+from agentrl.trainer.off_policy import cpu_split, staleness_metrics
 from agentrl.trainer.watchdog import StageHangError
 from tools.calculator import DEFAULT_SCHEMA
 
@@ -71,7 +71,7 @@ def _assert_fresh(rows: list[dict], max_staleness: int) -> None:
 @pytest.mark.slow
 def test_async_mode_raises_an_easy_reward_with_bounded_staleness(make_config, tmp_path):
     cfg = make_config(
-        "trainer.mode=async", "async.max_staleness=1",
+        "trainer.mode=async", "off_policy.max_staleness=1",
         "trainer.total_epochs=2", "trainer.total_training_steps=16", "data.train_batch_size=4",
         "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.optim.lr=2e-2",
@@ -136,7 +136,7 @@ def test_a_killed_async_run_resumes_and_trains_every_prompt_once(
         f"custom_reward_function.path={EASY_REWARD}", "custom_reward_function.name=compute_score",
         f"trainer.default_local_dir={tmp_path / 'ckpt'}", "trainer.logger=[console]",
         "trainer.val_before_train=false", f"trainer.total_training_steps={steps}",
-        "trainer.save_freq=1", "trainer.mode=async", "async.max_staleness=2",
+        "trainer.save_freq=1", "trainer.mode=async", "off_policy.max_staleness=2",
     ]  # fmt: skip
     command = [sys.executable, "-m", "agentrl.trainer.main_ppo", *args]
     env = {**os.environ, "PYTHONPATH": f"{Path.cwd()}:{os.environ.get('PYTHONPATH', '')}"}

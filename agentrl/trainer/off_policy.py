@@ -1,0 +1,296 @@
+"""OffPolicyTrainer: the off-policy modes, ``trainer.mode: one_step_off | async``.
+
+    from agentrl.trainer import create_trainer
+    trainer = create_trainer(cfg)      # PPOTrainer for sync, OffPolicyTrainer otherwise
+    history = trainer.fit(); trainer.close()
+
+The rollout runs on inference servers of its own: ``agentrl serve`` processes launched here
+for ``rollout.name=hf`` (the embedded engine, one process per server), SGLang servers for
+``sglang`` (launched, or ``server_urls``). A ``RolloutProducer`` (producer.py) drives
+them from a process of its own (a Ray actor, producer_host.py) and keeps generating while
+the actor trains in its workers; this process pushes it the loader's batches as its throttle
+allows. The actor's workers reach the same servers for validation and weight sync. A step:
+
+    take train_batch_size finished prompt groups (stage wait_for_rollouts)
+    -> reward -> update.update: old log-probs under the current policy, advantages,
+       critic and actor updates (the rollout correction weighs each token's loss by
+       pi_old / pi_rollout, truncated: on by default, ``off_policy.rollout_correction``)
+    -> one_step_off: wait until nothing is generating -> weight sync -> set_version(step)
+
+Everything from the reward on is the sync trainer's code: `OffPolicyTrainer` is `PPOTrainer`
+with a `ProducerBatchSource` (batch_source.py), which adds the servers, the producer and its
+versions, and the producer's share of a checkpoint (the finished groups not trained yet and
+the unfinished prompts, so a resumed run trains every prompt once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from agentrl.protocol import DataProto
+from agentrl.rollout.output import model_token_versions
+from agentrl.trainer.ppo_trainer import PPOTrainer
+from agentrl.trainer.producer import TakeStats
+from agentrl.trainer.scoring import isolate_failed, score
+from agentrl.trainer.worker_setup import init_ray, stop_ray, with_rollout
+from agentrl.utils.deprecation import renamed_attributes
+
+logger = logging.getLogger(__name__)
+
+# the trainer asks the producer for its batch this often (each answer is watchdog progress)
+_POLL_S = 2.0
+
+
+def staleness_metrics(
+    versions: torch.Tensor, response_mask: torch.Tensor, policy_version: int
+) -> dict[str, float]:
+    """Per trajectory with model tokens: ``policy_version`` minus its oldest token's version
+    (mean, max), and how many versions wrote it. ``versions`` (B, R) is the rollout's
+    ``rollout_versions``; ``response_mask`` (B, R) marks the model's tokens."""
+    rows = [model_token_versions(v, m) for v, m in zip(versions, response_mask, strict=True)]
+    rows = [row for row in rows if row]  # trajectories the model wrote tokens of
+    if not rows:
+        return {}
+    staleness = [policy_version - row[0] for row in rows]
+    return {
+        "async/staleness/mean": float(np.mean(staleness)),
+        "async/staleness/max": float(max(staleness)),
+        "async/versions_per_trajectory/mean": float(np.mean([len(row) for row in rows])),
+    }
+
+
+def take_metrics(stats: TakeStats, waited_s: float, policy_version: int) -> dict[str, float]:
+    """The step's ``async/*`` metrics of the producer; ``waited_s``: the trainer's wait."""
+    return {
+        "async/buffer_size": float(stats.buffer_size),
+        "async/trainer_idle_s": waited_s,
+        "async/rollout_idle_s": stats.rollout_idle_s,
+        "async/dropped_stale": float(stats.dropped),
+        "async/policy_version": float(policy_version),
+    }
+
+
+def cpu_split(num_servers: int, cores: int | None = None) -> tuple[int, int]:
+    """``(threads per server, trainer threads)`` on a CPU machine: the servers share half
+    the cores, the trainer keeps the rest, so generation and training overlap instead of
+    oversubscribing the cores (OpenMP threads that spin against each other)."""
+    cores = cores or os.cpu_count() or 1
+    rollout = max(1, cores // 2)
+    return max(1, rollout // num_servers), max(1, cores - rollout)
+
+
+class ProducerBatchSource:
+    """The off-policy batch source: servers of its own, a producer that keeps generating on
+    them, each step's batch taken from its finished groups, the weights synced after the
+    update (module docstring)."""
+
+    sync_weights_in_update = False  # the step syncs when the producer allows
+
+    def __init__(self, config: DictConfig) -> None:
+        self.config = config
+        self.mode = str(config.trainer.mode)
+        self.host: Any = None  # the ProducerHost actor
+        self.batches: Iterator[dict[str, Any]] | None = None
+        self.stats: TakeStats | None = None
+        self._started = False
+        self._launcher: Any = None
+        self._ray_temp_dir: str | None = None  # a Ray started here (stopped by closing)
+        self._restored: dict[str, Any] | None = None  # a checkpoint's producer state
+        self._threads_before: int | None = None
+
+    # ------------------------------------------------------------------ setup
+
+    def prepare_workers(self, trainer: PPOTrainer) -> None:
+        """Start the inference servers and point the workers' rollout at them."""
+        rollout = OmegaConf.to_container(self.config.actor_rollout_ref.rollout, resolve=True)
+        urls = self._start_servers(rollout)
+        if rollout["name"] != "sglang" or not rollout["server_urls"]:
+            logger.info("%s: the workers reach the rollout servers over HTTP: their "
+                        "actor_rollout_ref.rollout.name is sglang (was %s), server_urls %s",
+                        self.mode, rollout["name"], ", ".join(urls))
+        rollout.update(name="sglang", server_urls=urls, control_urls=[], free_cache_engine=False)
+        trainer.worker_config = with_rollout(trainer.worker_config, rollout)
+        self._rollout = rollout
+
+    def workers_started(self, trainer: PPOTrainer) -> None:
+        """The producer's process (producer_host.py), its stacks in the watchdog's reports."""
+        import ray
+
+        from agentrl.trainer.producer_host import start_producer_host
+
+        cfg, model, rollout = self.config, self.config.actor_rollout_ref.model, self._rollout
+        self._ray_temp_dir = init_ray(cfg)
+        self.host = start_producer_host(
+            rollout,
+            {"path": str(cfg.data.tokenizer or model.path),
+             "trust_remote_code": bool(cfg.data.trust_remote_code),
+             "chat_template": model.custom_chat_template},
+            str(model.path),
+            OmegaConf.to_container(cfg.data.apply_chat_template_kwargs, resolve=True),
+            n=int(rollout["n"]), max_staleness=int(cfg.off_policy.max_staleness),
+            total_batches=trainer.total_training_steps,
+        )  # fmt: skip
+        trainer.watchdog.register_source(
+            "async-rollout", lambda: ray.get(self.host.stacks.remote(), timeout=30)
+        )
+
+    def _start_servers(self, rollout: dict[str, Any]) -> list[str]:
+        from agentrl.rollout.backends.factory import server_launcher
+
+        if rollout["name"] == "sglang" and rollout["server_urls"]:
+            return list(rollout["server_urls"])
+        model, env = self.config.actor_rollout_ref.model, None
+        if rollout["name"] == "hf" and not torch.cuda.is_available():
+            server_threads, trainer_threads = cpu_split(int(rollout["num_servers"] or 1))
+            env = {"OMP_NUM_THREADS": str(server_threads)}
+            self._threads_before = torch.get_num_threads()  # restored by closing
+            torch.set_num_threads(trainer_threads)
+            logger.info("%s on CPU: %d thread(s) per rollout server, %d for training",
+                        self.mode, server_threads, trainer_threads)
+        self._launcher = server_launcher(
+            rollout, str(model.path), seed=int(self.config.trainer.seed),
+            trust_remote_code=bool(model.trust_remote_code), env=env,
+        )  # fmt: skip
+        urls = self._launcher.start()
+        logger.info("%s: rollout servers %s", self.mode, ", ".join(urls))
+        return urls
+
+    def _call(self, method: str, *args: Any) -> Any:
+        """`ProducerHost.method(*args)` in its process, waited for."""
+        import ray
+
+        return ray.get(getattr(self.host, method).remote(*args))
+
+    # ------------------------------------------------------------------ the steps
+
+    def start(self, trainer: PPOTrainer, batches: Iterator[dict[str, Any]]) -> None:
+        self.batches = batches
+        if self._restored is not None:
+            self._call("load_state_dict", self._restored)
+            self._restored = None
+        self._call("start", trainer.global_steps)
+        self._started = True
+        self._feed()
+
+    def _feed(self) -> None:
+        """Push the loader batches the producer's throttle lets start (the data order stays
+        in this process, so a checkpoint's loader position and buffer agree)."""
+        for _ in range(self._call("batches_wanted")):
+            self._call("add_batch", next(self.batches))
+
+    def next_batch(self, trainer: PPOTrainer, step: int,
+                   timing: dict[str, float]) -> tuple[DataProto, dict[str, float]]:  # fmt: skip
+        """Finished groups from the producer (stage `wait_for_rollouts`), scored."""
+        with trainer.stage("wait_for_rollouts", timing):
+            data, self.stats = self._take(trainer, step)
+        isolate_failed(data)
+        with trainer.stage("reward", timing):
+            return score(data, trainer.reward_fn, trainer.rm_wg), {}
+
+    def _take(self, trainer: PPOTrainer, step: int) -> tuple[Any, TakeStats]:
+        """Step `step`'s batch from the producer; each group it finishes meanwhile is
+        progress for the watchdog."""
+        meta = {"temperature": float(self.config.actor_rollout_ref.rollout.temperature),
+                "global_steps": step}
+        finished = -1
+        while True:
+            reply = self._call("take_batch", int(self.config.data.train_batch_size), step - 1,
+                               meta, _POLL_S)
+            if not isinstance(reply, int):
+                return reply
+            if reply != finished:
+                finished = reply
+                trainer.watchdog.beat("wait_for_rollouts")
+
+    def after_update(self, trainer: PPOTrainer, step: int,
+                     timing: dict[str, float]) -> dict[str, float]:  # fmt: skip
+        """Weight sync (one_step_off: once nothing is generating), the producer's new
+        version, and the batches its throttle now lets start."""
+        metrics = {}
+        with trainer.stage("weight_sync", timing):
+            if self.mode == "one_step_off":
+                metrics["async/sync_wait_s"] = self._call("wait_idle")
+            trainer.actor_rollout_wg.sync_rollout_weights()
+            self._call("set_version", step)
+        self._feed()
+        return metrics
+
+    def step_metrics(self, data: DataProto, step: int,
+                     timing: dict[str, float]) -> dict[str, float]:  # fmt: skip
+        metrics = take_metrics(self.stats, timing["wait_for_rollouts"], step - 1)
+        return metrics | staleness_metrics(
+            data.batch["rollout_versions"], data.batch["response_mask"], step - 1
+        )
+
+    def stop(self) -> None:
+        """Cancel the producer's work in flight and close its engine (once; `closing` calls
+        it too, for a start that failed half-way)."""
+        self.batches = None
+        if self._started:
+            self._started = False
+            self._call("close")
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        if not self._started:
+            return {}
+        # with the loader's position it goes with (both pushed from this process)
+        return {"rollout_buffer": self._call("state_dict")}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._restored = state.get("rollout_buffer")
+
+    # ------------------------------------------------------------------ teardown
+
+    @contextlib.contextmanager
+    def closing(self) -> Iterator[None]:
+        """The producer goes first, then (the body) the workers, then Ray when it was
+        started here, the servers and the trainer's thread count."""
+        try:
+            if self.host is not None:
+                import ray
+
+                self.stop()
+                ray.kill(self.host)
+                self.host = None
+            yield
+        finally:
+            try:
+                stop_ray(self._ray_temp_dir)
+                self._ray_temp_dir = None
+            finally:
+                if self._launcher is not None:
+                    self._launcher.stop()
+                    self._launcher = None
+                if self._threads_before is not None:
+                    torch.set_num_threads(self._threads_before)
+                    self._threads_before = None
+
+
+class OffPolicyTrainer(PPOTrainer):
+    """`PPOTrainer` with the off-policy batch source (`trainer.mode: one_step_off | async`);
+    it overrides nothing."""
+
+    def __init__(self, config: DictConfig) -> None:
+        super().__init__(config, source=ProducerBatchSource(config))
+        self.mode = self.source.mode
+
+
+__getattr__ = renamed_attributes(__name__, {"AsyncPPOTrainer": "OffPolicyTrainer"})
+
+__all__ = [
+    "OffPolicyTrainer",
+    "ProducerBatchSource",
+    "cpu_split",
+    "staleness_metrics",
+    "take_metrics",
+]
