@@ -31,7 +31,7 @@ from typing import Any
 from agentrl.gateway.server import create_app
 from agentrl.protocol import DataProto
 from agentrl.reward.base import scores_on_last_token
-from agentrl.rollout.engine import AsyncRolloutEngine
+from agentrl.rollout.collector import TrajectoryCollector
 from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
 
 logger = logging.getLogger(__name__)
@@ -74,8 +74,7 @@ class AgentRollout:
             tools=tools, multi_turn=config.multi_turn,
         )  # fmt: skip
         # the padding, truncation and metrics of the engine's output, for these requests
-        self.collector = AsyncRolloutEngine(config, tokenizer, backend,
-                                            chat_template_kwargs=chat_template_kwargs)
+        self.collector = TrajectoryCollector(config, tokenizer, chat_template_kwargs)
 
     async def agenerate_sequences(self, batch: DataProto) -> DataProto:
         import httpx
@@ -144,12 +143,7 @@ class AgentRollout:
         else:
             segment = session.segments[-1]
             request.messages = list(segment.messages)
-            request.input_ids = list(segment.token_ids)
-            request.attention_mask = [1] * len(segment.token_ids)
-            request.position_ids = list(range(len(segment.token_ids)))
-            request.loss_mask = list(segment.loss_mask)
-            request.rollout_log_probs = list(segment.log_probs)
-            request.weight_versions = list(segment.weight_versions)
+            request.copy_tokens(segment)
             request.prompt_length = segment.prompt_length
             request.reward_scores = {"rewrites": session.rewrites}
             _count_turns(request.metrics, segment)

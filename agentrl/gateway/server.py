@@ -200,8 +200,8 @@ def create_app(
             params["stop"] = stops
         call_id = f"{session.session_id}-{uuid.uuid4().hex[:8]}"
         out = await backend.generate(list(segment.token_ids), params, call_id)
-        segment.append(list(out.output_ids), 1, out.output_log_probs, out.weight_version)
-        content, segment.pending_suffix = renderer.split_turn_end(renderer.decode(out.output_ids))
+        content = segment.add_model_output(renderer, list(out.output_ids), out.output_log_probs,
+                                           out.weight_version)  # fmt: skip
         content, stopped = _cut_at_stop(content, stops)
         parsed = (get_tool_parser(tool_format, schemas).parse(content)
                   if schemas and request.tool_choice != "none" else ParseResult(content, []))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.models.chat import ChatRenderer
+from agentrl.rollout.trajectory import TokenTrajectory
 
 
 def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -64,35 +65,30 @@ def _arguments(value: Any) -> Any:
 
 
 @dataclass
-class Segment:
-    """One trajectory: its tokens, loss mask and log-probs, and the messages behind them."""
+class Segment(TokenTrajectory):
+    """One recorded trajectory (its token lists: `TokenTrajectory`, the same type as the
+    engine's requests) and the messages behind them."""
 
-    token_ids: list[int]
     prompt_length: int
     tools: list[dict]
     messages: list[dict] = field(default_factory=list)  # normalized, assistant replies included
-    loss_mask: list[int] = field(default_factory=list)
-    log_probs: list[float] = field(default_factory=list)
-    weight_versions: list[int] = field(default_factory=list)  # per token; -1: no model's
-    pending_suffix: str = ""  # end-of-turn text the model did not write (see ChatRenderer)
     prompt_messages: int = 0  # how many of `messages` the first call's prompt held
 
-    def __post_init__(self) -> None:
-        self.loss_mask = self.loss_mask or [0] * len(self.token_ids)
-        self.log_probs = self.log_probs or [0.0] * len(self.token_ids)
-        self.weight_versions = self.weight_versions or [-1] * len(self.token_ids)
+    @classmethod
+    def from_prompt(cls, prompt_ids: list[int], tools: list[dict], messages: list[dict]) -> Segment:
+        """A segment whose tokens are the rendered prompt of `messages` (loss mask 0)."""
+        segment = cls(prompt_length=len(prompt_ids), tools=list(tools), messages=messages,
+                      prompt_messages=len(messages))  # fmt: skip
+        segment.append(list(prompt_ids), 0)
+        return segment
 
-    def append(
-        self, ids: list[int], mask: int, log_probs: list[float] | None = None, version: int = -1
-    ) -> None:
-        self.token_ids.extend(ids)
-        self.loss_mask.extend([mask] * len(ids))
-        self.log_probs.extend(log_probs if log_probs is not None else [0.0] * len(ids))
-        self.weight_versions.extend([version] * len(ids))
+    @property
+    def token_ids(self) -> list[int]:
+        return self.input_ids
 
     def as_dict(self) -> dict[str, Any]:
-        return {"token_ids": list(self.token_ids), "loss_mask": list(self.loss_mask),
-                "log_probs": list(self.log_probs), "prompt_length": self.prompt_length}
+        return {"token_ids": list(self.input_ids), "loss_mask": list(self.loss_mask),
+                "log_probs": list(self.rollout_log_probs), "prompt_length": self.prompt_length}
 
 
 @dataclass
@@ -114,17 +110,14 @@ class Session:
         if (current is not None and tools == current.tools
                 and len(normalized) > len(current.messages)
                 and normalized[: len(current.messages)] == current.messages):
-            new = [template_message(m) for m in normalized[len(current.messages):]]
-            text = current.pending_suffix + renderer.delta_text(new)
-            current.pending_suffix = ""
-            current.append(renderer.encode(text), 0)
+            current.append_delta(renderer, [template_message(m)
+                                            for m in normalized[len(current.messages):]])
             current.messages = normalized
             return current
         if current is not None:
             self.rewrites += 1
         prompt = renderer.prompt_ids([template_message(m) for m in normalized], tools or None)
-        segment = Segment(list(prompt), len(prompt), list(tools), normalized,
-                          prompt_messages=len(normalized))
+        segment = Segment.from_prompt(prompt, tools, normalized)
         self.segments.append(segment)
         return segment
 

@@ -54,10 +54,10 @@ from typing import Any
 
 from agentrl.data.rows import select_tool_schemas
 from agentrl.interactions.base import BaseInteraction
-from agentrl.models.chat import ChatRenderer
 from agentrl.protocol import DataProto
+from agentrl.rollout.collector import TrajectoryCollector
 from agentrl.rollout.generation import generate_with_retries
-from agentrl.rollout.output import PaddedRows, batch_metrics, batch_timing, build_output
+from agentrl.rollout.output import PaddedRows
 from agentrl.rollout.parsers import ParsedCall, ParseResult, get_tool_parser
 from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
 from agentrl.rollout.tool_calls import end_plugins, run_tool_turn, start_plugins
@@ -119,13 +119,13 @@ class AsyncRolloutEngine:
         self.backend = backend
         self.tools = dict(tools or {})
         self.interactions = dict(interactions or {})
-        self.renderer = ChatRenderer(tokenizer, dict(chat_template_kwargs or {}))
+        self.collector = TrajectoryCollector(config, tokenizer, chat_template_kwargs)
+        self.renderer = self.collector.renderer
         self.tool_schemas = [
             t.get_openai_tool_schema().model_dump(exclude_none=True) for t in self.tools.values()
         ]
         self.parser = get_tool_parser(self.multi_turn.format, self.tool_schemas)
-        pad = tokenizer.pad_token_id
-        self.pad_token_id = pad if pad is not None else tokenizer.eos_token_id
+        self.pad_token_id = self.collector.pad_token_id
         self._loop: asyncio.AbstractEventLoop | None = None  # for generate_sequences
         self._loop_thread: threading.Thread | None = None
         self._loop_lock = threading.Lock()
@@ -225,50 +225,19 @@ class AsyncRolloutEngine:
             on_request_done=on_request_done,
         )
 
+    # finishing trajectories: the collector's (collector.py), here for the engine's callers
     def padded_rows(self, keys: list[tuple[int, int]]) -> PaddedRows:
-        """The output's padded rows for these (batch_data_id, rollout_offset) keys, in this
-        engine's shapes; their padding starts filling now (``collect`` takes them)."""
-        return PaddedRows(keys, self.config.prompt_length, self.config.response_length,
-                          self.pad_token_id, bool(self.config.calculate_log_probs))
+        return self.collector.padded_rows(keys)
 
-    def collect(
-        self,
-        requests: list[AsyncRolloutRequest],
-        batch: DataProto,
-        wall_s: float,
-        rows: PaddedRows | None = None,
-    ) -> DataProto:
-        """The output DataProto of finished requests, with metrics and timing (``rows``:
-        their padded rows if written already)."""
-        out = build_output(
-            requests,
-            batch,
-            prompt_length=self.config.prompt_length,
-            response_length=self.config.response_length,
-            pad_token_id=self.pad_token_id,
-            with_log_probs=self.config.calculate_log_probs,
-            rows=rows,
-        )
-        out.meta_info["metrics"] = batch_metrics(requests)
-        out.meta_info["timing"] = batch_timing(requests, wall_s)
-        return out
+    def collect(self, requests: list[AsyncRolloutRequest], batch: DataProto, wall_s: float,
+                rows: PaddedRows | None = None) -> DataProto:  # fmt: skip
+        return self.collector.collect(requests, batch, wall_s, rows)
 
     def sampling_params(self, validate: bool) -> tuple[int, dict[str, Any]]:
-        """`(n, sampling params)` from the config (val_kwargs when validating)."""
-        source = self.config.val_kwargs if validate else self.config
-        greedy = not source.do_sample or source.temperature == 0
-        params: dict[str, Any] = {
-            "temperature": 0.0 if greedy else float(source.temperature),
-            "top_p": 1.0 if greedy else float(source.top_p),
-            "top_k": -1 if greedy else int(source.top_k),
-            "skip_special_tokens": False,
-            "no_stop_trim": True,
-        }
-        if self.tokenizer.eos_token_id is not None:
-            params["stop_token_ids"] = [self.tokenizer.eos_token_id]
-        if self.config.ignore_eos:
-            params["ignore_eos"] = True
-        return int(source.n), params
+        return self.collector.sampling_params(validate)
+
+    def response_budget(self, req: AsyncRolloutRequest) -> tuple[int, str]:
+        return self.collector.response_budget(req)
 
     def build_requests(self, batch: DataProto, n: int) -> list[AsyncRolloutRequest]:
         """n PENDING requests per row; raises on rows naming unknown tools/interactions."""
@@ -406,15 +375,6 @@ class AsyncRolloutEngine:
             RequestState.INTERACTING: self._handle_interacting,
         }[req.state]
         await handler(req, ctx)
-
-    def response_budget(self, req: AsyncRolloutRequest) -> tuple[int, str]:
-        """Response tokens this request may use and the name of the binding limit."""
-        response_length = self.config.response_length
-        max_model_len = self.config.max_model_len or (self.config.prompt_length + response_length)
-        by_model_len = max_model_len - req.prompt_length
-        if response_length <= by_model_len:
-            return response_length, "response_length"
-        return by_model_len, "max_model_len"
 
     async def _handle_pending(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
         if req.prompt_length > self.config.prompt_length:

@@ -27,6 +27,7 @@ from enum import Enum
 from typing import Any
 
 from agentrl.models.chat import ChatRenderer
+from agentrl.rollout.trajectory import TokenTrajectory
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +80,9 @@ class RequestMetrics:
 
 
 @dataclass
-class AsyncRolloutRequest:
-    """One trajectory: built by `from_prompt`, advanced by the engine's state handlers."""
+class AsyncRolloutRequest(TokenTrajectory):
+    """One trajectory (its token lists: `TokenTrajectory`): built by `from_prompt`, advanced
+    by the engine's state handlers."""
 
     batch_data_id: int
     rollout_offset: int
@@ -95,21 +97,12 @@ class AsyncRolloutRequest:
     truncation: str | None = None  # why the trajectory was cut, None when it was not
     error: str | None = None  # why it FAILED
     aborted: bool = False  # FAILED because the engine stopped it (rollout.over_sample_rate)
-    input_ids: list[int] = field(default_factory=list)
-    attention_mask: list[int] = field(default_factory=list)
-    position_ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
-    rollout_log_probs: list[float] = field(default_factory=list)
-    weight_versions: list[int] = field(default_factory=list)  # -1 where no model wrote it
     reward_scores: dict[str, Any] = field(default_factory=dict)
     step_rewards: list[tuple[int, float]] = field(default_factory=list)  # (response pos, r)
     pending_calls: list = field(default_factory=list)  # ParsedCalls of the last model turn
     tool_instances: dict[str, str] = field(default_factory=dict)  # tool name -> instance id
     interaction: str | None = None  # name of the sample's interaction, once started
     metrics: RequestMetrics = field(default_factory=RequestMetrics)
-    # Template text after the last model turn that is not in input_ids yet (e.g. the
-    # newline after <|im_end|>); it opens the next delta.
-    pending_suffix: str = ""
     # The tools the sample may call (instances are created for these); None -> those of
     # tool_schemas. They differ when the prompt shows fewer schemas than the sample may use
     # (multi_turn.tool_schemas_in_prompt: none).
@@ -162,26 +155,13 @@ class AsyncRolloutRequest:
 
     # ------------------------------------------------------------------ the trajectory
 
-    def append(
-        self,
-        ids: list[int],
-        loss_mask: int,
-        log_probs: list[float] | None = None,
-        weight_version: int = -1,
-    ) -> None:
-        """Append tokens to every aligned list (log-probs 0.0 where none are given; the
-        policy version that produced them, -1 for tokens no model wrote)."""
-        if log_probs is not None and len(log_probs) != len(ids):
-            raise ValueError(
-                f"request {self.request_id}: {len(log_probs)} log-probs for {len(ids)} tokens"
-            )
-        start = len(self.input_ids)
-        self.input_ids.extend(ids)
-        self.attention_mask.extend([1] * len(ids))
-        self.position_ids.extend(range(start, start + len(ids)))
-        self.loss_mask.extend([loss_mask] * len(ids))
-        self.rollout_log_probs.extend(log_probs if log_probs is not None else [0.0] * len(ids))
-        self.weight_versions.extend([weight_version] * len(ids))
+    def append(self, ids: list[int], loss_mask: int, log_probs: list[float] | None = None,
+               weight_version: int = -1) -> None:  # fmt: skip
+        """`TokenTrajectory.append`; an error names the request."""
+        try:
+            super().append(ids, loss_mask, log_probs, weight_version)
+        except ValueError as err:
+            raise ValueError(f"request {self.request_id}: {err}") from None
 
     @property
     def response_length(self) -> int:
@@ -190,19 +170,6 @@ class AsyncRolloutRequest:
     @property
     def response_ids(self) -> list[int]:
         return self.input_ids[self.prompt_length :]
-
-    def add_model_output(
-        self,
-        renderer: ChatRenderer,
-        output_ids: list[int],
-        log_probs: list[float] | None,
-        weight_version: int = -1,
-    ) -> str:
-        """Append a model turn's exact ids (loss mask 1) with the policy version that wrote
-        them; return its content text (without the end-of-turn markup the model wrote)."""
-        self.append(list(output_ids), 1, log_probs, weight_version)
-        content, self.pending_suffix = renderer.split_turn_end(renderer.decode(output_ids))
-        return content
 
     def add_assistant_message(
         self, renderer: ChatRenderer, content: str, normal_text: str, tool_calls: list[dict]
@@ -234,10 +201,8 @@ class AsyncRolloutRequest:
 
     def add_messages(self, renderer: ChatRenderer, new_messages: list[dict]) -> None:
         """Append tool/user messages and the next generation prompt as a delta (loss 0)."""
-        text = self.pending_suffix + renderer.delta_text(new_messages)
-        self.pending_suffix = ""
+        self.append_delta(renderer, new_messages)
         self.messages.extend(new_messages)
-        self.append(renderer.encode(text), 0)
 
     # ------------------------------------------------------------------ the end
 
@@ -285,17 +250,7 @@ class AsyncRolloutRequest:
                     f"messages (multi_turn.tokenization_sanity_check_mode="
                     f"{sanity_check_mode})"
                 )
-        keep = self.prompt_length + max(response_budget, 0)
-        if len(self.input_ids) > keep:
-            for name in (
-                "input_ids",
-                "attention_mask",
-                "position_ids",
-                "loss_mask",
-                "rollout_log_probs",
-                "weight_versions",
-            ):
-                del getattr(self, name)[keep:]
+        if self.cut(self.prompt_length + max(response_budget, 0)):
             self.truncation = self.truncation or budget_name
             if self.state == RequestState.COMPLETED:
                 self.finish_reason = FinishReason.LENGTH

@@ -84,13 +84,6 @@ def shard_rows(n_rows: int, n_shards: int) -> list[np.ndarray]:
     return [part for part in np.array_split(np.arange(n_rows), n_shards) if len(part)]
 
 
-class _NoBackend:
-    """The collector engine's backend: it never generates."""
-
-    async def generate(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("the sharded rollout's collector does not generate")
-
-
 class ShardedRolloutEngine:
     """N ``EngineWorker`` Ray actors behind ``generate_sequences`` (see the module docstring)."""
 
@@ -107,7 +100,7 @@ class ShardedRolloutEngine:
         import ray
 
         from agentrl.models.tokenizer import load_tokenizer
-        from agentrl.rollout.engine import AsyncRolloutEngine
+        from agentrl.rollout.collector import TrajectoryCollector
 
         if n_workers < 2:
             raise ValueError(f"engine_workers must be >= 2 to shard, got {n_workers}")
@@ -120,12 +113,11 @@ class ShardedRolloutEngine:
             for _ in range(n_workers)
         ]  # fmt: skip
         ray.get([worker.ready.remote() for worker in self.workers])  # a bad tool fails here
-        # an engine with no tools and no backend calls, for its `collect` (padding, metrics)
-        self.collector = AsyncRolloutEngine(
-            rollout_config, load_tokenizer(**dict(tokenizer_source)), _NoBackend(),
-            chat_template_kwargs=chat_template_kwargs,
-        )  # fmt: skip
-        logger.info("rollout sharded over %d agent workers", n_workers)
+        # the padding and metrics of the workers' finished requests
+        self.collector = TrajectoryCollector(
+            rollout_config, load_tokenizer(**dict(tokenizer_source)), chat_template_kwargs
+        )
+        logger.info("rollout sharded over %d engine workers", n_workers)
 
     def generate_sequences(self, batch: DataProto) -> DataProto:
         """Each worker rolls out a slice of the prompts; outputs merged in input order."""
