@@ -25,9 +25,9 @@ from typing import Any
 import yaml
 
 from agentrl.config import load_config
-from agentrl.data.arithmetic import write_arithmetic_dataset
 from agentrl.models.tiny import make_tiny_model
 from agentrl.reward import default_compute_score
+from agentrl.tasks.arithmetic import write_arithmetic_dataset
 from agentrl.trainer import run_train
 from tools.calculator import DEFAULT_SCHEMA as CALCULATOR_SCHEMA
 

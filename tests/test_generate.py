@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from agentrl.config import ConfigError, load_config
-from agentrl.data.arithmetic import make_arithmetic_rows, write_parquet
 from agentrl.generate import add_arguments, check_generate_config, generate, run
 from agentrl.rollout.backends import GenerationOutput
+from agentrl.tasks.arithmetic import make_arithmetic_rows, write_parquet
 
 REPO = Path(__file__).resolve().parents[1]
 CALCULATOR = REPO / "examples" / "tool_configs" / "calculator.yaml"

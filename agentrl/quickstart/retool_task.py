@@ -1,5 +1,5 @@
 """The ``retool`` task of `agentrl quickstart` (the CPU ReTool run): problems solved with a
-one-line Python program (agentrl/data/code_arithmetic.py), an imperfect teacher, and the
+one-line Python program (agentrl/tasks/code_arithmetic.py), an imperfect teacher, and the
 code sandbox the code_interpreter tool runs them in.
 
     data = write_code_data(out_dir, settings, direct_phrasings)
@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from agentrl.data.code_arithmetic import make_code_rows, make_code_sft_rows
 from agentrl.data.retool import TOOL_NAME
 from agentrl.quickstart.tasks import TaskData, check_disjoint, write_task_data
+from agentrl.tasks.code_arithmetic import make_code_rows, make_code_sft_rows
 
 # The tool's schema as the model sees it (one line with the compact template).
 CODE_SCHEMA = {

@@ -5,7 +5,7 @@ imperfect search teacher, and the local retriever the search tool talks to.
     with serve_search_tool(out_dir) as tool_config:   # a BM25 retriever on a free port
         ...                                           # tool_config names its URL
 
-The world, the pools and the questions are agentrl/data/search_facts.py. The teacher
+The world, the pools and the questions are agentrl/tasks/search_facts.py. The teacher
 searches exactly what a perfect searcher would (the person, the organisation, or both for a
 two-hop question) and its tool responses are what the search tool returns for those
 queries (the same index, the same formatting), then answers with the fact it read. On the
@@ -24,13 +24,13 @@ from typing import Any
 
 import yaml
 
-from agentrl.data.search_facts import (
+from agentrl.quickstart.tasks import TaskData, check_disjoint, write_task_data
+from agentrl.tasks.search_facts import (
     TOOL_NAME,
     make_search_rows,
     make_world,
     world_corpus,
 )
-from agentrl.quickstart.tasks import TaskData, check_disjoint, write_task_data
 from agentrl.utils.jsonl import write_jsonl
 
 TOPK = 1  # documents per query: the exact name always retrieves its own document

@@ -99,8 +99,8 @@ def write_task_data(
 
 
 def _calculator_data(out_dir: Path, s: Any) -> TaskData:
-    from agentrl.data.arithmetic import SHORT_SYSTEM_PROMPT, make_arithmetic_rows
-    from agentrl.data.arithmetic_sft import make_arithmetic_sft_rows
+    from agentrl.tasks.arithmetic import SHORT_SYSTEM_PROMPT, make_arithmetic_rows
+    from agentrl.tasks.arithmetic_sft import make_arithmetic_sft_rows
     from agentrl.tools import load_tool_schemas
 
     (schema,) = load_tool_schemas(recipe_file("quickstart", "calculator_tool.yaml"))

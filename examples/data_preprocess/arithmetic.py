@@ -7,7 +7,7 @@ Usage:
 
 writes ``train.parquet`` and ``test.parquet`` into ``--local_dir``. Each row asks one
 word problem, has ``tools_kwargs`` for the ``calculator`` tool and the exact answer in
-``reward_model.ground_truth`` (see agentrl/data/arithmetic.py and docs/data.md).
+``reward_model.ground_truth`` (see agentrl/tasks/arithmetic.py and docs/data.md).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 import logging
 import sys
 
-from agentrl.data.arithmetic import DIFFICULTIES, write_arithmetic_dataset
+from agentrl.tasks.arithmetic import DIFFICULTIES, write_arithmetic_dataset
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

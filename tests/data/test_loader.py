@@ -109,7 +109,7 @@ def test_too_few_rows_for_one_batch():
 
 
 def test_factories_follow_the_data_config(tmp_path, tiny_tokenizer):
-    from agentrl.data.arithmetic import write_arithmetic_dataset
+    from agentrl.tasks.arithmetic import write_arithmetic_dataset
 
     train, test = write_arithmetic_dataset(tmp_path, n_train=8, n_test=3, seed=0)
     cfg = load_config(overrides=["data.train_batch_size=4", "data.max_prompt_length=256",

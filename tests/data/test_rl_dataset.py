@@ -248,7 +248,7 @@ def test_missing_file_and_missing_prompt_column(tmp_path, tiny_tokenizer, data_c
 
 
 def test_arithmetic_rows_from_the_generator_load(tmp_path, tiny_tokenizer, data_cfg_factory):
-    from agentrl.data.arithmetic import write_arithmetic_dataset
+    from agentrl.tasks.arithmetic import write_arithmetic_dataset
 
     train, _ = write_arithmetic_dataset(tmp_path, n_train=6, n_test=2, seed=0)
     ds = RLHFDataset(train, tiny_tokenizer, data_cfg_factory("data.max_prompt_length=1024",

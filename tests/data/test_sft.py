@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from agentrl.config import load_config
-from agentrl.data.arithmetic_sft import make_arithmetic_sft_rows
 from agentrl.data.sft import (
     SFTDataset,
     SFTRowError,
@@ -20,6 +19,7 @@ from agentrl.models.chat import ChatRenderer
 from agentrl.protocol import DataProto
 from agentrl.rollout import AsyncRolloutEngine
 from agentrl.rollout.backends import GenerationOutput
+from agentrl.tasks.arithmetic_sft import make_arithmetic_sft_rows
 from agentrl.utils.jsonl import write_parquet
 from tools.calculator import CalculatorTool
 

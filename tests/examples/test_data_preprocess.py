@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from agentrl.data.arithmetic import make_arithmetic_rows
+from agentrl.tasks.arithmetic import make_arithmetic_rows
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "examples" / "data_preprocess"
 GSM8K_SUFFIX = ' Let\'s think step by step and output the final answer after "####".'

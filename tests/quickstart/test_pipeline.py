@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 
 from agentrl.config import load_config
-from agentrl.data.arithmetic import expression_pool
 from agentrl.quickstart import (
     QuickstartSettings,
     add_arguments,
@@ -30,6 +29,7 @@ from agentrl.quickstart.tasks import (
     check_disjoint,
     recipe_file,
 )
+from agentrl.tasks.arithmetic import expression_pool
 from agentrl.tools import load_tool_schemas, load_tools
 
 RECIPE_CONFIG = CALCULATOR.recipe_config

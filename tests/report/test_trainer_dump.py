@@ -17,8 +17,8 @@ import yaml
 import agentrl.smoke
 from agentrl.cli import main
 from agentrl.config import load_config
-from agentrl.data.arithmetic import write_arithmetic_dataset
 from agentrl.rollout.backends import GenerationOutput
+from agentrl.tasks.arithmetic import write_arithmetic_dataset
 from agentrl.trainer import run_train
 from tools.calculator import DEFAULT_SCHEMA as CALCULATOR_SCHEMA
 

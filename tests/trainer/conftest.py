@@ -10,7 +10,7 @@ import yaml
 
 import agentrl.smoke
 from agentrl.config import load_config
-from agentrl.data.arithmetic import write_arithmetic_dataset
+from agentrl.tasks.arithmetic import write_arithmetic_dataset
 from tools.calculator import DEFAULT_SCHEMA as CALCULATOR_SCHEMA
 
 

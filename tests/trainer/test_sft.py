@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agentrl.data.arithmetic_sft import make_arithmetic_sft_rows, write_arithmetic_sft_dataset
+from agentrl.tasks.arithmetic_sft import make_arithmetic_sft_rows, write_arithmetic_sft_dataset
 from agentrl.trainer.sft import masked_lm_loss, run_sft
 
 

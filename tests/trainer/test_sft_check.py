@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import agentrl.trainer.sft as sft_module
-from agentrl.data.arithmetic_sft import make_arithmetic_sft_rows
+from agentrl.tasks.arithmetic_sft import make_arithmetic_sft_rows
 from agentrl.trainer.sft import run_sft
 from agentrl.trainer.sft_check import SkillCheck, SkillStop, turn_reproduction, turn_spans
 

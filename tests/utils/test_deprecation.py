@@ -17,6 +17,8 @@ MOVED = [
     ("agentrl.workers.testing", "agentrl.testing.workers", "worker_config"),
     ("agentrl.trainer.async_trainer", "agentrl.trainer.off_policy", "OffPolicyTrainer"),
     ("agentrl.trainer.async_rollout", "agentrl.trainer.producer", "RolloutProducer"),
+    ("agentrl.data.arithmetic", "agentrl.tasks.arithmetic", "make_arithmetic_rows"),
+    ("agentrl.data.search_facts", "agentrl.tasks.search_facts", "POOLS"),
 ]
 
 

@@ -2,7 +2,7 @@
 
 The answer is the last ``<answer>NUMBER</answer>`` in the response (commas, ``$`` and
 spaces ignored). It scores 1.0 when it equals the ground truth (a numeric string written
-by ``agentrl.data.arithmetic.format_number``: an integer without ``.0``, otherwise rounded
+by ``agentrl.tasks.arithmetic.format_number``: an integer without ``.0``, otherwise rounded
 to 4 decimals) within a relative tolerance of 1e-4, else 0.0. Because the ground truth is
 rounded to 4 decimals, an absolute difference up to half of that last decimal (5e-5) is
 accepted too, so ``0.00123`` matches ``"0.0012"``.

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from agentrl.data.arithmetic import (
+from agentrl.tasks.arithmetic import (
     DIFFICULTIES,
     SYSTEM_PROMPT,
     evaluate_expression,
@@ -183,7 +183,7 @@ def test_parquet_round_trip_with_datasets_and_pandas(tmp_path):
 
 
 def test_quickstart_level_three_disjoint_pools_and_phrasings():
-    from agentrl.data.arithmetic import QUICKSTART_PHRASINGS, expression_pool
+    from agentrl.tasks.arithmetic import QUICKSTART_PHRASINGS, expression_pool
 
     pools = {s: make_arithmetic_rows(300, s, seed=4, difficulty="quickstart") for s in
              ("sft", "train", "test")}  # fmt: skip

@@ -8,15 +8,15 @@ import re
 
 import pytest
 
-from agentrl.data.arithmetic import SHORT_SYSTEM_PROMPT, SYSTEM_PROMPT, make_arithmetic_rows
-from agentrl.data.arithmetic_sft import (
+from agentrl.data.sft import read_sft_rows
+from agentrl.reward.score.arithmetic import compute_score
+from agentrl.tasks.arithmetic import SHORT_SYSTEM_PROMPT, SYSTEM_PROMPT, make_arithmetic_rows
+from agentrl.tasks.arithmetic_sft import (
     answer_from_output,
     calculator_output,
     make_arithmetic_sft_rows,
     write_arithmetic_sft_dataset,
 )
-from agentrl.data.sft import read_sft_rows
-from agentrl.reward.score.arithmetic import compute_score
 from tools.calculator import DEFAULT_SCHEMA, CalculatorTool
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.data.search_facts import (
+from agentrl.reward.score import default_compute_score as compute_score
+from agentrl.tasks.search_facts import (
     SEARCH_PHRASINGS,
     make_search_rows,
     make_world,
     person_pool,
     world_corpus,
 )
-from agentrl.reward.score import default_compute_score as compute_score
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,10 @@ from collections import Counter
 
 import pytest
 
-from agentrl.data.arithmetic import expression_pool
-from agentrl.data.code_arithmetic import (
+from agentrl.data.retool import DATA_SOURCE, TOOL_NAME
+from agentrl.reward.score import default_compute_score
+from agentrl.tasks.arithmetic import expression_pool
+from agentrl.tasks.code_arithmetic import (
     KINDS,
     PHRASINGS,
     SYSTEM_PROMPT,
@@ -19,8 +21,6 @@ from agentrl.data.code_arithmetic import (
     make_code_sft_rows,
     program_output,
 )
-from agentrl.data.retool import DATA_SOURCE, TOOL_NAME
-from agentrl.reward.score import default_compute_score
 
 SCHEMA = {"type": "function", "function": {"name": TOOL_NAME, "parameters": {}}}
 
