@@ -27,7 +27,7 @@ from the batch it passed to ``update_actor``. Not compared: which step trains wh
 policy versions of the tokens (the off-policy modes may generate step 2's batch under
 version 0).
 
-    pytest tests/trainer/test_mode_parity.py     # slow: about 35 s on 2 CPU cores
+    pytest tests/e2e/test_mode_parity.py     # slow: about 35 s on 2 CPU cores
 """
 
 from __future__ import annotations
