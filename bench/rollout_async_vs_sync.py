@@ -268,7 +268,7 @@ def busy_from_output(out: DataProto, args: argparse.Namespace) -> dict[str, floa
 
 
 def run_sharded(args, workload: Workload):
-    """(a) with ``--agent-workers`` engines in Ray actors; wall time and the output."""
+    """(a) with ``--engine-workers`` engines in Ray actors; wall time and the output."""
     import functools
 
     import ray
@@ -335,12 +335,12 @@ def main() -> None:
     parser.add_argument("--decode-s", type=float, default=2e-3, help="seconds per output token")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model-dir", default=None, help="hf: model dir (default: tiny model)")
-    parser.add_argument("--agent-workers", type=int, default=1,
+    parser.add_argument("--engine-workers", "--agent-workers", dest="engine_workers", type=int, default=1,
                         help="latency: run (a) over this many engine processes (Ray actors), "
                              "each with capacity / N of the latency model")
     args = parser.parse_args()
     if args.engine_workers > 1 and args.backend != "latency":
-        parser.error("--agent-workers > 1 needs --backend latency")
+        parser.error("--engine-workers > 1 needs --backend latency")
 
     from agentrl.models.tiny import make_tiny_model
 
