@@ -259,9 +259,9 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
                         "of trainer.mode=sync; it cannot be combined with agent_function, "
                         f"engine_workers > 1 or trainer.mode={cfg.trainer.mode} yet")
     if rollout.name == "hf" and rollout.engine_kwargs:
-        from agentrl.rollout.backends.base import HF_ENGINE_KWARGS
+        from agentrl.rollout.backends.base import HF_ENGINE_KWARGS, unknown_hf_engine_kwargs
 
-        unknown = sorted(set(rollout.engine_kwargs) - set(HF_ENGINE_KWARGS))
+        unknown = unknown_hf_engine_kwargs(rollout.engine_kwargs)
         if unknown:
             problems.append(f"actor_rollout_ref.rollout.engine_kwargs has {_show(unknown)}: not "
                             f"keys of the hf engine (those are {_show(HF_ENGINE_KWARGS)})")

@@ -40,7 +40,6 @@ class HangGuard:
         self.action = str(trainer_cfg.watchdog_action)
         self.watchdog = Watchdog(trainer_cfg.watchdog_s, on_hang=self._on_hang)
         self.hang: HangReport | None = None
-        self._step_start: Callable[[], dict[str, Any]] | None = None
         self._start_state: dict[str, Any] | None = None
         self._previous_handler: Any = None
         self._installed = False  # our SIGUSR1 handler is in place

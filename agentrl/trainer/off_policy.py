@@ -105,6 +105,7 @@ class ProducerBatchSource:
         self._ray_temp_dir: str | None = None  # a Ray started here (stopped by closing)
         self._restored: dict[str, Any] | None = None  # a checkpoint's producer state
         self._threads_before: int | None = None
+        self._rollout: dict[str, Any] = {}  # the workers' rollout config (prepare_workers)
 
     # ------------------------------------------------------------------ setup
 

@@ -25,9 +25,8 @@ def run_command_module(
     module: ModuleType, command: str, argv: Sequence[str], description: str | None = None
 ) -> int:
     """Parse ARGV with the module's own arguments and run it, as `agentrl COMMAND`."""
-    if description is None:
-        description = (module.__doc__ or "").strip().splitlines()[0:1]
-        description = description[0] if description else None
+    if description is None:  # the module docstring's first line
+        description = next(iter((module.__doc__ or "").strip().splitlines()), None)
     parser = argparse.ArgumentParser(prog=f"agentrl {command}", description=description)
     module.add_arguments(parser)
     return int(module.run(parser.parse_intermixed_args(list(argv))) or 0)

@@ -21,6 +21,11 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 BACKENDS = ("hf", "sglang")  # rollout.name
 HF_ENGINE_KWARGS = ("batch_wait_s", "seed", "device")  # rollout.engine_kwargs of the hf engine
+
+
+def unknown_hf_engine_kwargs(engine_kwargs: Any) -> list[str]:
+    """The keys of `engine_kwargs` the hf engine does not take, sorted."""
+    return sorted(set(engine_kwargs or {}) - set(HF_ENGINE_KWARGS))
 LOAD_BALANCE = ("least_loaded", "round_robin")  # rollout.load_balance (SGLang's servers)
 
 FinishReason = Literal["stop", "length", "abort"]

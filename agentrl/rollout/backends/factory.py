@@ -24,7 +24,12 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from agentrl.rollout.backends.base import BACKENDS, HF_ENGINE_KWARGS, GenerationBackend
+from agentrl.rollout.backends.base import (
+    BACKENDS,
+    HF_ENGINE_KWARGS,
+    GenerationBackend,
+    unknown_hf_engine_kwargs,
+)
 from agentrl.rollout.backends.hf import HFBackend
 from agentrl.rollout.backends.launcher import ServerLauncher
 from agentrl.rollout.backends.sglang import SGLangBackend
@@ -154,7 +159,7 @@ def _serve_launcher(cfg: dict[str, Any], model_path: str, seed: int | None,
     """``agentrl serve`` servers of the policy for ``rollout.name=hf`` (its engine keys as
     the server's flags)."""
     kwargs = dict(cfg["engine_kwargs"] or {})
-    unknown = sorted(set(kwargs) - set(HF_ENGINE_KWARGS))
+    unknown = unknown_hf_engine_kwargs(kwargs)
     if unknown:
         raise ValueError(f"actor_rollout_ref.rollout.engine_kwargs {unknown} are not hf "
                          f"engine keys (those are {', '.join(HF_ENGINE_KWARGS)})")
