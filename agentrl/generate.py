@@ -41,7 +41,7 @@ from tqdm import tqdm
 from agentrl.config import ConfigError
 from agentrl.config.cli import add_config_arguments, config_from_args
 from agentrl.protocol import DataProto
-from agentrl.rollout.assembly import build_engine
+from agentrl.workers.rollout_assembly import build_rollout
 
 logger = logging.getLogger(__name__)
 
@@ -95,15 +95,10 @@ async def _generate(cfg: DictConfig, backend: Any) -> dict[str, float]:
     dataset = create_rl_dataset(_files(cfg.data.path), cfg.data, tokenizer)
     loader = create_val_dataloader(dataset, cfg.data)
     rollout = cfg.actor_rollout_ref.rollout
-    own_backend = backend is None
-    if own_backend:
-        from agentrl.rollout.backends.factory import create_backend
-
-        backend = create_backend(
-            rollout, cfg.actor_rollout_ref.model.path, tokenizer, seed=int(cfg.trainer.seed)
-        )
-    engine = build_engine(
-        rollout, tokenizer, backend,
+    # the engine kind the config asks for (the in-process engine or a user's engine_class,
+    # engine_workers > 1, or agent mode), over the configured or the given backend
+    engine = build_rollout(
+        cfg.actor_rollout_ref, tokenizer, backend=backend, seed=int(cfg.trainer.seed),
         chat_template_kwargs=OmegaConf.to_container(cfg.data.apply_chat_template_kwargs),
     )  # fmt: skip
     reward_fn = _reward_manager(cfg, dataset, tokenizer)
@@ -125,8 +120,7 @@ async def _generate(cfg: DictConfig, backend: Any) -> dict[str, float]:
                     sink.write(json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n")
                 totals.add(out, scores)
     finally:
-        if own_backend and hasattr(backend, "aclose"):
-            await backend.aclose()
+        await engine.aclose()  # the engine workers, and the backend unless it was given
     summary = totals.summary()
     logger.info(
         "wrote %d trajectories to %s: %s",

@@ -37,7 +37,7 @@ MODES = ("sync", "one_step_off", "async")
 
 def latency_tools(path: Path, seed: int) -> Path:
     """The quickstart's tool config with the latency calculator in its place."""
-    from agentrl.quickstart.tasks import recipe_file
+    from agentrl.tasks.quickstart import recipe_file
 
     tools = yaml.safe_load(recipe_file("quickstart", "calculator_tool.yaml").read_text())
     entry = tools["tools"][0]
@@ -58,7 +58,7 @@ def run_seed(
         rl_model_dir,
         sft_stage,
     )
-    from agentrl.quickstart.tasks import CALCULATOR, recipe_file
+    from agentrl.tasks.quickstart import CALCULATOR, recipe_file
     from agentrl.trainer import run_train
 
     s = QuickstartSettings(seed=seed, steps=steps)

@@ -43,7 +43,7 @@ TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 def prepare(out: Path, sft_steps: int, seed: int) -> tuple[Path, Path, Path]:
     """(SFT model dir, train parquet, tool config): the quickstart's data and SFT."""
     from agentrl.quickstart import run_quickstart, settings_for
-    from agentrl.quickstart.tasks import recipe_file
+    from agentrl.tasks.quickstart import recipe_file
 
     run_quickstart(out, settings_for("calculator", steps=0, control=False, sft_steps=sft_steps,
                                      sft_check=0, n_train=256, n_test=16, seed=seed))

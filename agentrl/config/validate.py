@@ -253,11 +253,9 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     if rollout.agent_function and rollout.multi_turn.interaction_config_path:
         problems.append("actor_rollout_ref.rollout.multi_turn.interaction_config_path is not "
                         "used in agent mode (agent_function): the agent writes the user turns")
-    if rollout.engine_class and (rollout.agent_function or rollout.engine_workers > 1
-                                 or cfg.trainer.mode != "sync"):
-        problems.append("actor_rollout_ref.rollout.engine_class replaces the in-process engine "
-                        "of trainer.mode=sync; it cannot be combined with agent_function, "
-                        f"engine_workers > 1 or trainer.mode={cfg.trainer.mode} yet")
+    if rollout.engine_class and rollout.agent_function:
+        problems.append("actor_rollout_ref.rollout.engine_class replaces the rollout engine; "
+                        "agent mode (agent_function) runs no engine: set one of them")
     if rollout.name == "hf" and rollout.engine_kwargs:
         from agentrl.rollout.backends.base import HF_ENGINE_KWARGS, unknown_hf_engine_kwargs
 
@@ -268,7 +266,7 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     if rollout.engine_workers > 1 and rollout.name != "sglang":
         problems.append(
             f"actor_rollout_ref.rollout.engine_workers is {rollout.engine_workers} but "
-            f"rollout.name is {rollout.name}: agent workers reach the inference servers over "
+            f"rollout.name is {rollout.name}: engine workers reach the inference servers over "
             "HTTP (name=sglang; agentrl serve on CPU); the hf engine lives in the trainer")
     problems += _mode_problems(cfg)
     val_kwargs = rollout.val_kwargs

@@ -76,7 +76,10 @@ class AgentRollout:
         # the padding, truncation and metrics of the engine's output, for these requests
         self.collector = TrajectoryCollector(config, tokenizer, chat_template_kwargs)
 
-    async def agenerate_sequences(self, batch: DataProto) -> DataProto:
+    async def agenerate_sequences(
+        self, batch: DataProto, on_request_done: Callable[[Any], None] | None = None
+    ) -> DataProto:
+        """Every sample's episode at once; `on_request_done(request)` as each one ends."""
         import httpx
 
         started = time.perf_counter()
@@ -87,7 +90,8 @@ class AgentRollout:
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway",
                                      timeout=self.timeout + 30) as http:
             episodes = [
-                self._episode(f"{batch_id}-{i}-{k}", i, k, self._task(batch, i), http)
+                self._episode(f"{batch_id}-{i}-{k}", i, k, self._task(batch, i), http,
+                              on_request_done)
                 for i in range(len(batch)) for k in range(n)
             ]
             done = await asyncio.gather(*episodes)
@@ -110,8 +114,9 @@ class AgentRollout:
     def _task(batch: DataProto, i: int) -> dict[str, Any]:
         return {key: values[i] for key, values in batch.non_tensor_batch.items()}
 
-    async def _episode(self, session_id: str, row: int, offset: int, task: dict,
-                       http: Any) -> tuple[AsyncRolloutRequest, float]:
+    async def _episode(self, session_id: str, row: int, offset: int, task: dict, http: Any,
+                       on_done: Callable[[Any], None] | None = None,
+                       ) -> tuple[AsyncRolloutRequest, float]:
         import openai
 
         client = openai.AsyncOpenAI(base_url=f"http://gateway/sessions/{session_id}/v1",
@@ -164,6 +169,8 @@ class AgentRollout:
             reward = 0.0
         budget, name = self.collector.response_budget(request)
         request.finalize(self.collector.renderer, budget, name, "disable")
+        if on_done is not None:
+            on_done(request)
         return request, reward
 
 

@@ -24,7 +24,7 @@ from agentrl.quickstart.pipeline import (
     run_quickstart,
     settings_for,
 )
-from agentrl.quickstart.tasks import TASKS
+from agentrl.tasks.quickstart import TASKS
 
 __all__ = [
     "QuickstartSettings",

@@ -1,4 +1,4 @@
-"""The quickstart's stages, in order, shared by every task (agentrl/quickstart/tasks.py):
+"""The quickstart's stages, in order, shared by every task (agentrl/tasks/quickstart.py):
 a nano model learns, on CPU, when to call its tool.
 
     report = run_quickstart(Path("outputs/quickstart"), QuickstartSettings(seed=0))
@@ -41,7 +41,7 @@ from omegaconf import DictConfig
 
 from agentrl.config import load_config
 from agentrl.quickstart.evaluation import evaluate_model, summary_table
-from agentrl.quickstart.tasks import TASKS, TaskData
+from agentrl.tasks.quickstart import TASKS, TaskData
 
 logger = logging.getLogger("agentrl.quickstart")
 
@@ -61,7 +61,7 @@ class QuickstartSettings:
     """Every knob of the quickstart; the defaults are the calculator's measured ones
     (docs/quickstart.md); `settings_for` applies another task's defaults."""
 
-    task: str = "calculator"  # agentrl.quickstart.tasks.TASKS
+    task: str = "calculator"  # agentrl.tasks.quickstart.TASKS
     seed: int = 0
     size: str = "nano"  # agentrl.models.tiny.TINY_SIZES
     steps: int = 25  # GRPO steps (0: stop after SFT)

@@ -1,11 +1,12 @@
 """Assembling a rollout from its config: the one place that loads tools and interactions.
 
 Every caller that builds a rollout engine from `actor_rollout_ref.rollout` takes its engine,
-tools and interactions here: the hybrid rollout worker (`agentrl.workers.rollout`) and
-`agentrl generate` (`build_engine`), the agent workers and the off-policy producer (through
-`engine_factories`), the gateway command (`configured_tools`). The servers a rollout needs
-are launched by `agentrl.rollout.backends.factory.server_launcher` (SGLang, or `agentrl
-serve` for the hf engine).
+tools and interactions here: `agentrl.workers.rollout_assembly.build_rollout` (which picks
+the engine kind for the hybrid rollout worker and `agentrl generate`), the engine workers
+and the off-policy producer (`EngineWorker`: `build_engine` over `engine_factories`), the
+gateway command (`configured_tools`). The servers a rollout needs are launched by
+`agentrl.rollout.backends.factory.server_launcher` (SGLang, or `agentrl serve` for the hf
+engine).
 
     engine = build_engine(rollout, tokenizer, backend, chat_template_kwargs=...)
     tools = configured_tools(rollout.multi_turn)                 # {name: BaseTool}, wrapped
@@ -52,10 +53,13 @@ def build_engine(
     backend: Any,
     *,
     chat_template_kwargs: Mapping[str, Any] | None = None,
+    tools: Mapping[str, Any] | None = None,
+    interactions: Mapping[str, Any] | None = None,
 ) -> Any:
     """The in-process rollout engine of `rollout` (the `actor_rollout_ref.rollout` subtree):
     `AsyncRolloutEngine`, or the subclass `rollout.engine_class` names, with the configured
-    tools and interactions."""
+    tools and interactions (`tools` / `interactions`, when given, replace them: an engine
+    worker's own instances)."""
     from agentrl.rollout.engine import AsyncRolloutEngine
 
     engine_class = AsyncRolloutEngine
@@ -70,8 +74,9 @@ def build_engine(
         rollout,
         tokenizer,
         backend,
-        tools=configured_tools(rollout["multi_turn"]),
-        interactions=configured_interactions(rollout["multi_turn"]),
+        tools=configured_tools(rollout["multi_turn"]) if tools is None else tools,
+        interactions=(configured_interactions(rollout["multi_turn"])
+                      if interactions is None else interactions),
         chat_template_kwargs=chat_template_kwargs,
     )
 

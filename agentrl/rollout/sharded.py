@@ -47,16 +47,17 @@ class EngineWorker:
         chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         from agentrl.models.tokenizer import load_tokenizer
-        from agentrl.rollout.engine import AsyncRolloutEngine
+        from agentrl.rollout.assembly import build_engine
         from agentrl.utils.aio import LoopThread
 
         tokenizer = load_tokenizer(**dict(tokenizer_source))
-        self.loop = LoopThread("agentrl-agent-worker")
+        self.loop = LoopThread("agentrl-engine-worker")
         self.backend = make_backend(tokenizer)
-        self.engine = AsyncRolloutEngine(
+        # the trainer's in-process engine (or rollout.engine_class), with this process's tools
+        self.engine = build_engine(
             rollout_config, tokenizer, self.backend,
-            tools=make_tools() if make_tools else None,
-            interactions=make_interactions() if make_interactions else None,
+            tools=make_tools() if make_tools else {},
+            interactions=make_interactions() if make_interactions else {},
             chat_template_kwargs=chat_template_kwargs,
         )  # fmt: skip
 

@@ -1,13 +1,14 @@
 """The rollout inside the hybrid worker, and weight sync from the trainer to the engine.
 
     rollout = HybridRollout(cfg.actor_rollout_ref, tokenizer)
-    out = rollout.generate_sequences(prompts)       # AsyncRolloutEngine on this rank's share
+    out = rollout.generate_sequences(prompts)       # the configured engine on this rank's share
     rollout.update_weights(fsdp_model, step)        # after every actor update
 
-Every rank owns a backend (``agentrl.rollout.backends.create_backend``) and an
-``AsyncRolloutEngine`` with the configured tools and interactions; their coroutines run on
-one event-loop thread of this worker, so loop-bound clients (the hf batching task, httpx)
-live in a single loop.
+Every rank owns a rollout built by ``agentrl.workers.rollout_assembly.build_rollout``: a
+backend and the engine kind the config asks for (the in-process engine or a user's
+``engine_class``, the sharded engine, or agent mode) with the configured tools and
+interactions; their coroutines run on one event-loop thread of this worker, so loop-bound
+clients (the hf batching task, httpx) live in a single loop.
 
 Weight sync, by backend:
 
@@ -37,9 +38,9 @@ import torch
 import torch.distributed as dist
 
 from agentrl.protocol import DataProto
-from agentrl.rollout.assembly import build_engine, configured_tools, engine_factories
 from agentrl.utils.aio import LoopThread
 from agentrl.workers.fsdp import full_state_dict, iter_full_weights
+from agentrl.workers.rollout_assembly import build_rollout
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,7 +56,8 @@ def _barrier() -> None:
 
 
 class HybridRollout:
-    """Backend + engine + weight sync of one rank; ``config`` is ``actor_rollout_ref``."""
+    """A rank's rollout (``rollout_assembly.build_rollout``: backend and engine kind) and its
+    weight sync; ``config`` is ``actor_rollout_ref``."""
 
     def __init__(
         self,
@@ -65,59 +67,25 @@ class HybridRollout:
         weights_dir: str | Path | None = None,
         seed: int | None = None,
     ) -> None:
-        from agentrl.rollout.backends.factory import create_backend
-
         self.config = config
-        self.rollout_cfg = config.rollout
         self.loop = LoopThread()
         self._own_weights_dir = weights_dir is None
         self.weights_dir = Path(weights_dir or tempfile.mkdtemp(prefix="agentrl_weights_"))
-        self.backend = create_backend(self.rollout_cfg, config.model.path, tokenizer, seed=seed)
-        self.sharded = None
-        if int(self.rollout_cfg.engine_workers) > 1:
-            self.sharded = self._sharded_engine(config, chat_template_kwargs)
-        if self.rollout_cfg.agent_function:  # agent mode: a user's function per sample
-            from agentrl.gateway.agent_rollout import AgentRollout, load_agent_function
-
-            self.engine = AgentRollout(
-                self.rollout_cfg, tokenizer, self.backend,
-                load_agent_function(str(self.rollout_cfg.agent_function)),
-                chat_template_kwargs=chat_template_kwargs, tools=self._tools(),
-            )  # fmt: skip
-        else:
-            self.engine = build_engine(self.rollout_cfg, tokenizer, self.backend,
-                                       chat_template_kwargs=chat_template_kwargs)  # fmt: skip
+        self.rollout = build_rollout(config, tokenizer, loop=self.loop, seed=seed,
+                                     chat_template_kwargs=chat_template_kwargs)  # fmt: skip
+        self.rollout_cfg = self.rollout.config  # resolved, read-only
+        self.backend = self.rollout.backend
+        self.engine = self.rollout.engine
         self.awake = True
         # sleep after generation only where there is device memory to give back
         self.release_after_generation = bool(
             self.rollout_cfg.free_cache_engine and torch.cuda.is_available()
         )
 
-    def _tools(self) -> dict[str, Any]:
-        return configured_tools(self.rollout_cfg.multi_turn)
-
-    def _sharded_engine(self, config: Any, chat_template_kwargs: Any) -> Any:
-        """``engine_workers`` engines in Ray actors, each with its own SGLang client of this
-        rank's servers (launched above when ``server_urls`` was empty) and its own tools."""
-        from omegaconf import OmegaConf
-
-        from agentrl.rollout.backends.sglang import SGLangBackend
-        from agentrl.rollout.sharded import ShardedRolloutEngine
-
-        if not isinstance(self.backend, SGLangBackend):
-            raise ValueError("actor_rollout_ref.rollout.engine_workers > 1 needs rollout.name="
-                             "sglang: the agent workers reach the inference servers over HTTP")
-        rollout = OmegaConf.to_container(self.rollout_cfg, resolve=True)
-        rollout.update(server_urls=list(self.backend.server_urls),
-                       control_urls=list(self.backend.control_urls))
-        return ShardedRolloutEngine(
-            int(rollout["engine_workers"]),
-            OmegaConf.create(rollout),
-            {"path": config.model.path, "trust_remote_code": bool(config.model.trust_remote_code),
-             "chat_template": config.model.custom_chat_template},
-            *engine_factories(rollout, config.model.path),
-            chat_template_kwargs,
-        )
+    @property
+    def engine_kind(self) -> str:
+        """``engine``, ``sharded`` or ``agent`` (``rollout_assembly.ENGINE_KINDS``)."""
+        return self.rollout.kind
 
     @property
     def kind(self) -> str:
@@ -133,9 +101,7 @@ class HybridRollout:
         """Roll out ``prompts``; the engine is woken first and put to sleep after on GPU."""
         self._wake()
         try:
-            if self.sharded is not None:
-                return self.sharded.generate_sequences(prompts)
-            return self.loop.run(self.engine.agenerate_sequences(prompts))
+            return self.rollout.generate_sequences(prompts)
         finally:
             if self.release_after_generation:
                 self.loop.run(self.backend.release_memory())
@@ -181,15 +147,8 @@ class HybridRollout:
         _barrier()  # no rank generates before every server has the new weights
 
     def close(self) -> None:
-        """Stop the agent workers, the backend (and servers it launched), the loop thread."""
-        if self.sharded is not None:
-            self.sharded.close()
-        closer = getattr(self.backend, "aclose", None)
-        if closer is not None:
-            try:
-                self.loop.run(closer(), timeout=60)
-            except Exception as exc:  # noqa: BLE001 - closing must not mask the real error
-                logger.warning("closing the rollout backend failed: %s", exc)
+        """Stop the engine workers, the backend (and servers it launched), the loop thread."""
+        self.rollout.close()
         self.loop.close()
         if self._own_weights_dir:
             shutil.rmtree(self.weights_dir, ignore_errors=True)

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from agentrl.models.tiny import make_tiny_model
 from agentrl.quickstart.pipeline import QuickstartSettings, rl_config, rl_model_dir
-from agentrl.quickstart.tasks import CALCULATOR, TaskData, recipe_file
+from agentrl.tasks.quickstart import CALCULATOR, TaskData, recipe_file
 from agentrl.tools import load_tool_schemas
 from agentrl.trainer import run_train
 from agentrl.trainer.sft import run_sft

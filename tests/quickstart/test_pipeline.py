@@ -22,14 +22,14 @@ from agentrl.quickstart import (
 )
 from agentrl.quickstart.__init__ import settings_from_args
 from agentrl.quickstart.pipeline import reward_curve
-from agentrl.quickstart.tasks import (
+from agentrl.tasks.arithmetic import expression_pool
+from agentrl.tasks.quickstart import (
     CALCULATOR,
     CALCULATOR_DIRECT_PHRASINGS,
     SEARCH,
     check_disjoint,
     recipe_file,
 )
-from agentrl.tasks.arithmetic import expression_pool
 from agentrl.tools import load_tool_schemas, load_tools
 
 RECIPE_CONFIG = CALCULATOR.recipe_config

@@ -67,12 +67,35 @@ def test_an_engine_class_that_is_not_an_engine_is_named(tiny_tokenizer):
         build_engine(rollout, tiny_tokenizer, ScriptedBackend(tiny_tokenizer, {}))
 
 
-@pytest.mark.parametrize(
-    "other", ["trainer.mode=async", "actor_rollout_ref.rollout.agent_function=a.py:run"]
-)
-def test_the_validator_keeps_engine_class_to_the_in_process_engine(other):
-    with pytest.raises(ConfigError, match="engine_class replaces the in-process engine"):
-        load_config(overrides=[f"actor_rollout_ref.rollout.engine_class={ENGINE}", other])
+def test_the_validator_refuses_engine_class_only_with_agent_mode():
+    with pytest.raises(ConfigError, match="agent mode .agent_function. runs no engine"):
+        load_config(overrides=[f"actor_rollout_ref.rollout.engine_class={ENGINE}",
+                               "actor_rollout_ref.rollout.agent_function=a.py:run"])
+    for other in (["trainer.mode=async"], ["actor_rollout_ref.rollout.engine_workers=2",
+                                           "actor_rollout_ref.rollout.name=sglang"]):
+        cfg = load_config(overrides=[f"actor_rollout_ref.rollout.engine_class={ENGINE}", *other])
+        assert cfg.actor_rollout_ref.rollout.engine_class == ENGINE
+
+
+def test_an_engine_workers_engine_is_the_users_too(tiny_model_dir, tiny_tokenizer):
+    """EngineWorker (an engine worker's or the off-policy producer's process) builds its
+    engine here too, so `engine_class` reaches every mode."""
+    from agentrl.rollout.sharded import EngineWorker
+    from agentrl.testing.rollout import scripted_backend_factory
+
+    worker = EngineWorker(
+        OmegaConf.to_container(rollout_config(f"engine_class={ENGINE}"), resolve=True),
+        {"path": str(tiny_model_dir)},
+        scripted_backend_factory({0: ["4<|im_end|>"], 1: ["5<|im_end|>"]}),
+    )
+    try:
+        assert type(worker.engine).__name__ == "CountingEngine"
+        before = type(worker.engine).requests_run
+        requests = worker.rollout(prompts_batch(2), first_row=10)
+        assert type(worker.engine).requests_run - before == len(requests) > 0
+        assert {r.batch_data_id for r in requests} == {10, 11}
+    finally:
+        worker.close()
 
 
 def test_engine_factories_pickle_and_build_the_tools(tool_config):

@@ -19,6 +19,9 @@ MOVED = [
     ("agentrl.trainer.async_rollout", "agentrl.trainer.producer", "RolloutProducer"),
     ("agentrl.data.arithmetic", "agentrl.tasks.arithmetic", "make_arithmetic_rows"),
     ("agentrl.data.search_facts", "agentrl.tasks.search_facts", "POOLS"),
+    ("agentrl.quickstart.tasks", "agentrl.tasks.quickstart", "TASKS"),
+    ("agentrl.quickstart.search_task", "agentrl.tasks.search_task", "serve_search_tool"),
+    ("agentrl.quickstart.retool_task", "agentrl.tasks.retool_task", "serve_sandbox_tool"),
 ]
 
 

@@ -18,3 +18,13 @@ def test_snapshot_resolves_reads_like_the_config_and_is_read_only():
     with pytest.raises(TypeError, match="read-only"):
         snap.a = 3
     assert plain_config({"k": {"v": 1}}).k.v == 1 and plain_config(None) is None
+
+
+def test_a_snapshot_pickles_for_other_processes():
+    import pickle
+
+    snap = plain_config(OmegaConf.create({"a": {"b": [1, {"c": 2}]}, "d": "${a.b}"}))
+    again = pickle.loads(pickle.dumps(snap))
+    assert again == snap and isinstance(again.a, PlainConfig) and again.a.b[1].c == 2
+    with pytest.raises(TypeError, match="read-only"):
+        again.x = 1

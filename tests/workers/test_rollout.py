@@ -150,7 +150,7 @@ def test_engine_workers_roll_out_from_the_same_servers(varied_model_dir, tmp_pat
         )
         rollout = HybridRollout(config, tokenizer, weights_dir=tmp_path / "weights")
         try:
-            assert rollout.sharded is not None and len(rollout.sharded.workers) == 2
+            assert rollout.engine_kind == "sharded" and len(rollout.engine.workers) == 2
             before = rollout.generate_sequences(prompts)
             assert before.meta_info["metrics"]["rollout/requests"] == 3
             original = AutoModelForCausalLM.from_pretrained(varied_model_dir)

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from agentrl.quickstart import run_quickstart, settings_for
-from agentrl.quickstart.search_task import serve_search_tool
-from agentrl.quickstart.tasks import SEARCH, SEARCH_DIRECT_PHRASINGS
+from agentrl.tasks.quickstart import SEARCH, SEARCH_DIRECT_PHRASINGS
+from agentrl.tasks.search_task import serve_search_tool
 from agentrl.tools import load_tools
 
 

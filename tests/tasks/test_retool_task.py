@@ -9,8 +9,8 @@ import json
 import pytest
 
 from agentrl.quickstart import run_quickstart, settings_for
-from agentrl.quickstart.retool_task import serve_sandbox_tool
-from agentrl.quickstart.tasks import RETOOL, RETOOL_DIRECT_PHRASINGS
+from agentrl.tasks.quickstart import RETOOL, RETOOL_DIRECT_PHRASINGS
+from agentrl.tasks.retool_task import serve_sandbox_tool
 from agentrl.tools import load_tools
 
 

@@ -1,0 +1,162 @@
+"""The rollout a config asks for, built in one place: its backend and its engine kind.
+
+    rollout = build_rollout(cfg.actor_rollout_ref, tokenizer, loop=LoopThread(), seed=0)
+    out = rollout.generate_sequences(prompts)                 # a sync caller (the hybrid worker)
+    out = await rollout.agenerate_sequences(prompts, on_request_done=progress)  # an async one
+    rollout.close()                                           # or: await rollout.aclose()
+
+`agentrl.rollout.assembly` makes the parts (the tools, the interactions, the in-process
+engine, and the factories another process builds them from); this module decides, from the
+config alone, which engine runs a rollout (`engine_kind`):
+
+| kind | when | engine |
+|---|---|---|
+| `engine` | the default | `AsyncRolloutEngine`, or the subclass `rollout.engine_class` names, on the caller's event loop |
+| `sharded` | `rollout.engine_workers > 1` | `ShardedRolloutEngine`: N `EngineWorker` processes, each building the same in-process engine (`engine_class` included) |
+| `agent` | `rollout.agent_function` | `AgentRollout`: the user's agent function per sample, through the in-process gateway |
+
+The hybrid rollout worker (`agentrl.workers.rollout`) and `agentrl generate` build their
+rollout here; the off-policy producer's process builds the `engine` kind through
+`EngineWorker` (the validator refuses agent mode and `engine_workers > 1` there). The backend
+comes from `create_backend`, which launches the servers a rollout needs
+(`backends.factory.server_launcher`). The `actor_rollout_ref.rollout` subtree is resolved
+once, here, into a read-only `PlainConfig`: every component below receives that one shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl.protocol import DataProto
+from agentrl.rollout.assembly import build_engine, configured_tools, engine_factories
+from agentrl.utils.aio import LoopThread
+from agentrl.utils.plain_config import PlainConfig, plain_config
+
+logger = logging.getLogger(__name__)
+
+ENGINE_KINDS = ("engine", "sharded", "agent")
+
+
+def engine_kind(rollout: Mapping[str, Any]) -> str:
+    """`agent` with `agent_function`, `sharded` with `engine_workers > 1`, else `engine`."""
+    if rollout.get("agent_function"):
+        return "agent"
+    if int(rollout.get("engine_workers") or 1) > 1:
+        return "sharded"
+    return "engine"
+
+
+@dataclass
+class Rollout:
+    """A backend and the engine of one kind over it (see the module docstring)."""
+
+    kind: str
+    config: PlainConfig  # the actor_rollout_ref.rollout subtree, resolved
+    backend: Any
+    engine: Any
+    loop: LoopThread | None = None  # where `generate_sequences` runs the coroutines
+    own_backend: bool = True  # closed by `close` / `aclose`
+
+    async def agenerate_sequences(
+        self, prompts: DataProto, on_request_done: Callable[[Any], None] | None = None
+    ) -> DataProto:
+        """Roll out `prompts` (`on_request_done` is called as each sample finishes)."""
+        if self.kind == "sharded":  # Ray workers: wait for them off the event loop
+            out = await asyncio.to_thread(self.engine.generate_sequences, prompts)
+            if on_request_done is not None:
+                for _ in range(len(out)):
+                    on_request_done(None)
+            return out
+        return await self.engine.agenerate_sequences(prompts, on_request_done=on_request_done)
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """`agenerate_sequences` for a sync caller, on `loop` (the sharded engine directly)."""
+        if self.kind == "sharded":
+            return self.engine.generate_sequences(prompts)
+        if self.loop is None:
+            raise RuntimeError("Rollout.generate_sequences needs the loop it was built with")
+        return self.loop.run(self.agenerate_sequences(prompts))
+
+    async def aclose(self) -> None:
+        """Stop the engine workers, then the backend (and the servers it launched) if ours."""
+        if self.kind == "sharded":
+            await asyncio.to_thread(self.engine.close)
+        closer = getattr(self.backend, "aclose", None) if self.own_backend else None
+        if closer is not None:
+            await closer()
+
+    def close(self) -> None:
+        """`aclose` on `loop`; a failure is logged, not raised (closing must not mask the
+        error that ended the run)."""
+        if self.kind == "sharded":
+            self.engine.close()
+        closer = getattr(self.backend, "aclose", None) if self.own_backend else None
+        if closer is None or self.loop is None:
+            return
+        try:
+            self.loop.run(closer(), timeout=60)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            logger.warning("closing the rollout backend failed: %s", exc)
+
+
+def build_rollout(
+    config: Any,
+    tokenizer: Any,
+    *,
+    loop: LoopThread | None = None,
+    backend: Any = None,
+    seed: int | None = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> Rollout:
+    """The rollout `config` (`actor_rollout_ref`: its `rollout` and `model` subtrees) asks
+    for. `backend` replaces the configured one and is not closed by the rollout; `seed`
+    seeds the hf sampler; `loop` is where a sync caller's coroutines run."""
+    from agentrl.rollout.backends.factory import create_backend
+
+    rollout = plain_config(config.rollout)
+    kind = engine_kind(rollout)
+    own_backend = backend is None
+    if own_backend:
+        backend = create_backend(rollout, config.model.path, tokenizer, seed=seed)
+    chat_kwargs = dict(chat_template_kwargs or {})
+    if kind == "agent":
+        from agentrl.gateway.agent_rollout import AgentRollout, load_agent_function
+
+        engine: Any = AgentRollout(
+            rollout, tokenizer, backend, load_agent_function(str(rollout.agent_function)),
+            chat_template_kwargs=chat_kwargs, tools=configured_tools(rollout.multi_turn),
+        )  # fmt: skip
+    elif kind == "sharded":
+        engine = _sharded_engine(rollout, config.model, backend, chat_kwargs)
+    else:
+        engine = build_engine(rollout, tokenizer, backend, chat_template_kwargs=chat_kwargs)
+    logger.debug("rollout engine: %s (%s)", kind, type(engine).__name__)
+    return Rollout(kind, rollout, backend, engine, loop, own_backend)
+
+
+def _sharded_engine(rollout: PlainConfig, model: Any, backend: Any, chat_kwargs: dict) -> Any:
+    """`engine_workers` engines in Ray actors, each with its own SGLang client of `backend`'s
+    servers (launched by `create_backend` when `server_urls` was empty) and its own tools."""
+    from agentrl.rollout.backends.sglang import SGLangBackend
+    from agentrl.rollout.sharded import ShardedRolloutEngine
+
+    if not isinstance(backend, SGLangBackend):
+        raise ValueError("actor_rollout_ref.rollout.engine_workers > 1 needs rollout.name="
+                         "sglang: the engine workers reach the inference servers over HTTP")
+    workers_rollout = plain_config({**rollout, "server_urls": list(backend.server_urls),
+                                    "control_urls": list(backend.control_urls)})
+    return ShardedRolloutEngine(
+        int(rollout.engine_workers),
+        workers_rollout,
+        {"path": model.path, "trust_remote_code": bool(model.trust_remote_code),
+         "chat_template": model.custom_chat_template},
+        *engine_factories(workers_rollout, model.path),
+        chat_kwargs,
+    )
+
+
+__all__ = ["ENGINE_KINDS", "Rollout", "build_rollout", "engine_kind"]

@@ -1,0 +1,57 @@
+"""Every bench script still runs against the package as it is now: its imports and its
+argument parser (`--help`), and the rollout bench end to end on a tiny workload (a renamed
+config key once broke it with nothing to notice)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = sorted((ROOT / "bench").glob("*.py"))
+SCRIPTS = [p.name for p in FILES if '__name__ == "__main__"' in p.read_text()]
+HELPERS = [p.stem for p in FILES if p.name not in SCRIPTS]  # modules the scripts import
+
+
+def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_every_bench_script_is_listed():
+    assert {"repeat.py", "grpo_step.py", "async_vs_sync.py", "rollout_async_vs_sync.py"} <= set(
+        SCRIPTS)
+    assert "latency_calculator" in HELPERS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_script_imports_and_parses_its_arguments(script):
+    done = _run(f"bench/{script}", "--help")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("usage:"), done.stdout[:300]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", HELPERS)
+def test_the_helper_modules_import(module):
+    done = _run("-c", f"import sys; sys.path.insert(0, 'bench'); import {module}")
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_rollout_bench_runs_a_tiny_workload(workers):
+    if workers != "1":
+        pytest.importorskip("ray")
+    done = _run("bench/rollout_async_vs_sync.py", "--requests", "8", "--max-tool-turns", "1",
+                "--tool-median", "0.001", "--tool-cap", "0.01", "--engine-workers", workers)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = json.loads([ln for ln in done.stdout.splitlines() if ln.startswith("{")][-1])
+    # the figure line bench/repeat.py reads
+    assert line["requests"] == 8 and line["engine_workers"] == int(workers)
+    assert line["async_s"] > 0 and line["async_over_bound"] > 0
