@@ -15,6 +15,7 @@ runs, so `agentrl --help` stays fast and one command's heavy imports never slow 
     agentrl generate --config X.yaml data.path=IN.parquet data.output_path=OUT.jsonl
     agentrl report RUN_DIR
     agentrl gateway --model MODEL_DIR --port P [key=value ...]
+    agentrl env prepare SPEC --out DIR [--size N] [--test-size M] [--seed S]
     agentrl COMMAND --help
 """
 
@@ -45,6 +46,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "serve a model with the hf engine behind SGLang's HTTP API"),
     "gateway": ("agentrl.gateway.cli",
                 "an OpenAI-compatible endpoint in front of the policy that records every call"),
+    "env": ("agentrl.environments.cli",
+            "prepare a reasoning-gym or TextArena environment as the data and configs of a run"),
     "retriever": ("envs.retriever.cli", "serve a BM25 (or dense) retrieval index, Search-R1 API"),
     "sandbox": ("envs.sandbox.cli", "serve a resource-limited Python sandbox, SandboxFusion API"),
 }

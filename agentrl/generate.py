@@ -141,13 +141,13 @@ def _files(path: Any) -> list[str]:
 
 def _reward_manager(cfg: DictConfig, dataset: Any, tokenizer: Any) -> Any:
     """The configured reward manager, or None when no score function covers the data."""
-    from agentrl.reward import SCORERS, load_reward_manager
+    from agentrl.reward import has_scorer, load_reward_manager
 
     if not cfg.custom_reward_function.path:
         key, frame = cfg.data.reward_fn_key, getattr(dataset, "dataframe", None)
         has_key = frame is not None and key in frame.column_names
         sources = set(frame[key]) if has_key else set()
-        unknown = sorted(str(s) for s in sources if s not in SCORERS)
+        unknown = sorted(str(s) for s in sources if not has_scorer(str(s)))
         if not sources or unknown:
             logger.info(
                 "no score function for data sources %s: trajectories are not scored "

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate requirements/lock.txt: every transitive dependency of agentrl and of its
-# extras that install on a CPU machine (test, agents, lora, mcp, tensorboard, wandb), pinned
+# extras that install on a CPU machine (test, agents, envs, lora, mcp, tensorboard, wandb), pinned
 # for CPython 3.11 on x86_64 Linux. scripts/setup_env.sh, CI (.ci/run) and the wheel test
 # install under it as pip constraints (-c), so a fresh machine gets the versions the docs'
 # figures were measured with.
@@ -21,7 +21,7 @@ raw=$(mktemp)
 trap 'rm -f "$override" "$raw"' EXIT
 echo "$TORCH" > "$override"
 "$UV" pip compile pyproject.toml \
-  --extra test --extra agents --extra lora --extra mcp --extra tensorboard --extra wandb \
+  --extra test --extra agents --extra envs --extra lora --extra mcp --extra tensorboard --extra wandb \
   --python-version 3.11 --python-platform x86_64-unknown-linux-gnu \
   --override "$override" --no-header --quiet -o "$raw"
 {

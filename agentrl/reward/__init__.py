@@ -17,11 +17,19 @@ from agentrl.reward.base import (
 )
 from agentrl.reward.loader import get_custom_reward_fn, load_reward_manager
 from agentrl.reward.managers import BatchRewardManager, DAPORewardManager, NaiveRewardManager
-from agentrl.reward.score import SCORERS, default_compute_score, register_data_source
+from agentrl.reward.score import (
+    SCORERS,
+    default_compute_score,
+    has_scorer,
+    register_data_source,
+    register_data_source_prefix,
+)
 
 __all__ = [
     "REWARD_MANAGERS",
     "SCORERS",
+    "has_scorer",
+    "register_data_source_prefix",
     "BatchRewardManager",
     "DAPORewardManager",
     "NaiveRewardManager",

@@ -18,10 +18,15 @@ bamboogle
 ``retool/math`` (recipes/retool)                            ``math`` last ``\\boxed{}``
 ``codecontests``, ``apps``, ``codeforces``, ``taco``        ``code_exec`` unit tests run in
                                                             the sandbox (default settings)
+``reasoning_gym/<task>`` (any reasoning-gym task)           the task's own ``score_answer``
+                                                            on the last ``<answer>``
+``textarena/<env_id>``                                      the game's reward, reported by
+                                                            the TextArena interaction
 ==========================================================  =================================
 
-Add a data source with ``register_data_source("name")``; an unknown one is an error that
-names it and lists the known ones.
+Add a data source with ``register_data_source("name")``, or a family of them with
+``register_data_source_prefix("family/")`` (an exact name wins over a prefix); an unknown one
+is an error that names it and lists the known ones.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentrl.reward.score import arithmetic, code_exec, gsm8k, math, search_r1
+from agentrl.reward.score import arithmetic, code_exec, environments, gsm8k, math, search_r1
 from agentrl.utils.registry import Registry, UnknownNameError
 
 Scorer = Callable[[str, Any, dict | None], float | dict]
@@ -38,6 +43,39 @@ SCORERS: Registry[Scorer] = Registry("data_source")
 SEARCH_R1_SETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 MATH_SOURCES = ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500",
                 "retool/math")
+
+
+PREFIX_SCORERS: dict[str, Scorer] = {}  # "family/" -> scorer of every "family/<name>"
+
+
+def register_data_source_prefix(prefix: str) -> Callable[[Scorer], Scorer]:
+    """Decorator registering ``fn`` for every data source that starts with ``prefix``."""
+
+    def decorator(fn: Scorer) -> Scorer:
+        PREFIX_SCORERS[prefix] = fn
+        return fn
+
+    return decorator
+
+
+def scorer_for(data_source: str) -> Scorer:
+    """The scorer of ``data_source``: its own, else its family's (UnknownNameError if none)."""
+    if data_source in SCORERS:
+        return SCORERS.get(data_source)
+    for prefix, fn in PREFIX_SCORERS.items():
+        if data_source.startswith(prefix):
+            return fn
+    known = [*SCORERS.names(), *(f"{p}<name>" for p in PREFIX_SCORERS)]
+    raise UnknownNameError(
+        f"no score function for data_source {data_source!r}; known: {', '.join(known)}. "
+        "Register one with agentrl.reward.score.register_data_source or set "
+        "custom_reward_function.path"
+    )
+
+
+def has_scorer(data_source: str) -> bool:
+    """Whether ``default_compute_score`` can score ``data_source``."""
+    return data_source in SCORERS or any(data_source.startswith(p) for p in PREFIX_SCORERS)
 
 
 def register_data_source(*names: str) -> Callable[[Scorer], Scorer]:
@@ -117,15 +155,11 @@ def default_compute_score(
             options["max_concurrent"] = int(max_concurrent)
         return code_exec.compute_score(data_source, solution_str, ground_truth, extra_info,
                                        **options)
-    try:
-        scorer = SCORERS.get(data_source)
-    except UnknownNameError:
-        raise UnknownNameError(
-            f"no score function for data_source {data_source!r}; known: "
-            f"{', '.join(SCORERS.names())}. Register one with "
-            "agentrl.reward.score.register_data_source or set custom_reward_function.path"
-        ) from None
-    return scorer(solution_str, ground_truth, extra_info)
+    return scorer_for(data_source)(solution_str, ground_truth, extra_info)
 
 
 __all__ = ["SCORERS", "default_compute_score", "register_data_source"]
+
+
+register_data_source_prefix("reasoning_gym/")(environments.reasoning_gym_score)
+register_data_source_prefix("textarena/")(environments.textarena_score)

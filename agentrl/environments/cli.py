@@ -1,0 +1,55 @@
+"""`agentrl env prepare SPEC --out DIR`: a foreign environment as the files of a run.
+
+    agentrl env prepare reasoning_gym:basic_arithmetic --out data/rg --size 2000 --seed 0
+    agentrl env prepare textarena:GuessTheNumber-v0 --out data/guess --size 500
+
+It writes DIR/train.parquet and DIR/test.parquet (verl rows, disjoint) and the
+interaction config when the environment needs one, then prints the `agentrl train`
+overrides that use them (docs/environments.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from agentrl.environments.spec import SPEC_FORMS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    prep = parser
+    prep.add_argument("action", choices=["prepare"],
+                      help="prepare: write DIR/train.parquet, DIR/test.parquet and the configs "
+                           "the environment needs")
+    forms = ", ".join(form for form, _ in SPEC_FORMS.values())
+    prep.add_argument("spec", metavar="SPEC", help=f"the environment: {forms}")
+    prep.add_argument("--out", required=True, help="the directory to write")
+    prep.add_argument("--size", type=int, default=1000, help="training items (default 1000)")
+    prep.add_argument("--test-size", type=int, default=200,
+                      help="held-out items, never in training (default 200)")
+    prep.add_argument("--seed", type=int, default=0, help="which items (default 0)")
+    prep.add_argument("--answer-tag", default="answer",
+                      help="the tag the final answer or move goes in (default answer)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from agentrl.environments.prepare import prepare_environment
+
+    try:
+        prepared = prepare_environment(args.spec, args.out, size=args.size,
+                                       test_size=args.test_size, seed=args.seed,
+                                       answer_tag=args.answer_tag)  # fmt: skip
+    except (ValueError, ImportError) as err:
+        sys.stderr.write(f"agentrl env prepare: {err}\n")
+        return 2
+    sys.stdout.write(f"wrote {prepared.train} and {prepared.test}"
+                     + "".join(f" and {p}" for p in prepared.configs.values())
+                     + "\ntrain with:\n  agentrl train " + " \\\n    ".join(prepared.overrides)
+                     + "\n")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    from agentrl.utils.command import main_of
+
+    sys.exit(main_of(sys.modules[__name__], "env"))

@@ -1,0 +1,78 @@
+"""`prepare_environment(SPEC, DIR)`: the files a run needs, and the overrides that use them.
+
+    DIR/train.parquet, DIR/test.parquet     verl rows, disjoint
+    DIR/interaction.yaml                    when the environment talks back over turns
+
+Nothing is written unless every file can be: the rows are made first, then written.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentrl.environments.spec import parse_spec
+from agentrl.utils.jsonl import write_parquet
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    train: Path
+    test: Path
+    configs: dict[str, Path] = field(default_factory=dict)  # "interaction" / "tools" -> file
+    overrides: list[str] = field(default_factory=list)  # for agentrl train
+
+
+def _adapter(kind: str) -> Any:
+    if kind == "reasoning_gym":
+        from agentrl.environments import reasoning_gym
+
+        return reasoning_gym
+    from agentrl.environments import textarena
+
+    return textarena
+
+
+def prepare_environment(
+    spec: str,
+    out_dir: str | Path,
+    *,
+    size: int = 1000,
+    test_size: int = 200,
+    seed: int = 0,
+    answer_tag: str = "answer",
+) -> Prepared:
+    """Write the environment `spec` names into `out_dir` (see the module docstring)."""
+    parsed = parse_spec(spec)
+    if size < 1 or test_size < 1:
+        raise ValueError(f"--size and --test-size must be >= 1, got {size} and {test_size}")
+    train, test, configs = _adapter(parsed.kind).prepare(
+        parsed.name, size, test_size, seed, answer_tag
+    )
+    out = Path(out_dir).expanduser()
+    written: dict[str, Path] = {}
+    train_path = write_parquet(train, out / "train.parquet")
+    test_path = write_parquet(test, out / "test.parquet")
+    for name, content in configs.items():
+        path = out / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(content, sort_keys=False))
+        written[name] = path
+    overrides = [f"data.train_files={train_path}", f"data.val_files={test_path}"]
+    if "interaction" in written:
+        overrides += ["actor_rollout_ref.rollout.multi_turn.enable=true",
+                      "actor_rollout_ref.rollout.multi_turn.interaction_config_path="
+                      f"{written['interaction']}"]
+    if "tools" in written:
+        overrides += ["actor_rollout_ref.rollout.multi_turn.enable=true",
+                      f"actor_rollout_ref.rollout.multi_turn.tool_config_path={written['tools']}"]
+    logger.info("%s: %d train and %d test rows in %s", spec, len(train), len(test), out)
+    return Prepared(train_path, test_path, written, overrides)
+
+
+__all__ = ["Prepared", "prepare_environment"]

@@ -1,0 +1,59 @@
+"""Scorers that hand the answer to a foreign environment's own scoring (never re-implemented).
+
+- ``reasoning_gym/<task>``: the last ``<answer>...</answer>`` of the response (the tag is
+  ``extra_info.answer_tag``, default ``answer``) goes to reasoning-gym's ``score_answer`` for
+  the task, with the item the row was made from (``extra_info.reasoning_gym_entry``, its
+  JSON). No answer scores 0.0, as reasoning-gym scores a missing answer.
+- ``textarena/<env_id>``: the game's own reward, which the TextArena interaction
+  (``agentrl.interactions.textarena``) reported as the score of its last turn
+  (``extra_info.rollout_reward_scores.user_turn_rewards``); a trajectory that never reached
+  the game's end scores 0.0.
+
+Rows come from ``agentrl env prepare`` (docs/environments.md). A missing package names the
+extra to install (``pip install agentrl[envs]``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from agentrl.utils.answer_tags import extract_answer
+from agentrl.utils.extras import missing_package
+
+
+@cache  # reasoning-gym's scorer of each task, looked up once
+def _score_answer_fn(task: str) -> Any:
+    try:
+        import reasoning_gym
+    except ImportError as err:
+        raise missing_package("reasoning-gym", "envs", f"data_source reasoning_gym/{task}") from err
+    return reasoning_gym.get_score_answer_fn(task)
+
+
+def reasoning_gym_score(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    """reasoning-gym's own score of the row's item for the response's final answer."""
+    info = dict(extra_info or {})
+    if "reasoning_gym_entry" not in info:
+        raise ValueError("a reasoning_gym row needs extra_info.reasoning_gym_entry (the item's "
+                         "JSON, as agentrl env prepare writes it)")
+    entry = json.loads(info["reasoning_gym_entry"])
+    answer = extract_answer(solution_str, str(info.get("answer_tag") or "answer"))
+    if answer is None:
+        return 0.0
+    task = entry["metadata"]["source_dataset"]
+    return float(_score_answer_fn(task)(answer, entry))
+
+
+def textarena_score(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    """The game's reward at its end, as the TextArena interaction reported it."""
+    scores = (extra_info or {}).get("rollout_reward_scores") or {}
+    turns = scores.get("user_turn_rewards") if isinstance(scores, Mapping) else None
+    if turns is None or len(turns) == 0:
+        return 0.0
+    return float(turns[-1])
+
+
+__all__ = ["reasoning_gym_score", "textarena_score"]

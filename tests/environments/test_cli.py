@@ -1,0 +1,32 @@
+"""`agentrl env prepare`: files and the train overrides printed; bad input exits 2 with
+the reason (unknown spec, missing package naming the extra)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from agentrl.cli import main
+
+
+def test_prepare_prints_the_overrides_that_use_the_files(tmp_path, capsys):
+    pytest.importorskip("textarena")
+    out = tmp_path / "guess"
+    assert main(["env", "prepare", "textarena:GuessTheNumber-v0", "--out", str(out),
+                 "--size", "2", "--test-size", "2", "--seed", "7"]) == 0
+    printed = capsys.readouterr().out
+    assert f"data.train_files={out / 'train.parquet'}" in printed
+    assert f"interaction_config_path={out / 'interaction.yaml'}" in printed
+    assert (out / "test.parquet").is_file()
+
+
+def test_an_unknown_spec_exits_2_and_lists_the_forms(tmp_path, capsys):
+    assert main(["env", "prepare", "gym:CartPole-v1", "--out", str(tmp_path)]) == 2
+    assert "reasoning_gym:TASK" in capsys.readouterr().err
+
+
+def test_a_missing_package_names_the_extra(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import fails
+    assert main(["env", "prepare", "reasoning_gym:chain_sum", "--out", str(tmp_path)]) == 2
+    assert "pip install 'agentrl[envs]'" in capsys.readouterr().err

@@ -1,0 +1,108 @@
+"""From an environment to a rollout: `prepare_environment` writes the files, and the
+overrides it prints roll out through the real engine (`agentrl generate`) with the
+environment's own scoring: an oracle model scores 1, a model that cannot play scores 0."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+import yaml
+
+from agentrl.config import load_config
+from agentrl.environments import prepare_environment
+from agentrl.generate import generate
+from agentrl.rollout.backends import GenerationOutput
+
+
+class _Backend:
+    """Answers with `reply(conversation text)`."""
+
+    def __init__(self, tokenizer, reply):
+        self.tokenizer, self.reply = tokenizer, reply
+
+    async def generate(self, input_ids, sampling_params, request_id):
+        text = self.tokenizer.decode(input_ids, skip_special_tokens=False)
+        out = self.reply(text) + "<|im_end|>"
+        ids = self.tokenizer.encode(out, add_special_tokens=False)
+        return GenerationOutput(ids, out, "stop", [-1.0] * len(ids))
+
+    async def abort(self, request_id):
+        return None
+
+
+def _generate(tmp_path, model_dir, prepared, backend, *overrides):
+    args = [o for o in prepared.overrides if not o.startswith("data.train_files")]
+    cfg = load_config(overrides=[
+        *[o.replace("data.val_files=", "data.path=") for o in args],
+        f"data.output_path={tmp_path / 'out.jsonl'}",
+        f"actor_rollout_ref.model.path={model_dir}",
+        "data.max_prompt_length=1024", "data.max_response_length=512",
+        "actor_rollout_ref.rollout.do_sample=false", "actor_rollout_ref.rollout.n=1",
+        *overrides,
+    ])  # fmt: skip
+    summary = generate(cfg, backend=backend)
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    return summary, rows
+
+
+def test_reasoning_gym_rolls_out_and_scores_with_its_own_function(tmp_path, tiny_model_dir,
+                                                                 tiny_tokenizer):
+    pytest.importorskip("reasoning_gym")
+    prepared = prepare_environment("reasoning_gym:basic_arithmetic", tmp_path / "rg", size=30,
+                                   test_size=12, seed=1)
+    assert prepared.configs == {} and prepared.overrides[0].startswith("data.train_files=")
+    test = pd.read_parquet(prepared.test)
+    answers = {r["extra_info"]["question"]: r["reward_model"]["ground_truth"]
+               for r in test.to_dict("records")}
+    wrong = set(list(answers)[:4])
+
+    def oracle(text):
+        question = next(q for q in answers if q in text)
+        return f"<answer>{'nope' if question in wrong else answers[question]}</answer>"
+
+    summary, rows = _generate(tmp_path, tiny_model_dir, prepared,
+                              _Backend(tiny_tokenizer, oracle))
+    assert len(rows) == 12 and sorted(r["score"] for r in rows) == [0.0] * 4 + [1.0] * 8
+    assert summary["score/mean"] == pytest.approx(8 / 12)
+
+
+def _binary_search(text):
+    """Plays GuessTheNumber by the game's hints in the conversation so far."""
+    low, high = 1, 20
+    moves = r"<\|im_start\|>assistant\n<answer>\[(\d+)\]</answer>.*?target number is (\w+)"
+    for guess, hint in re.findall(moves, text, re.S):
+        low, high = (int(guess) + 1, high) if hint == "higher" else (low, int(guess) - 1)
+    return f"<answer>[{(low + high) // 2}]</answer>"
+
+
+@pytest.mark.parametrize(("player", "score"), [(_binary_search, 1.0), (lambda t: "hmm", 0.0)])
+def test_a_textarena_game_is_played_over_turns(tmp_path, tiny_model_dir, tiny_tokenizer,
+                                               player, score):
+    pytest.importorskip("textarena")
+    prepared = prepare_environment("textarena:GuessTheNumber-v0", tmp_path / "ta", size=3,
+                                   test_size=4, seed=0)
+    interaction = yaml.safe_load(prepared.configs["interaction"].read_text())
+    assert interaction["interaction"][0]["name"] == "textarena"
+    test = pd.read_parquet(prepared.test)
+    assert all(s >= 1_000_000 for s in test["extra_info"].map(lambda e: e["seed"]))
+    summary, rows = _generate(
+        tmp_path, tiny_model_dir, prepared, _Backend(tiny_tokenizer, player),
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=12",
+        "actor_rollout_ref.rollout.multi_turn.max_user_turns=12",
+    )  # fmt: skip
+    assert [r["score"] for r in rows] == [score] * 4
+    assert all(r["state"] == "completed" for r in rows)
+    turns = [r["num_turns"] for r in rows]
+    assert all(t > 2 for t in turns)  # several moves, the game answering each
+    assert any("[GAME]" in m["content"] for m in rows[0]["messages"][3:] if m["role"] == "user")
+
+
+def test_nothing_is_written_for_a_bad_spec_or_size(tmp_path):
+    with pytest.raises(ValueError, match="supported forms"):
+        prepare_environment("verifiers:x", tmp_path / "a")
+    with pytest.raises(ValueError, match="--size and --test-size must be >= 1"):
+        prepare_environment("reasoning_gym:basic_arithmetic", tmp_path / "b", size=0)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
