@@ -64,8 +64,12 @@ _LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
 _CKPT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 
 # key -> allowed values (None stands for null).
+# agent mode's client of the in-process gateway (agentrl/gateway/agent_rollout.py)
+AGENT_CLIENTS = ("openai", "anthropic")
+
 CHOICES: dict[str, tuple[Any, ...]] = {
     "data.truncation": ("error", "left", "right", "middle"),
+    "actor_rollout_ref.rollout.agent_client": AGENT_CLIENTS,
     "actor_rollout_ref.actor.strategy": _STRATEGIES,
     "actor_rollout_ref.ref.strategy": _STRATEGIES,
     "critic.strategy": _STRATEGIES,

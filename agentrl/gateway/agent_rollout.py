@@ -2,13 +2,14 @@
 
     actor_rollout_ref.rollout.agent_function: my_agents.py:run      # or pkg.module.run
     actor_rollout_ref.rollout.agent_timeout: 300
+    actor_rollout_ref.rollout.agent_client: openai    # or anthropic (the Messages API)
 
     async def run(task: dict, client: openai.AsyncOpenAI) -> float | dict:
         reply = await client.chat.completions.create(model="policy", messages=task["raw_prompt"])
         return 1.0 if "42" in reply.choices[0].message.content else 0.0
 
 For each sample ``AgentRollout`` opens a gateway session (the gateway runs in process, the
-client reaches it through ``httpx.ASGITransport``, no socket), hands the function a client
+client reaches it through an in-process ASGI transport, no socket), hands the function a client
 bound to it and the row's fields (``raw_prompt``, ``reward_model``, ``extra_info``, ...),
 awaits the reward (a number, a dict with ``score``, or None to use the one posted to
 ``/sessions/{id}/reward``) and turns the session's last segment into the trajectory the
@@ -22,17 +23,20 @@ in ``rollout/agent_rewrites``.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from agentrl.config.validate import AGENT_CLIENTS
 from agentrl.gateway.server import create_app
 from agentrl.protocol import DataProto
 from agentrl.reward.base import scores_on_last_token
 from agentrl.rollout.collector import TrajectoryCollector
 from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
+from agentrl.utils.extras import missing_package
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +71,10 @@ class AgentRollout:
         self.config = config
         self.agent_fn = agent_fn
         self.timeout = float(config.agent_timeout)
+        self.client_kind = str(config.get("agent_client") or "openai")
+        if self.client_kind not in AGENT_CLIENTS:
+            raise ValueError(f"rollout.agent_client must be one of {AGENT_CLIENTS}, got "
+                             f"{self.client_kind!r}")
         self.app = create_app(
             backend, tokenizer, model_name="policy", tool_format=config.multi_turn.format,
             chat_template_kwargs=chat_template_kwargs,
@@ -80,15 +88,12 @@ class AgentRollout:
         self, batch: DataProto, on_request_done: Callable[[Any], None] | None = None
     ) -> DataProto:
         """Every sample's episode at once; `on_request_done(request)` as each one ends."""
-        import httpx
-
         started = time.perf_counter()
         validate = bool(batch.meta_info.get("validate", False))
         n, _ = self.collector.sampling_params(validate)
         batch_id = uuid.uuid4().hex[:8]
-        transport = httpx.ASGITransport(app=self.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway",
-                                     timeout=self.timeout + 30) as http:
+        async with in_process_http(sdk_module(self.client_kind), self.app,
+                                   self.timeout + 30) as http:
             episodes = [
                 self._episode(f"{batch_id}-{i}-{k}", i, k, self._task(batch, i), http,
                               on_request_done)
@@ -117,10 +122,7 @@ class AgentRollout:
     async def _episode(self, session_id: str, row: int, offset: int, task: dict, http: Any,
                        on_done: Callable[[Any], None] | None = None,
                        ) -> tuple[AsyncRolloutRequest, float]:
-        import openai
-
-        client = openai.AsyncOpenAI(base_url=f"http://gateway/sessions/{session_id}/v1",
-                                    api_key="agentrl", http_client=http, max_retries=0)
+        client = agent_client(self.client_kind, session_id, http)
         error: str | None = None
         result: Any = None
         tools = self.app.state.tools
@@ -186,6 +188,35 @@ def _count_turns(metrics: Any, segment: Any) -> None:
             metrics.user_turns += 1
 
 
+def sdk_module(kind: str) -> Any:
+    """The SDK of ``rollout.agent_client`` (``openai`` or ``anthropic``), imported."""
+    try:
+        return importlib.import_module(kind)
+    except ImportError as err:
+        raise missing_package(kind, "agents", f"rollout.agent_client={kind}") from err
+
+
+def in_process_http(sdk: Any, app: Any, timeout: float) -> Any:
+    """An async HTTP client that reaches ``app`` in process (no socket), of the httpx
+    package the SDK is built on (``httpx``, or ``httpx2`` for the newer SDKs, which refuse
+    the other one's clients)."""
+    base = next(c for c in sdk.DefaultAsyncHttpxClient.__mro__ if c.__name__ == "AsyncClient")
+    http = importlib.import_module(base.__module__.split(".")[0])
+    return http.AsyncClient(transport=http.ASGITransport(app=app), base_url="http://gateway",
+                            timeout=timeout)
+
+
+def agent_client(kind: str, session_id: str, http: Any) -> Any:
+    """The SDK client an agent function gets, bound to its session of the in-process
+    gateway through ``http`` (``openai.AsyncOpenAI`` or ``anthropic.AsyncAnthropic``)."""
+    sdk = sdk_module(kind)
+    if kind == "anthropic":  # the SDK adds /v1/messages
+        return sdk.AsyncAnthropic(base_url=f"http://gateway/sessions/{session_id}",
+                                  api_key="agentrl", http_client=http, max_retries=0)
+    return sdk.AsyncOpenAI(base_url=f"http://gateway/sessions/{session_id}/v1",
+                           api_key="agentrl", http_client=http, max_retries=0)
+
+
 def load_agent_function(path: str) -> AgentFunction:
     """The agent function ``path`` names (``file.py:name`` or ``pkg.module.name``)."""
     from agentrl.plugins import load_object
@@ -197,4 +228,5 @@ def load_agent_function(path: str) -> AgentFunction:
     return fn
 
 
-__all__ = ["AgentRollout", "load_agent_function"]
+__all__ = ["AgentRollout", "agent_client", "in_process_http", "load_agent_function",
+           "sdk_module"]

@@ -16,6 +16,10 @@ Routes (the session id is part of the base URL, so unmodified clients work):
   parser (``multi_turn.format``) and answers in OpenAI's format: ``tool_calls`` with ids,
   ``finish_reason`` ``tool_calls`` / ``stop`` / ``length``, ``usage``. With ``stream`` the
   answer comes as server-sent events (one content chunk, then the finish).
+- ``POST /sessions/{id}/v1/messages``: Anthropic's Messages API and ``POST
+  /sessions/{id}/v1/responses``: OpenAI's Responses API (``previous_response_id`` chains
+  within the session), both translated to the chat form above, so every dialect records the
+  same trajectory (agentrl/gateway/anthropic_api.py, responses_api.py).
 - ``GET /sessions/{id}/v1/models``: the served model.
 - ``GET /sessions/{id}``: ``{"trajectories": [{"token_ids", "loss_mask", "log_probs",
   "prompt_length"}], "reward", "rewrites"}`` (agentrl/gateway/sessions.py).
@@ -48,8 +52,9 @@ from typing import Any
 from fastapi import FastAPI, HTTPException
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentrl.gateway import anthropic_api, responses_api
 from agentrl.gateway.sessions import Session, normalize_message
 from agentrl.gateway.tools import SessionTools
 from agentrl.models.chat import ChatRenderer
@@ -174,14 +179,63 @@ def create_app(
     @app.post("/sessions/{session_id}/v1/chat/completions")
     async def chat(session_id: str, request: ChatRequest) -> Any:
         _check(request)
-        session = sessions.setdefault(session_id, Session(session_id))
-        async with session.lock:
-            completion = await _complete(session, request)
+        completion, _ = await _complete_in(session_id, request)
         if request.stream:
             return StreamingResponse(_stream(completion), media_type="text/event-stream")
         return completion
 
-    async def _complete(session: Session, request: ChatRequest) -> dict[str, Any]:
+    @app.post("/sessions/{session_id}/v1/messages")
+    async def messages(session_id: str, body: dict[str, Any]) -> Any:
+        """Anthropic's Messages API (agentrl/gateway/anthropic_api.py)."""
+        try:
+            request = ChatRequest.model_validate(anthropic_api.to_chat_request(body))
+            _check(request)
+        except anthropic_api.MessagesRequestError as err:
+            return JSONResponse(status_code=400, content=anthropic_api.error_body(
+                f"{err.param}: {err}"))
+        except (_Refused, ValidationError) as err:
+            text = err.detail["message"] if isinstance(err, _Refused) else str(err)
+            return JSONResponse(status_code=400, content=anthropic_api.error_body(text))
+        completion, stop_sequence = await _complete_in(session_id, request)
+        message = anthropic_api.to_message(completion, stop_sequence)
+        if body.get("stream"):
+            return StreamingResponse(anthropic_api.stream_events(message),
+                                     media_type="text/event-stream")
+        return message
+
+    @app.post("/sessions/{session_id}/v1/responses")
+    async def responses(session_id: str, body: dict[str, Any]) -> Any:
+        """OpenAI's Responses API (agentrl/gateway/responses_api.py)."""
+        session = sessions.setdefault(session_id, Session(session_id))
+        previous = body.get("previous_response_id")
+        if previous is not None and previous not in session.responses:
+            return _openai_error(f"no response {previous!r} in session {session_id!r}",
+                                 "previous_response_id")
+        try:
+            chat = responses_api.to_chat_request(body, session.responses.get(previous, []))
+            request = ChatRequest.model_validate(chat)
+            _check(request)
+        except responses_api.ResponsesRequestError as err:
+            return _openai_error(f"{err.param}: {err}", err.param)
+        except ValidationError as err:
+            return _openai_error(str(err), None)
+        completion, _ = await _complete_in(session_id, request)
+        response = responses_api.to_response(completion, body)
+        session.responses[response["id"]] = responses_api.conversation_after(
+            chat["messages"], completion, body.get("instructions"))
+        if body.get("stream"):
+            return StreamingResponse(responses_api.stream_events(response),
+                                     media_type="text/event-stream")
+        return response
+
+    async def _complete_in(session_id: str, request: ChatRequest) -> tuple[dict, str | None]:
+        """One model call of a session, the session's calls one at a time."""
+        session = sessions.setdefault(session_id, Session(session_id))
+        async with session.lock:
+            return await _complete(session, request)
+
+    async def _complete(session: Session, request: ChatRequest) -> tuple[dict, str | None]:
+        """The chat completion, and the stop sequence that ended it (None if none did)."""
         schemas = [_rendered_tool(t) for t in request.tools or []
                    if isinstance(t, dict) and t.get("type") == "function"]
         segment = session.prepare(renderer, request.messages, schemas)
@@ -202,7 +256,8 @@ def create_app(
         out = await backend.generate(list(segment.token_ids), params, call_id)
         content = segment.add_model_output(renderer, list(out.output_ids), out.output_log_probs,
                                            out.weight_version)  # fmt: skip
-        content, stopped = _cut_at_stop(content, stops)
+        content, stop_sequence = _cut_at_stop(content, stops)
+        stopped = stop_sequence is not None
         parsed = (get_tool_parser(tool_format, schemas).parse(content)
                   if schemas and request.tool_choice != "none" else ParseResult(content, []))
         calls = [c for c in parsed.calls if c.error is None]
@@ -226,7 +281,7 @@ def create_app(
             "usage": {"prompt_tokens": prompt_tokens,
                       "completion_tokens": len(out.output_ids),
                       "total_tokens": prompt_tokens + len(out.output_ids)},
-        }
+        }, stop_sequence
 
     return app
 
@@ -281,11 +336,12 @@ def _stops(stop: str | list[str] | None) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop or [])
 
 
-def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
-    """``text`` up to the first stop sequence (OpenAI leaves it out of the answer); the
-    trajectory keeps every token the model produced, the stop sequence's included."""
-    cuts = [text.find(s) for s in stops if s in text]
-    return (text[: min(cuts)], True) if cuts else (text, False)
+def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, str | None]:
+    """``text`` up to the first stop sequence (OpenAI leaves it out of the answer), and
+    that sequence (None if none is in it); the trajectory keeps every token the model
+    produced, the stop sequence's included."""
+    cuts = sorted((text.find(s), s) for s in stops if s in text)
+    return (text[: cuts[0][0]], cuts[0][1]) if cuts else (text, None)
 
 
 async def _stream(completion: dict[str, Any]):

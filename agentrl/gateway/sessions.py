@@ -99,6 +99,8 @@ class Session:
     segments: list[Segment] = field(default_factory=list)
     reward: float | None = None
     rewrites: int = 0
+    # the Responses API's conversations by response id, for previous_response_id
+    responses: dict[str, list[dict]] = field(default_factory=dict, repr=False, compare=False)
     # one generation at a time per session; it goes with the session when that is removed
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
 

@@ -16,6 +16,7 @@ pytest.importorskip("openai")
 AGENTS = Path(__file__).resolve().parents[2] / "examples" / "agents"
 AGENT = AGENTS / "calculator_agent.py"
 AGENTS_SDK = AGENTS / "calculator_agents_sdk.py"
+DIALECTS = {"calculator_anthropic.py": "anthropic", "calculator_responses.py": "openai"}
 CALL = ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n'
         "</tool_call><|im_end|>")
 SCRIPTS = {0: [CALL, "<answer>42</answer><|im_end|>"], 1: ["<answer>41</answer><|im_end|>"]}
@@ -66,3 +67,48 @@ def test_the_agents_sdk_agent_is_trained_in_agent_mode_without_rewrites(tiny_tok
     trained = out.batch["responses"][0][mask].tolist()
     assert trained == [i for (k, _), calls in backend.outputs.items() if k == 0
                        for ids in calls for i in ids]
+
+
+@pytest.mark.parametrize(("name", "client"), DIALECTS.items())
+def test_the_messages_and_responses_agents_are_trained_in_agent_mode(tiny_tokenizer, name,
+                                                                    client):
+    if client == "anthropic":
+        pytest.importorskip("anthropic")
+    agent = _load(AGENTS / name)
+    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
+    rollout = AgentRollout(rollout_config(f"agent_client={client}"), tiny_tokenizer, backend,
+                           agent.run)
+    batch = prompts_batch(2, reward_model=[{"ground_truth": "42"}, {"ground_truth": "42"}])
+    out = asyncio.run(rollout.agenerate_sequences(batch))
+    assert list(out.non_tensor_batch["request_state"]) == ["completed", "completed"]
+    assert out.batch["rm_scores"].sum(-1).tolist() == [1.0, 0.0]
+    assert list(out.non_tensor_batch["num_turns"]) == [4, 2]
+    assert out.meta_info["metrics"]["rollout/agent_rewrites"] == 0.0
+    assert out.meta_info["metrics"]["rollout/tool_calls/calculator"] == 1.0
+    mask = out.batch["response_mask"][0].bool()
+    assert out.batch["responses"][0][mask].tolist() == [
+        i for (k, _), calls in backend.outputs.items() if k == 0 for ids in calls for i in ids]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "client"), DIALECTS.items())
+def test_two_grpo_steps_with_each_dialects_agent(make_config, name, client):
+    """The tiny policy's replies are mostly not calls or answers: the agents must still
+    finish every episode (no agent errors) and the trainer must step."""
+    if client == "anthropic":
+        pytest.importorskip("anthropic")
+    from agentrl.trainer import PPOTrainer
+
+    cfg = make_config(f"actor_rollout_ref.rollout.agent_function={AGENTS / name}:run",
+                      f"actor_rollout_ref.rollout.agent_client={client}",
+                      "actor_rollout_ref.rollout.multi_turn.enable=false",
+                      "trainer.total_training_steps=2")
+    trainer = PPOTrainer(cfg)
+    try:
+        history = trainer.fit()
+    finally:
+        trainer.close()
+    assert [m["training/global_step"] for m in history] == [1.0, 2.0]
+    for metrics in history:
+        assert metrics["rollout/agent_errors"] == 0
+        assert metrics["actor/grad_norm"] >= 0 and 0.0 <= metrics["critic/score/max"] <= 1.0
