@@ -48,6 +48,10 @@ logger = logging.getLogger(__name__)
 # the reward manager weights by ``step_reward_weight``. Shared by rollout and reward, so it
 # lives here, below both.
 STEP_REWARDS_KEY = "step_rewards"
+# A score function's dict result with this key (the reason) did not score its sample (an LLM
+# judge that timed out or answered garbage): the trainer takes the sample out of its group's
+# statistics and trains nothing on it, as a failed rollout (agentrl/trainer/scoring.py).
+SCORE_FAILED_KEY = "score_failed"
 
 __all__ = ["DataProto", "to_object_array"]
 

@@ -17,6 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 # Types of keys whose default is null (a null default says nothing about the type).
 NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
     "data.val_batch_size": int,
+    **{f"reward_model.judge.{key}": str
+       for key in ("url", "model", "api_key_env", "prompt_template")},
+    "reward_model.judge.requests_per_minute": (float, int),
+    "reward_model.judge.tokens_per_minute": (float, int),
     "actor_rollout_ref.actor.ppo_micro_batch_size": int,
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": int,
     "actor_rollout_ref.actor.clip_ratio_low": (float, int),
@@ -176,7 +180,27 @@ def check_consistency(cfg: DictConfig) -> list[str]:
             f"data.train_batch_size x actor_rollout_ref.rollout.n = "
             f"{cfg.data.train_batch_size} x {n} trajectories cannot be split evenly across "
             f"trainer.nnodes x trainer.n_gpus_per_node = {workers} workers")
-    return problems + _length_problems(cfg) + _misc_problems(cfg)
+    return problems + _length_problems(cfg) + _misc_problems(cfg) + _judge_problems(cfg)
+
+
+def _judge_problems(cfg: DictConfig) -> list[str]:
+    """An enabled LLM judge: its own fields, and what it cannot be combined with."""
+    rm = cfg.reward_model
+    if not rm.judge.enable:
+        if rm.reward_manager == "judge":
+            return ["reward_model.reward_manager=judge needs reward_model.judge.enable=true "
+                    "(with its url and model)"]
+        return []
+    from agentrl.reward.judge import judge_problems
+
+    problems = judge_problems(OmegaConf.to_container(rm.judge, resolve=True))
+    if rm.reward_manager not in ("naive", "judge"):
+        problems.append(f"reward_model.judge.enable replaces the reward manager; "
+                        f"reward_model.reward_manager is {rm.reward_manager!r} (use naive)")
+    if rm.enable:
+        problems.append("reward_model.enable (a learned reward model) and reward_model.judge."
+                        "enable cannot both score: set one of them")
+    return problems
 
 
 def _batch_problems(prefix: str, mini: int, micro_global: int | None,

@@ -15,6 +15,7 @@ from agentrl.reward.base import (
     get_reward_manager_cls,
     register_reward_manager,
 )
+from agentrl.reward.judge import JudgeRewardManager
 from agentrl.reward.loader import get_custom_reward_fn, load_reward_manager
 from agentrl.reward.managers import BatchRewardManager, DAPORewardManager, NaiveRewardManager
 from agentrl.reward.score import (
@@ -31,6 +32,7 @@ __all__ = [
     "has_scorer",
     "register_data_source_prefix",
     "BatchRewardManager",
+    "JudgeRewardManager",
     "DAPORewardManager",
     "NaiveRewardManager",
     "RewardManager",

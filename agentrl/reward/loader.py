@@ -4,7 +4,8 @@
                                     tokenizer, reward_fn_key=config.data.reward_fn_key)
     reward_tensor = reward_fn(batch)
 
-Keys read: ``reward_model.reward_manager`` (naive | dapo | batch | a registered name),
+Keys read: ``reward_model.reward_manager`` (naive | dapo | batch | judge | a registered
+name; ``reward_model.judge.enable`` picks ``judge`` with that subtree, agentrl/reward/judge.py),
 ``reward_model.reward_kwargs`` (passed to the manager), ``reward_model.tool_reward_weight``,
 ``reward_model.step_reward_weight``, ``reward_model.sandbox_fusion.{url, max_concurrent,
 memory_limit_mb}`` (without a custom function: the sandbox that scores the code data
@@ -85,6 +86,10 @@ def load_reward_manager(
     """Build the configured reward manager; ``reward_kwargs`` override
     ``reward_model.reward_kwargs``."""
     name = reward_model_config.reward_manager
+    judge = _plain(getattr(reward_model_config, "judge", None))
+    if judge.get("enable"):  # the LLM judge scores (agentrl/reward/judge.py)
+        name = "judge"
+        reward_kwargs = {"judge": judge, **reward_kwargs}
     cls = get_reward_manager_cls(name)
     kwargs = {**_plain(reward_model_config.reward_kwargs), **reward_kwargs}
     arguments = {

@@ -10,7 +10,9 @@ Data metrics (verl's `compute_data_metrics`): per trajectory, the score is the s
 ``token_level_scores``, the reward the sum of ``token_level_rewards`` (score minus the KL
 penalty); advantages, returns and values are taken over valid (response-mask) tokens.
 Trajectories whose rollout FAILED (non-tensor ``request_state == "failed"``) are left out of
-the score, reward, advantage and length statistics and counted in ``training/failed``.
+the score, reward, advantage and length statistics and counted in ``training/failed``;
+those the score function could not score (an LLM judge that failed) are counted again in
+``training/score_failed``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from agentrl.protocol import SCORE_FAILED_KEY
 
 FAILED = "failed"
 
@@ -67,7 +71,8 @@ def compute_data_metrics(data: Any, use_critic: bool) -> dict[str, float]:
     resp_len = attention[:, -response_length:].sum(-1).float()  # (b,)
     max_prompt = attention.shape[-1] - response_length
 
-    metrics: dict[str, float] = {"training/failed": float((~keep).sum().item())}
+    metrics: dict[str, float] = {"training/failed": float((~keep).sum().item()),
+                                 "training/score_failed": float(_score_failed(data))}
     metrics |= _stats("critic/score", batch["token_level_scores"][keep].sum(-1))
     metrics |= _stats("critic/rewards", batch["token_level_rewards"][keep].sum(-1))
     metrics |= _stats("critic/advantages", batch["advantages"][keep][mask])
@@ -95,6 +100,13 @@ def compute_data_metrics(data: Any, use_critic: bool) -> dict[str, float]:
                 "num_turns/min": float(turns.min()),
             }
     return metrics
+
+
+def _score_failed(data: Any) -> int:
+    """Rows the score function could not score (among `training/failed`)."""
+    extra = data.non_tensor_batch.get("reward_extra_info")
+    return 0 if extra is None else sum(
+        bool((row or {}).get(SCORE_FAILED_KEY)) for row in extra)
 
 
 def compute_rollout_logprob_gap(data: Any) -> dict[str, float]:

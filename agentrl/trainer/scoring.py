@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.protocol import DataProto, to_object_array
-from agentrl.trainer.metrics import failed_rows
+from agentrl.protocol import SCORE_FAILED_KEY, DataProto, to_object_array
+from agentrl.trainer.metrics import FAILED, failed_rows
 
 
 def prompt_batch(batch_dict: dict[str, Any], step: int, round_: int,
@@ -47,17 +47,35 @@ def isolate_failed(data: DataProto) -> int:
 def score(data: DataProto, reward_fn: Any, reward_model: Any = None) -> DataProto:
     """Add the reward model's score (when there is one), then score `data` with `reward_fn`:
     `token_level_scores`, and the score function's extra keys per row in
-    `non_tensor_batch["reward_extra_info"]`."""
+    `non_tensor_batch["reward_extra_info"]`. Rows the score function could not score
+    (`SCORE_FAILED_KEY` in their extra keys: an LLM judge that failed) become failed rows
+    (`fail_unscored`)."""
     if reward_model is not None:
         data = data.union(reward_model.compute_rm_score(data))
     scored = reward_fn(data, return_dict=True)
     data.batch["token_level_scores"] = scored["reward_tensor"]
     extra = scored["reward_extra_info"]
-    data.non_tensor_batch["reward_extra_info"] = to_object_array(
-        [{k: v[i] for k, v in extra.items()} for i in range(len(data))],
-        "reward_extra_info",
-    )
+    rows = [{k: v[i] for k, v in extra.items()} for i in range(len(data))]
+    data.non_tensor_batch["reward_extra_info"] = to_object_array(rows, "reward_extra_info")
+    fail_unscored(data, [i for i, row in enumerate(rows) if row.get(SCORE_FAILED_KEY)])
     return data
+
+
+def fail_unscored(data: DataProto, rows: list[int]) -> None:
+    """Treat `rows` (scored by no one) as failed rollouts: state `failed`, no score, a zero
+    response mask (they train nothing) and a group of their own (`isolate_failed`), so an
+    unscored sample never enters its group's statistics as a 0."""
+    if not rows:
+        return
+    states = data.non_tensor_batch.get("request_state")
+    states = list(states) if states is not None else ["completed"] * len(data)
+    for i in rows:
+        states[i] = FAILED
+    data.non_tensor_batch["request_state"] = to_object_array(states, "request_state")
+    index = torch.as_tensor(rows)
+    data.batch["token_level_scores"][index] = 0.0
+    data.batch["response_mask"][index] = 0
+    isolate_failed(data)
 
 
 def greedy_baseline(actor_rollout: Any, reward_fn: Any, batch: DataProto,

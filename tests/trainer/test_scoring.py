@@ -95,3 +95,32 @@ def test_greedy_baseline_is_one_validation_sample_per_prompt_repeated_n_times():
     assert baseline.tolist() == [1.0, 1.0, 1.0, 0.25, 0.25, 0.25]
     assert actor.batches[0].meta_info["validate"] is True  # val_kwargs: greedy, n = 1
     assert "validate" not in batch.meta_info  # the training batch is untouched
+
+
+def test_an_unscored_sample_is_a_failed_row_never_a_zero_in_its_group():
+    """A judge that failed on row 3 (SCORE_FAILED_KEY): the row leaves its group, trains
+    nothing and counts in training/score_failed; the others' advantages are those of their
+    group alone."""
+    from agentrl.protocol import SCORE_FAILED_KEY
+    from agentrl.trainer.metrics import _score_failed
+
+    data = _group_batch(["completed"] * 4)
+    data.batch["responses"] = torch.zeros(4, 3, dtype=torch.long)
+
+    def judged(batch, return_dict):
+        tensor = torch.zeros(4, 3)
+        tensor[:, -1] = torch.tensor([1.0, 0.0, 0.5, 0.0])
+        return {"reward_tensor": tensor, "reward_extra_info": {
+            "judge_score": [1.0, 0.0, 0.5, None],
+            SCORE_FAILED_KEY: [None, None, None, "judge: ReadTimeout"]}}
+
+    out = score(data, judged)
+    assert list(out.non_tensor_batch["request_state"]) == ["completed"] * 3 + ["failed"]
+    assert out.non_tensor_batch["uid"][3] == "a/failed-3"
+    assert out.batch["response_mask"][3].sum() == 0 and out.batch["token_level_scores"][3].sum() == 0
+    assert _score_failed(out) == 1
+    out.batch["token_level_rewards"] = out.batch["token_level_scores"]
+    adv = compute_advantage(out, "grpo").batch["advantages"]
+    alone = compute_advantage(_group_batch(["completed"] * 3), "grpo").batch["advantages"]
+    torch.testing.assert_close(adv[:3], alone)
+    assert adv[3].abs().sum() == 0

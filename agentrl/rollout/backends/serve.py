@@ -10,6 +10,7 @@ client, slime- or verl-style scripts and curl talk to it as to an SGLang server:
     GET  /get_model_info, /model_info, /get_server_info, /server_info, /get_weight_version
     GET|POST /flush_cache            200; 400 while requests are running (as SGLang)
     POST /abort_request              {"rid"} or {"abort_all": true}
+    POST /v1/chat/completions        OpenAI's chat form, text only (an LLM judge's calls)
     POST /update_weights_from_disk   {"model_path", "weight_version", "abort_all_requests"}
     GET|POST /release_memory_occupation, /resume_memory_occupation
 
@@ -22,6 +23,7 @@ Not served: streaming, input log-probs (`logprob_start_len` other than -1), top 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -139,6 +141,25 @@ def generate_response(
     return {"text": output.text, "output_ids": output.output_ids, "meta_info": meta}
 
 
+def chat_prompt_ids(body: dict[str, Any], tokenizer: Any) -> list[int]:
+    """The chat template's prompt ids of an OpenAI chat request's text ``messages``."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty list")
+    plain = []
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        if not isinstance(content, str) or message.get("role") not in ("system", "user",
+                                                                       "assistant"):
+            raise BadRequest(f"messages[{i}] must have a role (system, user, assistant) and "
+                             "text content")
+        plain.append({"role": message["role"], "content": content})
+    text = tokenizer.apply_chat_template(plain, add_generation_prompt=True, tokenize=False)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
 def create_app(
     backend: HFBackend,
     *,
@@ -168,6 +189,36 @@ def create_app(
         except BackendError as err:
             return _error(str(err))
         return JSONResponse(results if batch else results[0])
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        """SGLang's OpenAI-compatible chat route, text only (no tools, no streaming): what
+        an LLM judge or an evaluation script calls (docs/rewards.md, the judge)."""
+        try:
+            body = await request.json()
+            prompt_ids = chat_prompt_ids(body, tokenizer)
+        except (BadRequest, ValueError, TypeError, KeyError) as err:
+            return _error(str(err))
+        sampling = {"max_new_tokens": int(body.get("max_tokens") or 256),
+                    "temperature": float(body.get("temperature", 1.0)),
+                    "top_p": float(body.get("top_p", 1.0))}
+        if tokenizer.eos_token_id is not None:
+            sampling["stop_token_ids"] = [tokenizer.eos_token_id]
+        try:
+            output = await backend.generate(prompt_ids, sampling, f"chat-{uuid.uuid4().hex}")
+        except BackendError as err:
+            return _error(str(err))
+        text = tokenizer.decode(output.output_ids, skip_special_tokens=True)
+        finish = "length" if output.finish_reason == "length" else "stop"
+        return JSONResponse({
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion",
+            "created": int(time.time()), "model": info["model_path"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": finish}],
+            "usage": {"prompt_tokens": len(prompt_ids),
+                      "completion_tokens": len(output.output_ids),
+                      "total_tokens": len(prompt_ids) + len(output.output_ids)},
+        })  # fmt: skip
 
     @app.get("/health")
     async def health() -> Response:
