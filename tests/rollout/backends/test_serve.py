@@ -196,3 +196,28 @@ def test_update_weights_from_disk(varied_model_dir, tiny_model_dir, prompts, tmp
         out = post(url, "/generate", {"input_ids": prompts[1], "sampling_params": GREEDY}).json()
         assert out["output_ids"] == expected
         assert out["meta_info"]["weight_version"] == "7"
+
+
+def test_chat_completions_render_the_template_and_answer_in_openais_shape(served,
+                                                                           tiny_tokenizer):
+    url, _ = served
+    messages = [{"role": "system", "content": "Grade it."},
+                {"role": "user", "content": [{"type": "text", "text": "2+2=4?"}]}]
+    reply = post(url, "/v1/chat/completions", {"messages": messages, "max_tokens": 5,
+                                               "temperature": 0})
+    assert reply.status_code == 200
+    body = reply.json()
+    choice = body["choices"][0]
+    assert choice["message"]["role"] == "assistant" and choice["finish_reason"] in (
+        "stop", "length")
+    prompt = tiny_tokenizer.apply_chat_template(
+        [messages[0], {"role": "user", "content": "2+2=4?"}], add_generation_prompt=True,
+        tokenize=False)
+    assert body["usage"]["prompt_tokens"] == len(tiny_tokenizer.encode(
+        prompt, add_special_tokens=False))
+    assert 1 <= body["usage"]["completion_tokens"] <= 5
+    again = post(url, "/v1/chat/completions", {"messages": messages, "max_tokens": 5,
+                                               "temperature": 0}).json()
+    assert again["choices"][0]["message"]["content"] == choice["message"]["content"]  # greedy
+    bad = post(url, "/v1/chat/completions", {"messages": [{"role": "tool", "content": "x"}]})
+    assert bad.status_code == 400 and "messages[0]" in bad.text
