@@ -14,6 +14,7 @@ from agentrl.algos.advantage import (
     AdvantageEstimator,
     compute_advantage,
     compute_response_mask,
+    distill_metrics,
     get_adv_estimator_fn,
     register_adv_est,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "agg_loss",
     "apply_kl_penalty",
     "compute_advantage",
+    "distill_metrics",
     "compute_policy_loss",
     "compute_response_mask",
     "compute_value_loss",

@@ -71,6 +71,7 @@ class AdvantageEstimator(str, Enum):
     OPO = "opo"
     GRPO_PASSK = "grpo_passk"
     GPG = "gpg"
+    ON_POLICY_DISTILL = "on_policy_distill"
 
 
 def register_adv_est(name: str | AdvantageEstimator) -> Callable[[AdvantageFn], AdvantageFn]:
@@ -338,6 +339,52 @@ def compute_remax_outcome_advantage(
 # --------------------------------------------------------------------------- DataProto entry
 
 
+@register_adv_est(AdvantageEstimator.ON_POLICY_DISTILL)
+def compute_on_policy_distill_advantage(
+    token_level_rewards: Tensor, response_mask: Tensor, index: np.ndarray | None = None, *,
+    values: Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True, reward_baselines: Tensor | None = None,
+    config: Any = None, epsilon: float = 1e-6,
+    teacher_log_prob: Tensor | None = None, student_log_prob: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """On-policy distillation: each sampled token's advantage is the negative per-token
+    reverse KL to the teacher, ``kl_coef * (log p_teacher(y_t) - log p_student(y_t))`` (the
+    single-sample estimate of ``-KL(student || teacher)`` at that token, no discounting),
+    plus ``task_reward_weight`` times the GRPO advantage of the task reward when that weight
+    is not 0. ``config.distill.{kl_coef, task_reward_weight}`` (defaults 1 and 0); only
+    the model's own tokens (``response_mask``) get one."""
+    if teacher_log_prob is None or student_log_prob is None:
+        raise KeyError("on_policy_distill needs data.batch['teacher_log_prob'] (the teacher's "
+                       "log-probs of the sampled tokens) and ['old_log_probs'] (the student's)")
+    distill = config.get("distill") if config is not None else None
+    kl_coef = float((distill or {}).get("kl_coef", 1.0))
+    task_weight = float((distill or {}).get("task_reward_weight", 0.0))
+    adv = _where_mask(kl_coef * (teacher_log_prob - student_log_prob), response_mask.bool())
+    if task_weight:
+        task, _ = compute_grpo_outcome_advantage(
+            token_level_rewards, response_mask, index,
+            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon)
+        adv = adv + task_weight * task
+    return adv, adv
+
+
+compute_on_policy_distill_advantage.batch_keys = {  # type: ignore[attr-defined]
+    "teacher_log_prob": "teacher_log_prob", "student_log_prob": "old_log_probs"}
+
+
+def distill_metrics(data: Any) -> dict[str, float]:
+    """``distill/reverse_kl`` (mean of ``log p_student - log p_teacher`` over the model's
+    tokens) and ``distill/teacher_logprob`` (the teacher's mean log-prob of them)."""
+    batch = data.batch
+    mask = batch["response_mask"].bool()
+    if not mask.any():
+        return {}
+    teacher = batch["teacher_log_prob"][mask]
+    student = batch["old_log_probs"][mask]
+    return {"distill/reverse_kl": float((student - teacher).mean()),
+            "distill/teacher_logprob": float(teacher.mean())}
+
+
 def compute_response_mask(data: Any) -> torch.Tensor:
     """The response part of the attention mask: ``attention_mask[:, -R:]`` (B, R)."""
     response_length = data.batch["responses"].shape[-1]
@@ -368,6 +415,9 @@ def compute_advantage(
     if "response_mask" not in batch.keys():
         batch["response_mask"] = compute_response_mask(data)
     index = data.non_tensor_batch.get("uid")
+    # what an estimator reads beyond the rewards: {its argument: the batch key}
+    extra = {arg: batch[key] for arg, key in getattr(fn, "batch_keys", {}).items()
+             if key in batch.keys()}
     with torch.no_grad():
         advantages, returns = fn(
             batch["token_level_rewards"],
@@ -379,6 +429,7 @@ def compute_advantage(
             norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
             reward_baselines=batch.get("reward_baselines", None),
             config=config,
+            **extra,
         )
     batch["advantages"] = advantages
     batch["returns"] = returns

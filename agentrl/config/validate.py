@@ -19,6 +19,10 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
     "data.val_batch_size": int,
     **{f"reward_model.judge.{key}": str
        for key in ("url", "model", "api_key_env", "prompt_template")},
+    "actor_rollout_ref.teacher.model.path": str,
+    "actor_rollout_ref.teacher.model.external_lib": str,
+    "actor_rollout_ref.teacher.log_prob_micro_batch_size": int,
+    "actor_rollout_ref.teacher.log_prob_micro_batch_size_per_gpu": int,
     "reward_model.judge.requests_per_minute": (float, int),
     "reward_model.judge.tokens_per_minute": (float, int),
     "actor_rollout_ref.actor.ppo_micro_batch_size": int,
@@ -169,7 +173,8 @@ def check_consistency(cfg: DictConfig) -> list[str]:
                                     critic.ppo_micro_batch_size,
                                     critic.ppo_micro_batch_size_per_gpu,
                                     cfg.data.train_batch_size, n, workers)
-    for prefix in ("actor_rollout_ref.ref", "actor_rollout_ref.rollout"):
+    for prefix in ("actor_rollout_ref.ref", "actor_rollout_ref.rollout",
+                   "actor_rollout_ref.teacher"):
         node = OmegaConf.select(cfg, prefix)
         if (node.log_prob_micro_batch_size is not None
                 and node.log_prob_micro_batch_size_per_gpu is not None):
@@ -180,7 +185,22 @@ def check_consistency(cfg: DictConfig) -> list[str]:
             f"data.train_batch_size x actor_rollout_ref.rollout.n = "
             f"{cfg.data.train_batch_size} x {n} trajectories cannot be split evenly across "
             f"trainer.nnodes x trainer.n_gpus_per_node = {workers} workers")
-    return problems + _length_problems(cfg) + _misc_problems(cfg) + _judge_problems(cfg)
+    return (problems + _length_problems(cfg) + _misc_problems(cfg) + _judge_problems(cfg)
+            + _distill_problems(cfg))
+
+
+def _distill_problems(cfg: DictConfig) -> list[str]:
+    """On-policy distillation needs a teacher, and a teacher is read by nothing else."""
+    distill = cfg.algorithm.adv_estimator == "on_policy_distill"
+    teacher = cfg.actor_rollout_ref.teacher.model.path
+    if distill and not teacher:
+        return ["algorithm.adv_estimator=on_policy_distill needs "
+                "actor_rollout_ref.teacher.model.path (the teacher that scores the tokens)"]
+    if teacher and not distill:
+        return [f"actor_rollout_ref.teacher.model.path is read only by "
+                f"algorithm.adv_estimator=on_policy_distill (it is "
+                f"{cfg.algorithm.adv_estimator!r}): set one, or unset the teacher"]
+    return []
 
 
 def _judge_problems(cfg: DictConfig) -> list[str]:

@@ -42,3 +42,18 @@ def load_tokenizer(
     if template is not None:
         tokenizer.chat_template = template
     return tokenizer
+
+
+def check_same_tokenizer(tokenizer: Any, other_path: str | Path, key: str,
+                         trust_remote_code: bool = False) -> None:
+    """Raise ValueError (naming ``key``) unless the tokenizer at ``other_path`` maps every
+    token to the same id as ``tokenizer`` (one model's log-probs of the other's ids)."""
+    other = load_tokenizer(other_path, trust_remote_code=trust_remote_code)
+    if other.get_vocab() != tokenizer.get_vocab():
+        mine, theirs = tokenizer.get_vocab(), other.get_vocab()
+        differ = sorted(set(mine.items()) ^ set(theirs.items()))[:3]
+        raise ValueError(
+            f"{key} ({other_path}) tokenizes differently from the student "
+            f"({len(theirs)} vs {len(mine)} tokens; e.g. {differ}): distillation scores the "
+            "student's token ids with the teacher, so both must share a tokenizer "
+            "(re-tokenisation is not supported)")

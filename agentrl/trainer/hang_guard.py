@@ -29,7 +29,8 @@ logger = logging.getLogger(__name__)
 
 # stages of a step that change no model: a hang in one can stop with the last step saved
 STAGES_BEFORE_UPDATE = frozenset(
-    {"gen", "gen_max", "reward", "old_log_prob", "ref", "values", "adv", "wait_for_rollouts"}
+    {"gen", "gen_max", "reward", "old_log_prob", "ref", "teacher", "values", "adv",
+     "wait_for_rollouts"}
 )
 
 

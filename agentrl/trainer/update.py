@@ -1,6 +1,7 @@
 """Advantage and update: from scored trajectories to updated models.
 
-    balance (trainer.balance_batch) -> old log-probs -> ref log-probs -> values
+    balance (trainer.balance_batch) -> old log-probs -> ref log-probs
+    -> teacher log-probs (on-policy distillation) -> values
     -> KL-in-reward + advantage (driver, agentrl.algos) -> update_critic -> update_actor
 
 `Models` holds the worker groups a step calls; `update` runs the stages above, each inside
@@ -15,7 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.algos import apply_kl_penalty, compute_advantage
+from agentrl.algos import apply_kl_penalty, compute_advantage, distill_metrics
 from agentrl.protocol import DataProto
 from agentrl.trainer.balance import balance_batch
 from agentrl.trainer.metrics import compute_rollout_logprob_gap
@@ -26,13 +27,15 @@ Stage = Callable[[str, dict[str, float]], AbstractContextManager[None]]
 @dataclass
 class Models:
     """The worker groups of a run: the actor (with its rollout and, when
-    `use_reference_policy`, the reference policy), the critic (GAE only) and a reward
-    model (`reward_model.enable`); None where the run has none."""
+    `use_reference_policy`, the reference policy; with `use_teacher`, the distillation
+    teacher), the critic (GAE only) and a reward model (`reward_model.enable`); None where
+    the run has none."""
 
     actor_rollout: Any
     critic: Any = None
     reward_model: Any = None
     use_reference_policy: bool = False
+    use_teacher: bool = False  # on-policy distillation: the actor's workers hold a teacher
 
 
 def compute_advantages(data: DataProto, algorithm: Any, n: int,
@@ -83,6 +86,10 @@ def update(
     if models.use_reference_policy:
         with stage("ref", timing):
             data = data.union(actor.compute_ref_log_prob(data))
+    if models.use_teacher:
+        with stage("teacher", timing):
+            data = data.union(actor.compute_teacher_log_prob(data))
+        metrics |= distill_metrics(data)
     if models.critic is not None:
         with stage("values", timing):
             data = data.union(models.critic.compute_values(data))

@@ -196,7 +196,8 @@ def _start(workers: Workers, config: DictConfig, specs: dict[str, WorkerSpec], u
             setup_timeout_s=float(config.trainer.ray_wait_register_center_timeout),
         )
     group = workers.group
-    models = Models(group.role("actor_rollout"), use_reference_policy=use_ref)
+    models = Models(group.role("actor_rollout"), use_reference_policy=use_ref,
+                    use_teacher=bool(config.actor_rollout_ref.teacher.model.path))
     workers.models = models
     models.actor_rollout.init_model()
     if use_critic:

@@ -87,6 +87,9 @@ class ActorRolloutRefWorker(Worker):
         # where the actor's / ref's weights live between uses (fsdp_config.*_offload)
         self.actor_residency: Residency | None = None
         self.ref_residency: Residency | None = None
+        # on-policy distillation's frozen teacher (actor_rollout_ref.teacher), with the actor
+        self.teacher: PPOActor | None = None
+        self.teacher_residency: Residency | None = None
         self.rollout: Any = None
         self.lr_scheduler: Any = None
         self.tokenizer: Any = None
@@ -139,6 +142,8 @@ class ActorRolloutRefWorker(Worker):
                 ref_module, None, self.device, params=cfg.ref.fsdp_config.param_offload,
                 name="ref",
             )
+        if self.is_actor and cfg.get("teacher") is not None and cfg.teacher.model.path:
+            self._build_teacher(mesh)
         if self.is_rollout:
             from agentrl.workers.rollout import HybridRollout
 
@@ -146,11 +151,29 @@ class ActorRolloutRefWorker(Worker):
             self.rollout = HybridRollout(
                 cfg, self.tokenizer, self.chat_template_kwargs, seed=self.seed + self.rank
             )
-        for residency in (self.actor_residency, self.ref_residency):
+        for residency in (self.actor_residency, self.ref_residency, self.teacher_residency):
             if residency is not None:
                 residency.offload()  # the GPU is the rollout's until a method needs them
         seed_everything(self.seed + self.rank)  # dropout: one stream per rank
         logger.info("rank %d: %s ready on %s", self.rank, self.role, self.device)
+
+    def _build_teacher(self, mesh: Any) -> None:
+        """The frozen teacher, sharded like the reference model; it must tokenize as the
+        student does (its log-probs score the student's token ids)."""
+        from agentrl.models.tokenizer import check_same_tokenizer
+
+        teacher_cfg = self.config.teacher
+        check_same_tokenizer(self.tokenizer, str(teacher_cfg.model.path),
+                             "actor_rollout_ref.teacher.model.path",
+                             trust_remote_code=bool(teacher_cfg.model.trust_remote_code))
+        module = build_sharded_model(teacher_cfg.model, teacher_cfg.fsdp_config,
+                                     AutoModelForCausalLM, mesh, self.device)
+        module.requires_grad_(False)
+        self.teacher = PPOActor(module, None, self.config.actor)
+        self.teacher_residency = Residency(
+            module, None, self.device, params=teacher_cfg.fsdp_config.param_offload,
+            name="teacher",
+        )
 
     def _mini_batch_size(self) -> int:
         actor = self.config.actor
@@ -223,6 +246,19 @@ class ActorRolloutRefWorker(Worker):
                 data, self._log_prob_batching("ref"), self._temperature(data), calc_entropy=False
             )
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
+
+    @register(Dispatch.DP_COMPUTE, pad=True)
+    def compute_teacher_log_prob(self, data: DataProto) -> DataProto:
+        """``teacher_log_prob`` (B, R): the teacher's log-probs of the sampled responses, at
+        the rollout's temperature as the student's ``old_log_probs`` (on-policy
+        distillation)."""
+        teacher = self._require(self.teacher, "the teacher (actor_rollout_ref.teacher)")
+        with self.teacher_residency.on_device():
+            log_probs, _ = teacher.compute_log_prob(
+                data, self._log_prob_batching("teacher"), self._temperature(data),
+                calc_entropy=False,
+            )
+        return DataProto.from_dict(tensors={"teacher_log_prob": log_probs})
 
     @register(Dispatch.DP_COMPUTE)
     def update_actor(self, data: DataProto) -> DataProto:

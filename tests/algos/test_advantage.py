@@ -425,3 +425,33 @@ def test_equal_rewards_in_a_group_give_exactly_zero(batch, value):
         adv, _ = run(name, rewards, mask, index)
         multi = np.array([np.sum(index == u) > 1 for u in index])
         assert torch.all(adv[torch.from_numpy(multi)] == 0), name
+
+
+def test_on_policy_distill_is_the_negative_reverse_kl_per_model_token():
+    from omegaconf import OmegaConf
+
+    from agentrl.algos import distill_metrics
+
+    teacher = torch.tensor([[-1.0, -2.0, -0.5], [-0.1, -3.0, -1.0]])
+    student = torch.tensor([[-2.0, -1.0, -0.5], [-0.2, -1.0, -9.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 1]])  # row 1's middle token is a tool token
+    rewards = torch.zeros(2, 3)
+    rewards[0, 1], rewards[1, 2] = 1.0, 0.0
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask,
+                 "teacher_log_prob": teacher, "old_log_probs": student},
+        non_tensors={"uid": ["g", "g"]})
+    config = OmegaConf.create({"distill": {"kl_coef": 2.0, "task_reward_weight": 0.0}})
+    adv = compute_advantage(data, "on_policy_distill", config=config).batch["advantages"]
+    assert adv.tolist() == [[2.0, -2.0, 0.0], [pytest.approx(0.2), 0.0, 16.0]]
+    assert distill_metrics(data) == {
+        "distill/reverse_kl": pytest.approx((-1.0 + 1.0 - 0.1 - 8.0) / 4),
+        "distill/teacher_logprob": pytest.approx((-1.0 - 2.0 - 0.1 - 1.0) / 4)}
+    # with the task reward: plus the GRPO advantage (row 0 won, row 1 lost: +-0.7071)
+    mixed = OmegaConf.create({"distill": {"kl_coef": 2.0, "task_reward_weight": 1.0}})
+    with_task = compute_advantage(data, "on_policy_distill", config=mixed).batch["advantages"]
+    grpo = compute_advantage(data, "grpo").batch["advantages"]
+    torch.testing.assert_close(with_task, adv + grpo)
+    del data.batch["teacher_log_prob"]
+    with pytest.raises(KeyError, match="teacher_log_prob"):
+        compute_advantage(data, "on_policy_distill", config=config)

@@ -48,3 +48,22 @@ def test_the_rollout_renders_prompts_with_the_custom_template(tiny_model_dir, tm
     assert tokenizer.decode(prompt) == (
         "<|im_start|>user\nCUSTOM what is 2+3?<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+def test_a_tokenizer_that_maps_tokens_differently_is_named(tiny_model_dir, tmp_path):
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from agentrl.models.tokenizer import check_same_tokenizer
+
+    student = load_tokenizer(tiny_model_dir)
+    check_same_tokenizer(student, tiny_model_dir, "actor_rollout_ref.teacher.model.path")
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model_dir, other)
+    tokenizer = AutoTokenizer.from_pretrained(other)
+    tokenizer.add_tokens(["<not-in-the-student>"])
+    tokenizer.save_pretrained(other)
+    with pytest.raises(ValueError, match=r"teacher.model.path .* tokenizes differently .*"
+                                         r"<not-in-the-student>"):
+        check_same_tokenizer(student, other, "actor_rollout_ref.teacher.model.path")

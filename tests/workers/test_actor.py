@@ -278,3 +278,25 @@ def test_two_ray_workers_with_fsdp2_match_one_process(ray_cluster, tiny_model_di
     finally:
         group.shutdown()
         pool.remove()
+
+
+def test_the_teacher_scores_the_students_tokens_and_stays_frozen(tiny_model_dir,
+                                                                  varied_model_dir,
+                                                                  tiny_tokenizer):
+    data = _batch(tiny_tokenizer)
+    teacher_ref = reference_log_probs(AutoModelForCausalLM.from_pretrained(varied_model_dir),
+                                      data)
+    overrides = [f"actor_rollout_ref.teacher.model.path={varied_model_dir}",
+                 "algorithm.adv_estimator=on_policy_distill",
+                 "actor_rollout_ref.teacher.log_prob_micro_batch_size_per_gpu=3",
+                 "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+    with _group(tiny_model_dir, role="actor_rollout", overrides=overrides) as group:
+        out = group.compute_teacher_log_prob(data)
+        assert sorted(out.batch.keys()) == ["teacher_log_prob"]
+        torch.testing.assert_close(out.batch["teacher_log_prob"], teacher_ref, atol=1e-5, rtol=0)
+        data = data.union(group.compute_log_prob(data)).union(out)
+        data.batch["advantages"] = data.batch["teacher_log_prob"] - data.batch["old_log_probs"]
+        group.update_actor(data)
+        torch.testing.assert_close(group.compute_teacher_log_prob(data).batch["teacher_log_prob"],
+                                   teacher_ref, atol=1e-5, rtol=0)  # the teacher did not move
+
