@@ -55,6 +55,7 @@ _FLAGS = {
     ),
     "--n-train": (int, "RL training problems"),
     "--n-test": (int, "held-out test problems"),
+    "--teacher": (str, "a trained model of the task to distil from on-policy instead of GRPO"),
 }
 
 

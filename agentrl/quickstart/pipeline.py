@@ -18,7 +18,9 @@ a nano model learns, on CPU, when to call its tool.
 4. eval_sft: greedy and sampled rollouts of the test set with the real tool;
 5. rl: GRPO with multi-turn tool rollouts (`agentrl.trainer.run_train`, the task's recipe),
    reward = the task's exact score only; rollouts dumped for the report's trajectory viewer;
-6. eval_rl: the same evaluation of the last checkpoint's HF export;
+6. eval_rl: the same evaluation of the last checkpoint's HF export (with `teacher` set, the
+   RL stage distils from that model on-policy instead, and `eval_teacher` evaluates it:
+   recipes/distill/);
 7. control, eval_control: SFT continued on the same teacher for the RL stage's wall time,
    then evaluated: what the same compute gives without RL;
 8. report: `report.json`, then `agentrl report` writes `report.html` from the run directory.
@@ -77,6 +79,9 @@ class QuickstartSettings:
     n_train: int = 512  # RL training prompts
     n_test: int = 256  # held-out test prompts
     control: bool = True  # run the SFT-only control
+    # a trained model of the task (same tokenizer): the RL stage distils from it on-policy
+    # (algorithm.adv_estimator=on_policy_distill) and the report gains its evaluation
+    teacher: str | None = None
     overrides: tuple[str, ...] = ()  # RL config overrides key.sub=value
 
 
@@ -104,6 +109,9 @@ def rl_config(
             f"trainer.default_local_dir={run_dir}",
             f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
             "trainer.logger=[file]",  # the progress bar shows the key numbers
+            *([] if s.teacher is None else [
+                "algorithm.adv_estimator=on_policy_distill",
+                f"actor_rollout_ref.teacher.model.path={s.teacher}"]),
             *s.overrides,
         ],
     )
@@ -209,6 +217,9 @@ def _run_stages(
             report["rl"] = reward_curve(run_train(cfg))
         with _stage("eval_rl", timing):
             report["eval_rl"] = evaluate(rl_model_dir(cfg), "eval_rl")
+        if s.teacher is not None:
+            with _stage("eval_teacher", timing):
+                report["teacher"] = evaluate(Path(s.teacher), "eval_teacher")
         if not s.control:
             return
         with _stage("control", timing):

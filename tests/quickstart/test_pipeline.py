@@ -116,6 +116,22 @@ def test_arguments_default_to_the_measured_settings():
         settings_for("x")
 
 
+def test_a_teacher_makes_the_rl_stage_distil_from_it(tmp_path):
+    from agentrl.quickstart.pipeline import rl_config
+    from agentrl.tasks.quickstart import TaskData
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    settings = settings_from_args(parser.parse_args(["--teacher", str(tmp_path / "t")]))
+    data = TaskData(tmp_path / "sft.jsonl", tmp_path / "train.parquet", tmp_path / "test.parquet", {})
+    cfg = rl_config(tmp_path / "m", data, tmp_path / "tools.yaml", tmp_path / "rl", settings)
+    assert cfg.algorithm.adv_estimator == "on_policy_distill"
+    assert cfg.actor_rollout_ref.teacher.model.path == str(tmp_path / "t")
+    plain = rl_config(tmp_path / "m", data, tmp_path / "tools.yaml", tmp_path / "rl",
+                      QuickstartSettings())
+    assert plain.algorithm.adv_estimator == "grpo" and not plain.actor_rollout_ref.teacher.model.path
+
+
 def test_a_run_stopped_mid_way_still_reports_what_it_has(tmp_path, monkeypatch):
     import agentrl.quickstart.pipeline as pipeline
 

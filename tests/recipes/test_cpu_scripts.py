@@ -47,3 +47,40 @@ def test_dapo_script_runs_the_calculator_task_with_dapo_overrides_that_load(tmp_
     cfg = load_config(ROOT / "recipes/quickstart/config.yaml", args[7:])
     assert cfg.algorithm.filter_groups.enable and cfg.reward_model.reward_manager == "dapo"
     assert cfg.actor_rollout_ref.actor.clip_ratio_high == 0.28
+
+
+def test_distill_script_trains_a_teacher_then_distils_the_student_from_it(tmp_path):
+    """The teacher run (a larger model, no control), then the student run with --teacher
+    pointing at the teacher's last export; the student's report becomes OUT/report.json."""
+    import json
+    import sys
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    report = {k: {"accuracy": 0.5, "accuracy_stderr": 0.03}
+              for k in ("eval_sft", "eval_rl", "control", "teacher")}
+    fake = venv / "bin" / "agentrl"
+    fake.write_text(f"""#!/bin/sh
+printf "%s\\n" "$@" >> {tmp_path}/calls; echo --- >> {tmp_path}/calls
+out=$3
+mkdir -p "$out/rl/global_step_7/actor/huggingface"
+echo 7 > "$out/rl/latest_checkpointed_iteration.txt"
+echo '{json.dumps(report)}' > "$out/report.json"
+""")
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "AGENTRL_VENV": str(venv)}
+    done = subprocess.run(["bash", ROOT / "recipes/distill/run_cpu.sh", "out", "--seed", "3"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    teacher_call, student_call, _ = (tmp_path / "calls").read_text().split("---\n")
+    assert teacher_call.split() == ["quickstart", "--out-dir", "out/teacher", "--size", "tiny",
+                                    "--no-control", "--seed", "3"]
+    assert student_call.split() == [
+        "quickstart", "--out-dir", "out/student", "--teacher",
+        "out/teacher/rl/global_step_7/actor/huggingface", "--seed", "3"]
+    assert json.loads((tmp_path / "out" / "report.json").read_text()) == report
+    assert "teacher   accuracy 0.500 ± 0.030" in done.stdout
+    usage = subprocess.run(["bash", ROOT / "recipes/distill/run_cpu.sh"], capture_output=True,
+                           text=True)
+    assert usage.returncode == 2 and "usage: bash recipes/distill/run_cpu.sh OUT_DIR" in (
+        usage.stderr)
