@@ -38,7 +38,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from agentrl.config import ConfigError
+from agentrl.config import ConfigError, chat_template_kwargs
 from agentrl.config.cli import add_config_arguments, config_from_args
 from agentrl.protocol import DataProto
 from agentrl.workers.rollout_assembly import build_rollout
@@ -99,7 +99,7 @@ async def _generate(cfg: DictConfig, backend: Any) -> dict[str, float]:
     # engine_workers > 1, or agent mode), over the configured or the given backend
     engine = build_rollout(
         cfg.actor_rollout_ref, tokenizer, backend=backend, seed=int(cfg.trainer.seed),
-        chat_template_kwargs=OmegaConf.to_container(cfg.data.apply_chat_template_kwargs),
+        chat_template_kwargs=chat_template_kwargs(cfg),
     )  # fmt: skip
     reward_fn = _reward_manager(cfg, dataset, tokenizer)
     out_path = Path(cfg.data.output_path).expanduser()

@@ -5,6 +5,13 @@ every problem raises `ConfigError` (a `ValueError`) naming the keys. The documen
 defaults are `agentrl/config/ppo_trainer.yaml`.
 """
 
-from agentrl.config.loader import DEFAULT_CONFIG_PATH, ConfigError, config_to_yaml, load_config
+from agentrl.config.loader import (
+    DEFAULT_CONFIG_PATH,
+    ConfigError,
+    chat_template_kwargs,
+    config_to_yaml,
+    load_config,
+)
 
-__all__ = ["DEFAULT_CONFIG_PATH", "ConfigError", "config_to_yaml", "load_config"]
+__all__ = ["DEFAULT_CONFIG_PATH", "ConfigError", "chat_template_kwargs", "config_to_yaml",
+           "load_config"]

@@ -131,6 +131,12 @@ def _mode_defaults(cfg: DictConfig) -> None:
                     "weights; choose another rollout_is to override)", cfg.trainer.mode)
 
 
+def chat_template_kwargs(cfg: DictConfig) -> dict[str, Any]:
+    """`data.apply_chat_template_kwargs` as the plain dict the chat renderer, the rollout
+    and the gateway take (the one conversion every caller uses)."""
+    return dict(OmegaConf.to_container(cfg.data.apply_chat_template_kwargs, resolve=True) or {})
+
+
 def config_to_yaml(cfg: DictConfig) -> str:
     """The resolved config as YAML (for logs and `agentrl config`)."""
     return OmegaConf.to_yaml(cfg)

@@ -17,7 +17,7 @@ import logging
 import sys
 from pathlib import Path
 
-from agentrl.config import ConfigError, load_config
+from agentrl.config import ConfigError, chat_template_kwargs, load_config
 from agentrl.utils.http_limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
-    from omegaconf import OmegaConf
 
     from agentrl.gateway.server import create_app
     from agentrl.models.tokenizer import load_tokenizer
@@ -58,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(
         backend, tokenizer, model_name=Path(args.model).name,
         tool_format=multi_turn.format,
-        chat_template_kwargs=OmegaConf.to_container(cfg.data.apply_chat_template_kwargs),
+        chat_template_kwargs=chat_template_kwargs(cfg),
         default_max_tokens=int(cfg.data.max_response_length),
         max_body_bytes=args.max_body_bytes, body_timeout=args.body_timeout,
         tools=tools, multi_turn=multi_turn,

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.config import chat_template_kwargs
 from agentrl.protocol import DataProto
 from agentrl.rollout.output import model_token_versions
 from agentrl.trainer.ppo_trainer import PPOTrainer
@@ -135,7 +136,7 @@ class ProducerBatchSource:
              "trust_remote_code": bool(cfg.data.trust_remote_code),
              "chat_template": model.custom_chat_template},
             str(model.path),
-            OmegaConf.to_container(cfg.data.apply_chat_template_kwargs, resolve=True),
+            chat_template_kwargs(cfg),
             n=int(rollout["n"]), max_staleness=int(cfg.off_policy.max_staleness),
             total_batches=trainer.total_training_steps,
         )  # fmt: skip

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.config import chat_template_kwargs
 from agentrl.data import create_rl_dataset, create_train_dataloader, create_val_dataloader
 from agentrl.distributed import InProcessWorkerGroup, RayWorkerGroup, ResourcePool, WorkerSpec
 from agentrl.trainer.update import Models
@@ -152,7 +153,7 @@ def start_workers(config: DictConfig, worker_cfg: DictConfig) -> Workers:
     closes what it started (no process group or Ray outlives it) and raises."""
     use_ref = uses_reference_policy(config)
     seed = int(config.trainer.seed)
-    chat_kwargs = OmegaConf.to_container(config.data.apply_chat_template_kwargs, resolve=True)
+    chat_kwargs = chat_template_kwargs(config)
     specs = {
         "actor_rollout": WorkerSpec(
             ActorRolloutRefWorker,

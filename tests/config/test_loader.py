@@ -147,3 +147,12 @@ def test_trainer_seed_is_the_default_of_the_data_order_seed():
     assert load_config().data.seed == load_config().trainer.seed == 42
     assert load_config(overrides=["trainer.seed=7"]).data.seed == 7
     assert load_config(overrides=["trainer.seed=7", "data.seed=1"]).data.seed == 1
+
+
+def test_chat_template_kwargs_is_a_plain_resolved_dict():
+    from agentrl.config import chat_template_kwargs
+
+    cfg = load_config(overrides=["+data.apply_chat_template_kwargs.enable_thinking=false"])
+    kwargs = chat_template_kwargs(cfg)
+    assert kwargs == {"enable_thinking": False} and type(kwargs) is dict
+    assert chat_template_kwargs(load_config()) == {}
