@@ -80,6 +80,13 @@ echo '{json.dumps(report)}' > "$out/report.json"
         "out/teacher/rl/global_step_7/actor/huggingface", "--seed", "3"]
     assert json.loads((tmp_path / "out" / "report.json").read_text()) == report
     assert "teacher   accuracy 0.500 ± 0.030" in done.stdout
+    # a given teacher: no teacher run
+    (tmp_path / "calls").unlink()
+    subprocess.run(["bash", ROOT / "recipes/distill/run_cpu.sh", "again"], cwd=tmp_path,
+                   env={**env, "AGENTRL_DISTILL_TEACHER": "/models/t"}, check=True,
+                   capture_output=True)
+    (only, _) = (tmp_path / "calls").read_text().split("---\n")
+    assert only.split() == ["quickstart", "--out-dir", "again/student", "--teacher", "/models/t"]
     usage = subprocess.run(["bash", ROOT / "recipes/distill/run_cpu.sh"], capture_output=True,
                            text=True)
     assert usage.returncode == 2 and "usage: bash recipes/distill/run_cpu.sh OUT_DIR" in (
