@@ -192,12 +192,15 @@ def check_consistency(cfg: DictConfig) -> list[str]:
 def _distill_problems(cfg: DictConfig) -> list[str]:
     """On-policy distillation needs a teacher, and a teacher is read by nothing else."""
     distill = cfg.algorithm.adv_estimator == "on_policy_distill"
-    teacher = cfg.actor_rollout_ref.teacher.model.path
-    if distill and not teacher:
+    node = cfg.actor_rollout_ref.teacher
+    teacher = node.model.path or list(node.server_urls)
+    if distill and not node.model.path:
         return ["algorithm.adv_estimator=on_policy_distill needs "
-                "actor_rollout_ref.teacher.model.path (the teacher that scores the tokens)"]
+                "actor_rollout_ref.teacher.model.path (the teacher that scores the tokens; "
+                "with teacher.server_urls, the model those servers serve: its tokenizer is "
+                "checked against the student's)"]
     if teacher and not distill:
-        return [f"actor_rollout_ref.teacher.model.path is read only by "
+        return [f"actor_rollout_ref.teacher is read only by "
                 f"algorithm.adv_estimator=on_policy_distill (it is "
                 f"{cfg.algorithm.adv_estimator!r}): set one, or unset the teacher"]
     return []

@@ -35,7 +35,8 @@ class Models:
     critic: Any = None
     reward_model: Any = None
     use_reference_policy: bool = False
-    use_teacher: bool = False  # on-policy distillation: the actor's workers hold a teacher
+    use_teacher: bool = False  # on-policy distillation: a teacher scores the tokens
+    remote_teacher: Any = None  # ... behind HTTP (trainer/teacher.py); else in the workers
 
 
 def compute_advantages(data: DataProto, algorithm: Any, n: int,
@@ -87,8 +88,9 @@ def update(
         with stage("ref", timing):
             data = data.union(actor.compute_ref_log_prob(data))
     if models.use_teacher:
+        teacher = models.remote_teacher or actor
         with stage("teacher", timing):
-            data = data.union(actor.compute_teacher_log_prob(data))
+            data = data.union(teacher.compute_teacher_log_prob(data))
         metrics |= distill_metrics(data)
     if models.critic is not None:
         with stage("values", timing):

@@ -121,6 +121,9 @@ class Workers:
     def close(self) -> None:
         """Stop the rollout and the workers (and Ray if it was started here)."""
         try:
+            if self.models.remote_teacher is not None:
+                self.models.remote_teacher.close()
+                self.models.remote_teacher = None
             if self.group is not None:
                 try:
                     if self.models.actor_rollout is not None:
@@ -197,8 +200,16 @@ def _start(workers: Workers, config: DictConfig, specs: dict[str, WorkerSpec], u
             setup_timeout_s=float(config.trainer.ray_wait_register_center_timeout),
         )
     group = workers.group
+    teacher = config.actor_rollout_ref.teacher
     models = Models(group.role("actor_rollout"), use_reference_policy=use_ref,
-                    use_teacher=bool(config.actor_rollout_ref.teacher.model.path))
+                    use_teacher=bool(teacher.model.path or teacher.server_urls))
+    if teacher.server_urls:  # the teacher behind HTTP, asked from this process
+        from agentrl.models.tokenizer import load_tokenizer
+        from agentrl.trainer.teacher import RemoteTeacher
+
+        model = config.actor_rollout_ref.model
+        student = load_tokenizer(model.path, trust_remote_code=bool(model.trust_remote_code))
+        models.remote_teacher = RemoteTeacher(teacher, student)
     workers.models = models
     models.actor_rollout.init_model()
     if use_critic:

@@ -142,7 +142,9 @@ class ActorRolloutRefWorker(Worker):
                 ref_module, None, self.device, params=cfg.ref.fsdp_config.param_offload,
                 name="ref",
             )
-        if self.is_actor and cfg.get("teacher") is not None and cfg.teacher.model.path:
+        teacher = cfg.get("teacher")
+        if self.is_actor and teacher is not None and teacher.model.path and not teacher.get(
+                "server_urls"):  # a teacher behind HTTP is asked by the driver
             self._build_teacher(mesh)
         if self.is_rollout:
             from agentrl.workers.rollout import HybridRollout

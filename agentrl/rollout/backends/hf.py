@@ -258,6 +258,23 @@ class HFBackend:
         finally:
             self._requests.pop(request_id, None)
 
+    async def prompt_log_probs(self, input_ids: list[int]) -> list[float]:
+        """``log p(input_ids[t] | input_ids[:t])`` for every t >= 1, at temperature 1 (what
+        SGLang returns as ``input_token_logprobs``): one forward pass, on the engine's
+        thread between its batches."""
+        ids = [int(t) for t in input_ids]
+        if len(ids) < 2:
+            return []
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._prompt_log_probs, ids)
+
+    def _prompt_log_probs(self, ids: list[int]) -> list[float]:
+        tokens = torch.tensor([ids], device=self.device)
+        with torch.no_grad():
+            logits = self.model(input_ids=tokens).logits[0, :-1].float()
+        picked = torch.log_softmax(logits, dim=-1).gather(-1, tokens[0, 1:, None])
+        return picked.squeeze(-1).tolist()
+
     async def abort(self, request_id: str) -> None:
         """Abort a queued or running request: it returns what it has with finish "abort".
         An unknown (or finished) id is ignored, as in SGLang."""

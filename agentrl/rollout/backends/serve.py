@@ -14,7 +14,9 @@ client, slime- or verl-style scripts and curl talk to it as to an SGLang server:
     POST /update_weights_from_disk   {"model_path", "weight_version", "abort_all_requests"}
     GET|POST /release_memory_occupation, /resume_memory_occupation
 
-Not served: streaming, input log-probs (`logprob_start_len` other than -1), top log-probs,
+Input log-probs (`logprob_start_len` >= 0: SGLang's `input_token_logprobs`, the first
+position's None) are one extra forward pass over the prompt; a distillation teacher asks for
+them. Not served: streaming, top log-probs,
 `input_embeds`, and `/update_weights_from_tensor` (its payload is CUDA IPC handles; use
 `/update_weights_from_disk`). Those get a 400 that says so. Errors are
 `{"error": {"message": ...}}` with status 400, as SGLang's.
@@ -80,10 +82,12 @@ def parse_generate_request(body: Any, tokenizer: Any) -> tuple[list[dict[str, An
         raise BadRequest("streaming is not supported by agentrl serve; send stream=false")
     if body.get("input_embeds") is not None:
         raise BadRequest("input_embeds is not supported by agentrl serve")
-    if body.get("logprob_start_len") not in (None, -1):
-        raise BadRequest(
-            "agentrl serve returns output log-probs only: logprob_start_len must be -1"
-        )
+    start = body.get("logprob_start_len", -1)
+    if start is None:
+        start = -1
+    if isinstance(start, bool) or not isinstance(start, int) or start < -1:
+        raise BadRequest("'logprob_start_len' must be -1 (output log-probs only) or a "
+                         "position >= 0 from which input log-probs are returned")
     if body.get("top_logprobs_num") not in (None, 0):
         raise BadRequest("top_logprobs_num is not supported by agentrl serve")
     text, input_ids = body.get("text"), body.get("input_ids")
@@ -116,6 +120,7 @@ def parse_generate_request(body: Any, tokenizer: Any) -> tuple[list[dict[str, An
             "rid": r,
             "return_logprob": bool(lp),
             "return_text_in_logprobs": with_text,
+            "logprob_start_len": start if lp else -1,
         }
         for p, s, r, lp in zip(prompts, sampling, rids, logprob, strict=True)
     ]
@@ -174,9 +179,18 @@ def create_app(
 
     async def run_one(item: dict[str, Any]) -> dict[str, Any]:
         output = await backend.generate(item["input_ids"], item["sampling_params"], item["rid"])
-        return generate_response(
+        reply = generate_response(
             output, item["return_logprob"], tokenizer, item["return_text_in_logprobs"]
         )
+        start = item["logprob_start_len"]
+        if start >= 0:  # SGLang's input log-probs: [lp, id, text] from `start` (none at 0)
+            ids = item["input_ids"]
+            log_probs = [None, *await backend.prompt_log_probs(ids)]
+            texts = ([tokenizer.decode([t]) for t in ids] if item["return_text_in_logprobs"]
+                     else [None] * len(ids))  # fmt: skip
+            reply["meta_info"]["input_token_logprobs"] = [
+                [lp, t, x] for lp, t, x in zip(log_probs, ids, texts, strict=True)][start:]
+        return reply
 
     @app.post("/generate")
     async def generate(request: Request) -> Response:

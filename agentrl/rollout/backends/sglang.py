@@ -152,6 +152,34 @@ class SGLangBackend:
                 f"/generate {request_id}: malformed reply ({err!r}): {str(body)[:300]}"
             ) from err
 
+    async def prompt_log_probs(self, input_ids: list[int], request_id: str) -> list[float]:
+        """``log p(input_ids[t] | input_ids[:t])`` for t >= 1: SGLang's input log-probs
+        (``logprob_start_len: 0``, one output token that is not used), from the server
+        chosen by ``load_balance``. What an on-policy distillation teacher answers."""
+        payload = {"input_ids": [int(t) for t in input_ids],
+                   "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+                   "return_logprob": True, "logprob_start_len": 0, "rid": request_id,
+                   "stream": False}
+        url = self._pick()
+        self.in_flight[url] += 1
+        try:
+            body, _ = await self._gen.post_json(url + "/generate", payload)
+        except HTTPCallError as err:
+            raise BackendError(f"/generate {request_id} (input log-probs): {err}",
+                               retryable=err.retryable) from err
+        finally:
+            self.in_flight[url] -= 1
+        try:
+            entries = body["meta_info"]["input_token_logprobs"]
+            log_probs = [float(entry[0]) for entry in entries[1:]]
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            raise BackendError(f"/generate {request_id}: no input log-probs ({err!r}): "
+                               f"{str(body)[:300]}") from err
+        if len(log_probs) != len(input_ids) - 1:
+            raise BackendError(f"/generate {request_id}: {len(log_probs)} input log-probs for "
+                               f"{len(input_ids)} tokens")
+        return log_probs
+
     async def abort(self, request_id: str) -> None:
         """`POST /abort_request {"rid"}` on the request's server (all servers if unknown).
         Failures are logged, not raised: an abort is best effort, as in SGLang."""

@@ -98,7 +98,7 @@ def test_generate_from_text_and_token_texts(served, tiny_tokenizer):
         ({"input_ids": [1], "text": "a"}, "give exactly one of 'text' or 'input_ids'"),
         ({}, "give exactly one of 'text' or 'input_ids'"),
         ({"input_ids": []}, "'input_ids' must be a non-empty list"),
-        ({"input_ids": [1], "logprob_start_len": 0}, "logprob_start_len must be -1"),
+        ({"input_ids": [1], "logprob_start_len": -5}, "'logprob_start_len' must be -1 (output"),
         ({"input_ids": [1], "top_logprobs_num": 2}, "top_logprobs_num is not supported"),
         ({"input_ids": [1], "sampling_params": {"bogus": 1}}, "unknown sampling param 'bogus'"),
         ({"input_ids": [[1], [2]], "rid": ["a"]}, "'rid' has 1 items for 2 prompts"),
@@ -221,3 +221,23 @@ def test_chat_completions_render_the_template_and_answer_in_openais_shape(served
     assert again["choices"][0]["message"]["content"] == choice["message"]["content"]  # greedy
     bad = post(url, "/v1/chat/completions", {"messages": [{"role": "tool", "content": "x"}]})
     assert bad.status_code == 400 and "messages[0]" in bad.text
+
+
+def test_input_log_probs_from_logprob_start_len(served, prompts, varied_model_dir):
+    url, _ = served
+    ids = prompts[0]
+    body = post(url, "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 0},
+                                   "return_logprob": True, "logprob_start_len": 0}).json()
+    entries = body["meta_info"]["input_token_logprobs"]
+    assert [e[1] for e in entries] == ids and entries[0][0] is None
+    model = AutoModelForCausalLM.from_pretrained(varied_model_dir)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1]
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None])
+    torch.testing.assert_close(torch.tensor([e[0] for e in entries[1:]]),
+                               expected.squeeze(-1), atol=1e-5, rtol=0)
+    later = post(url, "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 0},
+                                    "return_logprob": True, "logprob_start_len": 2}).json()
+    assert later["meta_info"]["input_token_logprobs"] == entries[2:]
+    bad = post(url, "/generate", {"input_ids": ids, "logprob_start_len": -5})
+    assert bad.status_code == 400 and "logprob_start_len" in bad.text
