@@ -3,7 +3,8 @@
     tools:
       - type: mcp
         command: [python, my_server.py]        # a stdio server the rollout starts; or
-        url: http://127.0.0.1:8000/mcp         # a streamable-HTTP server
+        url: http://127.0.0.1:8000/mcp         # a streamable-HTTP server, session-based
+                                               # (2025 revisions) or stateless (2026-07-28)
         tools: [add, search]                   # optional: which of its tools (default all)
         timeout: 30                            # seconds per call (the engine's tool_timeout
                                                # bounds it too)

@@ -64,3 +64,39 @@ def test_a_rollout_calls_the_server_and_survives_its_death(tiny_tokenizer):
     assert answers[0].startswith("Error:")  # the server died under the call
     assert answers[1] == "2"  # and the next call got a new server
     assert second.meta_info["metrics"]["rollout/tool_errors"] == 1
+
+
+@pytest.mark.parametrize("stateless", [False, True], ids=["session-based", "stateless"])
+def test_http_servers_of_both_protocol_revisions_serve_the_rollout(stateless, monkeypatch):
+    """A streamable-HTTP server with sessions (the 2025 revisions: initialize handshake,
+    Mcp-Session-Id) and a stateless one (the 2026-07-28 revision: every request self-
+    describing, no session id) both list and call through the same tool config."""
+    monkeypatch.syspath_prepend(str(SERVER.parent))
+    import mcp_server
+
+    from agentrl.utils.serving import serve_in_thread
+
+    seen: list[dict[str, str]] = []
+    app = mcp_server.server.streamable_http_app(stateless_http=stateless,
+                                                json_response=stateless)
+
+    async def recording(scope, receive, send):
+        if scope["type"] == "http":
+            seen.append({k.decode(): v.decode() for k, v in scope["headers"]})
+        await app(scope, receive, send)
+
+    with serve_in_thread(recording, startup_timeout=30) as url:
+        config = {"tools": [{"type": "mcp", "url": f"{url}/mcp", "tools": ["add"]}]}
+        assert [s["function"]["name"] for s in load_tool_schemas(config)] == ["add"]
+        tools = load_tools(config)
+
+        async def call() -> str:
+            instance, _ = await tools["add"].create("i")
+            response, _, _ = await tools["add"].execute(instance, {"a": 2, "b": 40})
+            await tools["add"].release(instance)
+            await tools["add"].aclose()
+            return response.text
+
+        assert asyncio.run(call()) == "42"
+    with_session = [h for h in seen if "mcp-session-id" in h]
+    assert bool(with_session) is not stateless  # sessions only where the server keeps them
