@@ -16,7 +16,8 @@ pytest.importorskip("openai")
 AGENTS = Path(__file__).resolve().parents[2] / "examples" / "agents"
 AGENT = AGENTS / "calculator_agent.py"
 AGENTS_SDK = AGENTS / "calculator_agents_sdk.py"
-DIALECTS = {"calculator_anthropic.py": "anthropic", "calculator_responses.py": "openai"}
+DIALECTS = {"calculator_anthropic.py": "anthropic", "calculator_responses.py": "openai",
+            "calculator_langgraph.py": "openai"}
 CALL = ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n'
         "</tool_call><|im_end|>")
 SCRIPTS = {0: [CALL, "<answer>42</answer><|im_end|>"], 1: ["<answer>41</answer><|im_end|>"]}
@@ -69,11 +70,14 @@ def test_the_agents_sdk_agent_is_trained_in_agent_mode_without_rewrites(tiny_tok
                        for ids in calls for i in ids]
 
 
+def _needs(name: str, client: str) -> str:
+    return "langgraph" if "langgraph" in name else client
+
+
 @pytest.mark.parametrize(("name", "client"), DIALECTS.items())
 def test_the_messages_and_responses_agents_are_trained_in_agent_mode(tiny_tokenizer, name,
                                                                     client):
-    if client == "anthropic":
-        pytest.importorskip("anthropic")
+    pytest.importorskip(_needs(name, client))
     agent = _load(AGENTS / name)
     backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
     rollout = AgentRollout(rollout_config(f"agent_client={client}"), tiny_tokenizer, backend,
@@ -95,8 +99,7 @@ def test_the_messages_and_responses_agents_are_trained_in_agent_mode(tiny_tokeni
 def test_two_grpo_steps_with_each_dialects_agent(make_config, name, client):
     """The tiny policy's replies are mostly not calls or answers: the agents must still
     finish every episode (no agent errors) and the trainer must step."""
-    if client == "anthropic":
-        pytest.importorskip("anthropic")
+    pytest.importorskip(_needs(name, client))
     from agentrl.trainer import PPOTrainer
 
     cfg = make_config(f"actor_rollout_ref.rollout.agent_function={AGENTS / name}:run",
