@@ -409,6 +409,9 @@ def test_masked_positions_are_zero_and_outputs_finite(batch, name, norm):
         "reward_baselines": torch.ones(rewards.shape[0]),
         "norm_adv_by_std_in_grpo": norm,
     }
+    if name == "on_policy_distill":  # the per-token log-probs it reads from the batch
+        kwargs["teacher_log_prob"] = -torch.linspace(0.1, 5, rewards.numel()).view_as(rewards)
+        kwargs["student_log_prob"] = -torch.linspace(3, 0.2, rewards.numel()).view_as(rewards)
     adv, ret = run(name, rewards, mask, index, **kwargs)
     assert adv.shape == ret.shape == rewards.shape
     assert torch.isfinite(adv).all() and torch.isfinite(ret).all()

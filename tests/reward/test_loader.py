@@ -82,7 +82,8 @@ def test_dapo_gets_its_reward_kwargs(tiny_tokenizer):
 
 
 def test_unknown_manager_lists_valid_names(tiny_tokenizer):
-    with pytest.raises(KeyError, match="unknown reward manager 'prime'; valid: batch, dapo, naive"):
+    with pytest.raises(KeyError,
+                       match="unknown reward manager 'prime'; valid: batch, dapo, judge, naive"):
         load_reward_manager(*configs("prime"), tiny_tokenizer)
 
 
