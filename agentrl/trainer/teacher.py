@@ -5,7 +5,7 @@
     teacher.close()
 
 Any server with SGLang's `/generate` that returns input log-probs (`logprob_start_len`):
-SGLang itself, or `agentrl serve --model-path TEACHER` (agentrl/rollout/backends/serve.py).
+SGLang itself, or `agentrl serve --model TEACHER` (agentrl/rollout/backends/serve.py).
 For each trajectory the prompt's and the response's attended tokens go to the server, and
 the log-probs of the response tokens come back, at temperature 1 (SGLang's input log-probs
 are not tempered; the student's `old_log_probs` use the rollout's temperature, 1 in the
