@@ -32,7 +32,6 @@ the trainer takes it out of its group's statistics and trains nothing on it
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import math
 import os
@@ -47,6 +46,7 @@ from typing import Any
 from agentrl.protocol import SCORE_FAILED_KEY
 from agentrl.reward.base import Sample, register_reward_manager
 from agentrl.reward.managers import NaiveRewardManager
+from agentrl.utils.aio import run_sync
 from agentrl.utils.answer_tags import extract_answer
 
 logger = logging.getLogger(__name__)
@@ -227,12 +227,15 @@ class RateLimiter:
 
     def __init__(self, max_concurrency: int, requests_per_minute: float | None,
                  tokens_per_minute: float | None, *,
+                 sent: deque[tuple[float, int]] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Any] = asyncio.sleep) -> None:  # fmt: skip
         self.slots = asyncio.Semaphore(max_concurrency)
         self.rpm, self.tpm = requests_per_minute, tokens_per_minute
         self.clock, self.sleep = clock, sleep
-        self.sent: deque[tuple[float, int]] = deque()  # (when, tokens) within the last minute
+        # (when, tokens) of the requests within the last minute; given, it carries over
+        # from an earlier limiter (each batch's limiter lives on that batch's event loop)
+        self.sent: deque[tuple[float, int]] = deque() if sent is None else sent
         self.lock = asyncio.Lock()
 
     async def admit(self, tokens: int) -> None:
@@ -310,17 +313,6 @@ class _Retryable(Exception):
         self.wait = wait
 
 
-def run_coroutine(coroutine: Any) -> Any:
-    """``asyncio.run(coroutine)``, in a thread of its own when this thread already runs an
-    event loop (``agentrl generate`` scores from inside one)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentrl-judge") as pool:
-        return pool.submit(asyncio.run, coroutine).result()
-
-
 def _retry_after(reply: Any) -> float:
     try:
         return min(float(reply.headers.get("retry-after", 0)), 60.0)
@@ -337,6 +329,7 @@ class JudgeRewardManager(NaiveRewardManager):
         super().__init__(tokenizer, **kwargs)
         self.settings = JudgeSettings.from_config(judge)
         self._messages: list[Any] = []
+        self._sent: deque[tuple[float, int]] = deque()  # the limits hold across batches
 
     def decode(self, data: Any) -> list[Sample]:
         samples = super().decode(data)
@@ -347,13 +340,14 @@ class JudgeRewardManager(NaiveRewardManager):
     def score(self, samples: Sequence[Sample]) -> list[Any]:
         rules = (super().score(samples) if self.settings.rule_weight
                  else [0.0] * len(samples))  # fmt: skip
-        return run_coroutine(self._score_all(samples, rules))
+        return run_sync(self._score_all(samples, rules))
 
     async def _score_all(self, samples: Sequence[Sample], rules: list[Any]) -> list[Any]:
         import httpx
 
         s = self.settings
-        limiter = RateLimiter(s.max_concurrency, s.requests_per_minute, s.tokens_per_minute)
+        limiter = RateLimiter(s.max_concurrency, s.requests_per_minute, s.tokens_per_minute,
+                              sent=self._sent)
         async with httpx.AsyncClient() as http:
             client = JudgeClient(s, http, limiter)
             results = await asyncio.gather(*(

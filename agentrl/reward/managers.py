@@ -15,8 +15,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from typing import Any
 
 from agentrl.reward.base import RewardManager, RewardScoreError, Sample, register_reward_manager
 from agentrl.reward.score import default_compute_score
+from agentrl.utils.aio import run_sync
 
 
 @register_reward_manager("naive")
@@ -105,16 +104,6 @@ class DAPORewardManager(NaiveRewardManager):
         return score + penalty
 
 
-def _run_coroutine(coro: Any) -> Any:
-    """Run a coroutine to completion from sync code, also when a loop is already running."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
 def batched_default_compute_score(
     data_sources: Sequence[str],
     solution_strs: Sequence[str],
@@ -167,7 +156,7 @@ class BatchRewardManager(RewardManager):
                 **self.reward_kwargs,
             )
             if inspect.isawaitable(results):
-                results = _run_coroutine(results)
+                results = run_sync(results)
         except Exception as err:
             raise RewardScoreError(
                 f"batched compute_score failed on {len(samples)} samples "

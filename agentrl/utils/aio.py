@@ -7,12 +7,15 @@ a second before its tool call even started, two such hops in a row (issue 18). `
 and ``gather_inline`` await in the caller's own task where they can.
 
 ``LoopThread``: an event loop in a daemon thread, for synchronous callers (the rollout
-worker, the sharded engine's driver) that run coroutines on one loop.
+worker, the sharded engine's driver) that run coroutines on one loop. ``run_sync``: one
+coroutine to completion from synchronous code (a score function), also when the calling
+thread already runs a loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Awaitable, Coroutine
@@ -20,6 +23,17 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)``; in a thread of its own when this thread already runs an event
+    loop (``agentrl generate`` and users' async code score from inside one)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 async def within(awaitable: Awaitable[T], timeout: float | None) -> T:

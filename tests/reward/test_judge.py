@@ -119,6 +119,14 @@ def test_requests_and_tokens_per_minute_hold_over_a_sliding_minute():
     tpm = RateLimiter(4, requests_per_minute=None, tokens_per_minute=250,
                       clock=lambda: clock[0], sleep=sleep)
     assert asyncio.run(admit_all(tpm, 100, 4)) == [0.0, 0.0, 60.0, 60.0]
+    # the next batch's limiter (a new event loop) continues the same minute
+    clock[0] = 0.0
+    first = RateLimiter(4, requests_per_minute=2, tokens_per_minute=None,
+                        clock=lambda: clock[0], sleep=sleep)
+    assert asyncio.run(admit_all(first, 10, 2)) == [0.0, 0.0]
+    second = RateLimiter(4, requests_per_minute=2, tokens_per_minute=None, sent=first.sent,
+                         clock=lambda: clock[0], sleep=sleep)
+    assert asyncio.run(admit_all(second, 10, 1)) == [60.0]
 
 
 class _Endpoint:

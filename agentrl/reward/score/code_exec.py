@@ -53,7 +53,6 @@ naming the field (the reward manager adds the sample).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import logging
 import threading
@@ -62,6 +61,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.utils.aio import run_sync
 from agentrl.utils.http import HTTPCallError, JSONClient, RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -360,13 +360,7 @@ def compute_score(
         finally:
             await client.aclose()
 
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(score())
-    # Called from inside an event loop (e.g. a user's async code): run in a thread.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, score()).result()
+    return run_sync(score())  # in a thread when called from inside an event loop
 
 
 async def compute_score_batch(

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+from agentrl.utils.answer_tags import extract_answer as extract_tagged
+
 _TAG = re.compile(r"<(/?)(think|search|information|answer|tool_call|tool_response)>")
 _RETRIEVED = re.compile(
     r"<(information|tool_response)>(.*?)</\1>",
@@ -73,8 +74,7 @@ def subem_check(prediction: str, golden_answers: Any) -> bool:
 
 def extract_answer(solution_str: str) -> str | None:
     """The stripped content of the last ``<answer>...</answer>``, or None."""
-    found = _ANSWER.findall(solution_str)
-    return found[-1].strip() if found else None
+    return extract_tagged(solution_str)
 
 
 def compute_score_em(
