@@ -30,9 +30,11 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from agentrl.algos.chunked_head import head_log_probs
 from agentrl.data.sft import SFTDataset, read_sft_rows, sft_collate_fn
 from agentrl.trainer.sft_check import SkillCheck, SkillStop, turn_reproduction
 from agentrl.utils.seeding import seed_everything
+from agentrl.workers.forward import chunkable_head
 
 logger = logging.getLogger(__name__)
 
@@ -66,24 +68,24 @@ def batch_loss(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch
     - the output layer and the log-softmax run only at the positions whose next token is
       trained (the assistant's, ~1/3 of a conversation), not over the whole sequence: on
       the CPU quickstart this and the transposed full-vocabulary loss it replaces were
-      ~45% of a step. Models that post-process their logits (softcapping, logit scaling)
-      take the full path.
+      ~45% of a step. The head and the log-softmax run chunk by chunk
+      (`algos.chunked_head`), so no (tokens x vocabulary) logits are kept for backward.
+      Models that post-process their logits (softcapping, logit scaling) take the full path.
     """
     input_ids, loss_mask = batch["input_ids"], batch["loss_mask"]
-    head = model.get_output_embeddings()
-    config = model.config
-    if head is None or getattr(config, "final_logit_softcapping", None) or getattr(
-        config, "logit_scale", None
-    ):
+    head = chunkable_head(model)
+    if head is None:
         logits = model(input_ids=input_ids).logits  # (B, T, V)
         return masked_lm_loss(logits, input_ids, loss_mask)
     hidden = model.base_model(input_ids=input_ids).last_hidden_state  # (B, T, H)
     trained = loss_mask[:, 1:].bool()  # (B, T-1): position t predicts token t + 1
-    logits = head(hidden[:, :-1][trained]).float()  # (N, V)
     n_tokens = trained.sum()
-    if n_tokens == 0:
-        return logits.sum() * 0.0, n_tokens.float()
-    return F.cross_entropy(logits, input_ids[:, 1:][trained]), n_tokens.float()
+    log_probs, _ = head_log_probs(
+        hidden[:, :-1][trained], head.weight, input_ids[:, 1:][trained], head.bias
+    )  # (N,), through the head chunk by chunk (algos.chunked_head)
+    if log_probs.numel() == 0:
+        return hidden.sum() * 0.0, n_tokens.float()
+    return -log_probs.mean(), n_tokens.float()
 
 
 def evaluate_loss(model: torch.nn.Module, loader: DataLoader) -> float:
@@ -227,9 +229,7 @@ def _skill_stop(
         return None
     held_out = SFTDataset(_rows(check.rows), tokenizer, max_length=max_length,
                           truncation=truncation).examples  # fmt: skip
-    return SkillStop(
-        check, lambda: turn_reproduction(model, held_out, pad, check.batch_size)
-    )
+    return SkillStop(check, lambda: turn_reproduction(model, held_out, pad, check.batch_size))
 
 
 def _train_steps(

@@ -8,7 +8,12 @@ from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
 from agentrl.algos import entropy_from_logits, logprobs_from_logits
 from agentrl.testing.workers import make_trajectory_batch
-from agentrl.workers.forward import response_log_probs, response_values
+from agentrl.workers.forward import (
+    chunkable_head,
+    full_logits_log_probs,
+    response_log_probs,
+    response_values,
+)
 
 P, R = 12, 20
 
@@ -80,3 +85,38 @@ def test_values_are_the_head_output_before_each_response_token(tiny_model_dir, b
         values[response_attention], full[response_attention], atol=1e-5, rtol=0
     )
     assert (values[~response_attention] == 0).all()
+
+
+def test_the_chunked_path_gives_the_full_logits_numbers_and_parameter_gradients(
+    tiny_model_dir, batch
+):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).train()
+    assert chunkable_head(model) is model.lm_head
+    sub = batch[:3]
+    mask = sub["attention_mask"][:, P:].float()
+    grads = []
+    results = []
+    for fn in (response_log_probs, full_logits_log_probs):
+        model.zero_grad(set_to_none=True)
+        log_probs, entropy = fn(model, sub, temperature=0.8, entropy=True, entropy_grad=True)
+        ((log_probs + 0.1 * entropy) * mask).sum().backward()
+        results.append((log_probs.detach(), entropy.detach()))
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    for name, want in grads[1].items():
+        scale = max(want.abs().max().item(), 1e-3)
+        torch.testing.assert_close(grads[0][name], want, atol=1e-5 * scale, rtol=0, msg=name)
+    assert "forward" not in vars(model.lm_head)  # the head's own forward is back
+
+
+def test_the_head_comes_back_when_the_model_raises(model, batch):
+    with pytest.raises(ValueError, match="temperature must be > 0"):  # raised inside the head
+        response_log_probs(model, batch[:1], temperature=0.0)
+    assert "forward" not in vars(model.lm_head)
+
+
+def test_models_that_rescale_their_logits_take_the_full_path(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model.config.final_logit_softcapping = 30.0
+    assert chunkable_head(model) is None
