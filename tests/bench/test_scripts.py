@@ -23,7 +23,8 @@ def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def test_every_bench_script_is_listed():
-    assert {"repeat.py", "grpo_step.py", "async_vs_sync.py", "rollout_async_vs_sync.py"} <= set(
+    assert {"repeat.py", "grpo_step.py", "async_vs_sync.py", "rollout_async_vs_sync.py",
+            "update_memory.py"} <= set(
         SCRIPTS)
     assert "latency_calculator" in HELPERS
 
@@ -55,3 +56,15 @@ def test_the_rollout_bench_runs_a_tiny_workload(workers):
     # the figure line bench/repeat.py reads
     assert line["requests"] == 8 and line["engine_workers"] == int(workers)
     assert line["async_s"] > 0 and line["async_over_bound"] > 0
+
+
+@pytest.mark.slow
+def test_the_update_memory_bench_compares_both_paths_on_a_small_model():
+    done = _run("bench/update_memory.py", "--rows", "2", "--length", "256", "--repeats", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"peak_ratio", "time_ratio"} <= set(line)
+    assert line["new"]["tokens"] == line["old"]["tokens"] == 512
+    # 2 x 192 response positions x 151,936 fp32 logits: ~0.23 GB per copy on the full path,
+    # several of them alive at once (measured: 1.0 GB peak against 1.5 GB)
+    assert line["new"]["peak_rss_gb"] < line["old"]["peak_rss_gb"] - 0.2
