@@ -40,7 +40,7 @@ from agentrl.algos.rollout_correction import policy_loss_settings, rollout_corre
 from agentrl.utils.registry import Registry
 
 Tensor = torch.Tensor
-PolicyLossFn = Callable[..., tuple[Tensor, dict[str, float]]]
+PolicyLossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
 
 
@@ -63,8 +63,8 @@ def _finish(
     loss_mask: Tensor,
     loss_agg_mode: str,
     weights: Tensor | None,
-    metrics: dict[str, float],
-) -> tuple[Tensor, dict[str, float]]:
+    metrics: dict[str, Tensor],
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Apply the rollout IS weights, aggregate, and return ``(loss, metrics)``."""
     if weights is not None:
         pg_losses = pg_losses * weights
@@ -80,7 +80,7 @@ def compute_policy_loss_vanilla(
     loss_agg_mode: str = "token-mean",
     config: Any = None,
     rollout_log_probs: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clip with asymmetric bounds and dual clip for negative advantages."""
     s = policy_loss_settings(config)
     weights, mask, metrics = rollout_correction(old_log_prob, rollout_log_probs, response_mask, s)
@@ -92,10 +92,10 @@ def compute_policy_loss_vanilla(
     losses3 = -advantages * s.clip_ratio_c
     clipped2 = torch.minimum(losses3, clipped1)
     pg_losses = torch.where(advantages < 0, clipped2, clipped1)  # (B, T)
-    metrics["actor/pg_clipfrac"] = masked_mean(torch.gt(losses2, losses1).float(), mask).item()
-    metrics["actor/ppo_kl"] = masked_mean(-neg_kl, mask).item()
+    metrics["actor/pg_clipfrac"] = masked_mean(torch.gt(losses2, losses1).float(), mask).detach()
+    metrics["actor/ppo_kl"] = masked_mean(-neg_kl, mask).detach()
     lower = torch.gt(clipped1, losses3) & (advantages < 0)
-    metrics["actor/pg_clipfrac_lower"] = masked_mean(lower.float(), mask).item()
+    metrics["actor/pg_clipfrac_lower"] = masked_mean(lower.float(), mask).detach()
     return _finish(pg_losses, mask, loss_agg_mode, weights, metrics)
 
 
@@ -111,7 +111,7 @@ def compute_policy_loss_gspo(
     loss_agg_mode: str = "seq-mean-token-mean",
     config: Any = None,
     rollout_log_probs: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO-token: a sequence-level ratio with per-token gradients; ``loss_agg_mode`` is
     ignored (the paper's objective is ``seq-mean-token-mean``)."""
     s = policy_loss_settings(config)
@@ -124,8 +124,8 @@ def compute_policy_loss_gspo(
     losses1 = -advantages * ratio
     losses2 = -advantages * torch.clamp(ratio, 1 - s.clip_ratio_low, 1 + s.clip_ratio_high)
     pg_losses = torch.maximum(losses1, losses2)
-    metrics["actor/pg_clipfrac"] = masked_mean(torch.gt(losses2, losses1).float(), mask).item()
-    metrics["actor/ppo_kl"] = masked_mean(-neg_kl, mask).item()
+    metrics["actor/pg_clipfrac"] = masked_mean(torch.gt(losses2, losses1).float(), mask).detach()
+    metrics["actor/ppo_kl"] = masked_mean(-neg_kl, mask).detach()
     metrics["actor/pg_clipfrac_lower"] = 0.0
     return _finish(pg_losses, mask, "seq-mean-token-mean", weights, metrics)
 
@@ -139,7 +139,7 @@ def compute_policy_loss_cispo(
     loss_agg_mode: str = "token-mean",
     config: Any = None,
     rollout_log_probs: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """CISPO: REINFORCE with a clipped, detached importance weight on every token."""
     s = policy_loss_settings(config)
     weights, mask, metrics = rollout_correction(old_log_prob, rollout_log_probs, response_mask, s)
@@ -149,9 +149,9 @@ def compute_policy_loss_cispo(
     pg_losses = -advantages * torch.clamp(ratio, low, high) * log_prob
     metrics["actor/pg_clipfrac"] = masked_mean(
         ((ratio < low) | (ratio > high)).float(), mask
-    ).item()
-    metrics["actor/ppo_kl"] = masked_mean(-neg_kl, mask).item()
-    metrics["actor/pg_clipfrac_lower"] = masked_mean((ratio < low).float(), mask).item()
+    ).detach()
+    metrics["actor/ppo_kl"] = masked_mean(-neg_kl, mask).detach()
+    metrics["actor/pg_clipfrac_lower"] = masked_mean((ratio < low).float(), mask).detach()
     return _finish(pg_losses, mask, loss_agg_mode, weights, metrics)
 
 
@@ -164,11 +164,11 @@ def compute_policy_loss_gpg(
     loss_agg_mode: str = "token-mean",
     config: Any = None,
     rollout_log_probs: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """GPG: the plain policy gradient ``-A log pi`` (no ratio, no clipping)."""
     s = policy_loss_settings(config)
     weights, mask, metrics = rollout_correction(old_log_prob, rollout_log_probs, response_mask, s)
     metrics["actor/pg_clipfrac"] = 0.0
-    metrics["actor/ppo_kl"] = masked_mean(old_log_prob - log_prob, mask).item()
+    metrics["actor/ppo_kl"] = masked_mean(old_log_prob - log_prob, mask).detach()
     metrics["actor/pg_clipfrac_lower"] = 0.0
     return _finish(-advantages * log_prob, mask, loss_agg_mode, weights, metrics)

@@ -125,7 +125,7 @@ def rollout_correction(
     rollout_log_probs: torch.Tensor | None,
     response_mask: torch.Tensor,
     settings: PolicyLossSettings,
-) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, torch.Tensor]]:
     """Return ``(is_weights or None, loss_mask, metrics)`` for the configured correction.
 
     ``is_weights`` (B, T) is detached and multiplies the per-token loss; ``loss_mask`` is
@@ -142,22 +142,24 @@ def rollout_correction(
     valid = response_mask.bool()
     diff = (old_log_prob - rollout_log_probs).detach()
     log_ratio = torch.where(valid, diff, torch.zeros_like(diff))  # (B, T)
-    metrics = {"actor/rollout_kl": masked_mean(-log_ratio, response_mask).item()}
+    metrics = {"actor/rollout_kl": masked_mean(-log_ratio, response_mask).detach()}
     weights = None
     loss_mask = response_mask
     if settings.rollout_is is not None:
         log_w = _log_ratio(log_ratio, response_mask, settings.rollout_is)
         log_cap = math.log(settings.rollout_is_threshold)
         weights = torch.exp(torch.clamp(log_w, max=log_cap))  # (B, T)
-        metrics["actor/rollout_is_mean"] = masked_mean(weights, response_mask).item()
+        metrics["actor/rollout_is_mean"] = masked_mean(weights, response_mask).detach()
         metrics["actor/rollout_is_clipped_frac"] = masked_mean(
             (log_w > log_cap).float(), response_mask
-        ).item()
+        ).detach()
     if settings.rollout_rs is not None:
         log_r = _log_ratio(log_ratio, response_mask, settings.rollout_rs)
         keep = (log_r >= math.log(settings.rollout_rs_threshold_lower)) & (
             log_r <= math.log(settings.rollout_rs_threshold)
         )
         loss_mask = response_mask * keep.to(response_mask.dtype)
-        metrics["actor/rollout_is_masked_frac"] = masked_mean((~keep).float(), response_mask).item()
+        metrics["actor/rollout_is_masked_frac"] = masked_mean(
+            (~keep).float(), response_mask
+        ).detach()
     return weights, loss_mask, metrics

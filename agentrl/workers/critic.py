@@ -81,8 +81,12 @@ class CriticWorker(Worker):
         self.lr_scheduler = build_lr_scheduler(self.optimizer, cfg.optim)
         fsdp = model_cfg.fsdp_config
         self.residency = Residency(
-            self.model, self.optimizer, self.device, params=fsdp.param_offload,
-            optimizer_state=fsdp.optimizer_offload, name="critic",
+            self.model,
+            self.optimizer,
+            self.device,
+            params=fsdp.param_offload,
+            optimizer_state=fsdp.optimizer_offload,
+            name="critic",
         )
         self.residency.offload()
         self.tokenizer = AutoTokenizer.from_pretrained(
@@ -179,10 +183,10 @@ class CriticWorker(Worker):
         )
         return MicroResult(
             loss=loss,
-            losses={"critic/vf_loss": loss.item()},
+            losses={"critic/vf_loss": loss.detach()},
             stats={
-                "critic/vf_clipfrac": clipfrac.item(),
-                "critic/vpred_mean": masked_mean(vpreds.detach(), mask).item(),
+                "critic/vf_clipfrac": clipfrac.detach(),
+                "critic/vpred_mean": masked_mean(vpreds.detach(), mask),
             },
         )
 

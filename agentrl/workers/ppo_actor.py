@@ -174,10 +174,10 @@ class PPOActor:
         )
         entropy_agg = agg_loss(entropy, mask, cfg.loss_agg_mode)
         loss = pg_loss - entropy_coeff * entropy_agg if entropy_coeff else pg_loss
-        losses = {"actor/pg_loss": pg_loss.item(), "actor/entropy": entropy_agg.item()}
+        losses = {"actor/pg_loss": pg_loss.detach(), "actor/entropy": entropy_agg.detach()}
         if cfg.use_kl_loss:
             kld = kl_penalty(log_prob, batch["ref_log_prob"], cfg.kl_loss_type)  # (b, R)
             kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode)
             loss = loss + float(cfg.kl_loss_coef) * kl_loss
-            losses["actor/kl_loss"] = kl_loss.item()
+            losses["actor/kl_loss"] = kl_loss.detach()
         return MicroResult(loss=loss, losses=losses, stats=dict(stats))

@@ -16,6 +16,10 @@ ratios such as clip fractions are token-weighted means. A policy loss that fixes
 aggregation (GSPO) is still weighted by the configured mode: only the gradient-accumulation
 weights differ then, not the loss of each micro-batch. Metrics are averaged over the
 optimizer steps of the call.
+
+One host sync per optimizer step: the weights come from the mini-batch's CPU copy, a
+micro-batch's metrics may be 0-d device tensors (the built-in losses' are) and stay on the
+device until the step, where they and the gradient norm come to the host together.
 """
 
 from __future__ import annotations
@@ -44,12 +48,13 @@ class MicroResult:
 
     ``loss``: its loss aggregated over its own rows; ``losses``: loss-like values
     aggregated the same way (summed with the loss weight); ``stats``: token means such as
-    clip fractions (summed with the token share).
+    clip fractions (summed with the token share). Values are floats or 0-d tensors
+    (detached; left on the device, read once per optimizer step).
     """
 
     loss: torch.Tensor
-    losses: dict[str, float] = field(default_factory=dict)
-    stats: dict[str, float] = field(default_factory=dict)
+    losses: dict[str, float | torch.Tensor] = field(default_factory=dict)
+    stats: dict[str, float | torch.Tensor] = field(default_factory=dict)
 
 
 MicroLoss = Callable[[DataProto], MicroResult]
@@ -148,49 +153,65 @@ def _step(
         torch.tensor([float(mask.sum()), float((mask.sum(-1) > 0).sum())], dtype=torch.float64)
     ).tolist()
     scale = world_size()  # FSDP averages gradients over the ranks
-    losses: dict[str, float] = defaultdict(float)
-    stats: dict[str, float] = defaultdict(float)
+    losses: dict[str, float | torch.Tensor] = defaultdict(float)
+    stats: dict[str, float | torch.Tensor] = defaultdict(float)
     optimizer.zero_grad(set_to_none=True)
     device = model_device(model)
     for i, rows in enumerate(groups):
         empty = len(rows) == 0  # a pass that only keeps the ranks' collectives aligned
-        micro = mini[rows if not empty else [0]].to(device)  # batches arrive on the CPU
-        micro_mask = micro.batch["response_mask"]
-        weight = (
-            0.0 if empty else loss_weight(settings.loss_agg_mode, micro_mask, tokens, sequences)
-        )
-        token_share = 0.0 if empty else float(micro_mask.sum()) / max(tokens, 1.0)
+        picked = rows if not empty else [0]
+        micro = mini[picked].to(device)  # batches arrive on the CPU
+        cpu_mask = mask[picked]  # weights from the CPU copy: no device sync
+        weight = 0.0 if empty else loss_weight(settings.loss_agg_mode, cpu_mask, tokens, sequences)
+        token_share = 0.0 if empty else float(cpu_mask.sum()) / max(tokens, 1.0)
         if isinstance(model, FSDPModule):
             model.set_requires_gradient_sync(i == len(groups) - 1)
         result = micro_loss(micro)
         (result.loss * (weight * scale)).backward()
         for key, value in result.losses.items():
-            losses[key] += value * weight
+            losses[key] = losses[key] + _detached(value) * weight
         for key, value in result.stats.items():
-            stats[key] += value * token_share
-    metrics = _reduce_metrics({**losses, **stats})
-    grad_norm = _clip_and_step(model, optimizer, settings.grad_clip)
-    metrics[f"{prefix}/grad_norm"] = grad_norm
+            stats[key] = stats[key] + _detached(value) * token_share
+    grad_norm = _clip(model, settings.grad_clip)
+    metrics = _reduce_metrics({**losses, **stats}, grad_norm)  # the step's one host sync
+    norm = metrics.pop("__grad_norm__")
+    _step_if_finite(optimizer, norm)
+    metrics[f"{prefix}/grad_norm"] = norm
     return metrics
 
 
-def _reduce_metrics(values: dict[str, float]) -> dict[str, float]:
+def _detached(value: float | torch.Tensor) -> float | torch.Tensor:
+    return value.detach() if isinstance(value, torch.Tensor) else value
+
+
+def _reduce_metrics(
+    values: dict[str, float | torch.Tensor], grad_norm: torch.Tensor
+) -> dict[str, float]:
+    """Sum each metric over the ranks and read them and the (already global) gradient norm
+    to the host in one transfer; the norm comes back as ``__grad_norm__``."""
     keys = sorted(values)
-    summed = all_reduce_sum(torch.tensor([values[k] for k in keys], dtype=torch.float64))
-    return dict(zip(keys, summed.tolist(), strict=True))
+    device = grad_norm.device
+    column = torch.stack(
+        [torch.as_tensor(values[k], dtype=torch.float64, device=device).reshape(()) for k in keys]
+        + [grad_norm.detach().to(torch.float64).reshape(())]
+    ).cpu()  # (len(keys) + 1,)
+    column[:-1] = all_reduce_sum(column[:-1])
+    *summed, norm = column.tolist()
+    return {**dict(zip(keys, summed, strict=True)), "__grad_norm__": norm}
 
 
-def _clip_and_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float
-) -> float:
-    """Clip the global gradient norm; skip the step when it is not finite."""
+def _clip(model: torch.nn.Module, grad_clip: float) -> torch.Tensor:
+    """Clip the global gradient norm; the norm before clipping, on the device."""
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=grad_clip)
     if isinstance(grad_norm, DTensor):
         grad_norm = grad_norm.full_tensor()
-    norm = float(grad_norm)
+    return grad_norm
+
+
+def _step_if_finite(optimizer: torch.optim.Optimizer, norm: float) -> None:
+    """Take the optimizer step unless the gradient norm is not finite."""
     if math.isfinite(norm):
         optimizer.step()
     else:
         logger.warning("gradient norm is %s: skipping this optimizer step", norm)
     optimizer.zero_grad(set_to_none=True)
-    return norm

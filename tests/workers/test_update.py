@@ -165,3 +165,60 @@ def test_a_non_finite_gradient_skips_the_step():
     )
     assert metrics["test/grad_norm"] != metrics["test/grad_norm"]  # NaN
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+class _CountedReads(torch.Tensor):
+    """A tensor that counts its reads to the host (``item``, ``float``, ``tolist``): the
+    syncs a GPU would pay. Results of ops on it stay of this class."""
+
+    reads = 0
+
+    def item(self):
+        type(self).reads += 1
+        return super().item()
+
+    def __float__(self):
+        type(self).reads += 1
+        return super().__float__()
+
+    def tolist(self):
+        type(self).reads += 1
+        return super().tolist()
+
+
+@pytest.mark.parametrize("micro_batches", [1, 4])
+def test_device_metrics_are_not_read_to_the_host_micro_batch_by_micro_batch(micro_batches):
+    data = _data(8)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+
+    def tensor_loss(micro: DataProto) -> MicroResult:
+        pred = model(micro.batch["x"]).squeeze(-1)
+        loss = agg_loss(
+            (pred - micro.batch["target"]) ** 2, micro.batch["response_mask"], "token-mean"
+        )
+        return MicroResult(
+            loss,
+            losses={"test/loss": loss.detach().as_subclass(_CountedReads)},
+            stats={"test/pred": pred.mean().detach().as_subclass(_CountedReads)},
+        )
+
+    _CountedReads.reads = 0
+    settings = UpdateSettings(
+        mini_batch_size=4, batching=MicroBatching(micro_batch_size=4 // micro_batches)
+    )
+    metrics = run_update(
+        model, torch.optim.SGD(model.parameters(), lr=0.0), data, settings, tensor_loss, "test"
+    )
+    assert _CountedReads.reads == 0  # stacked with the grad norm and read once per step
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(3, 1)  # the same numbers as a loss that returns floats
+    expected = run_update(
+        reference,
+        torch.optim.SGD(reference.parameters(), lr=0.0),
+        data,
+        settings,
+        _loss(reference, "token-mean"),
+        "test",
+    )
+    assert metrics == pytest.approx(expected, abs=1e-6)
