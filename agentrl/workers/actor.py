@@ -36,6 +36,7 @@ from transformers import AutoModelForCausalLM
 from agentrl.distributed import Dispatch, Worker, register
 from agentrl.models.tokenizer import load_tokenizer
 from agentrl.protocol import DataProto
+from agentrl.utils.memory import peak_memory_metrics
 from agentrl.utils.seeding import seed_everything
 from agentrl.workers import checkpoint
 from agentrl.workers.fsdp import build_sharded_model, device_mesh, full_state_dict
@@ -282,6 +283,7 @@ class ActorRolloutRefWorker(Worker):
             if self.rollout is not None and data.meta_info.get("sync_weights", True):
                 residency.offload(params=False)  # optimizer state out before the engine wakes
                 metrics.update(self._sync_rollout_weights())
+        metrics.update(peak_memory_metrics(self.device))  # this process, since the last step
         return DataProto(meta_info={"metrics": metrics})
 
     @register(Dispatch.DP_COMPUTE, pad=True)

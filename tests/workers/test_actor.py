@@ -79,6 +79,8 @@ def test_log_probs_match_a_single_process_reference_and_ref_stays_initial(
         metrics = group.update_actor(data.union(ref)).meta_info["metrics"]
         assert metrics["actor/pg_clipfrac"] == 0.0 and metrics["actor/lr"] == 1e-3  # on-policy
         assert metrics["actor/grad_norm"] > 0 and "timing/weight_sync_s" in metrics
+        assert 0.05 < metrics["perf/peak_rss_gb"] < 24  # the worker process's, this step
+        assert "perf/max_memory_allocated_gb" not in metrics  # no GPU here
         after = group.compute_log_prob(data).batch["old_log_probs"]
         assert (after - reference).abs().max() > 1e-2  # the actor moved
         torch.testing.assert_close(
