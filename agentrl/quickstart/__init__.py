@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--task",
         default="calculator",
         choices=sorted(TASKS),
-        help="calculator (the main job), search (the CPU Search-R1 run) or retool (the CPU "
+        help="calculator (the main job), search (the CPU Search-R1 run), reasoning_gym (the "
+        "CPU environments run, recipes/envs/) or retool (the CPU "
         "ReTool run)",
     )
     for flag, (kind, text) in _FLAGS.items():

@@ -10,7 +10,10 @@ are the same for every task.
 - ``search`` (the CPU Search-R1 run, recipes/search_r1/): questions about fictional people,
   the search tool against a local BM25 retriever over their documents;
 - ``retool`` (the CPU ReTool run, recipes/retool/): sums of lists, products and sums of
-  ranges, the code_interpreter tool against the local code sandbox.
+  ranges, the code_interpreter tool against the local code sandbox;
+- ``reasoning_gym`` (the CPU run of recipes/envs/): reasoning-gym's ``basic_arithmetic``
+  items, scored by reasoning-gym, the calculator tool (agentrl/environments/quickstart_task.py,
+  beside the adapter it uses).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ CALCULATOR_DIRECT_PHRASINGS = ("compute", "equals", "evaluate", "find")
 SEARCH_DIRECT_PHRASINGS = ("born_town", "founder_name", "bridge_town")
 # The same for the ReTool teacher: one phrasing of each problem kind.
 RETOOL_DIRECT_PHRASINGS = ("add_up", "multiply", "add_range")
+# The same for the reasoning-gym teacher: its questions of 2 or 3 terms.
+REASONING_GYM_DIRECT_PHRASINGS = ("short",)
 
 
 @dataclass(frozen=True)
@@ -176,4 +181,16 @@ RETOOL = Task(
     answer_tag="\\boxed{",
 )
 
-TASKS: dict[str, Task] = {task.name: task for task in (CALCULATOR, SEARCH, RETOOL)}
+_REASONING_GYM = "agentrl.environments.quickstart_task"
+REASONING_GYM = Task(
+    name="reasoning_gym",
+    recipe_config=recipe_file("envs", "cpu_config.yaml"),
+    tool_name="calculator",
+    prepare=_lazy(_REASONING_GYM, "write_reasoning_gym_data", REASONING_GYM_DIRECT_PHRASINGS),
+    tools=_lazy(_REASONING_GYM, "calculator_tool"),
+    defaults={"n_test": 300},
+)
+
+TASKS: dict[str, Task] = {
+    task.name: task for task in (CALCULATOR, SEARCH, RETOOL, REASONING_GYM)
+}
