@@ -11,7 +11,7 @@
   `python -m sglang.launch_server`), `tensor_model_parallel_size` as `--tp`,
   `gpu_memory_utilization` as `--mem-fraction-static`, `free_cache_engine` as
   `--enable-memory-saver` and `engine_kwargs` as further flags; the backend's `aclose()`
-  stops them.
+  stops them. `load_balance` and `server_cooldown_s` set its routing and failover.
 """
 
 from __future__ import annotations
@@ -112,6 +112,7 @@ def _sglang_backend(cfg: dict[str, Any], model_path: str | None, tokenizer: Any)
         return_logprob=cfg["calculate_log_probs"],
         tokenizer=tokenizer,
         update_weights_bucket_megabytes=cfg["update_weights_bucket_megabytes"],
+        server_cooldown_s=cfg["server_cooldown_s"],
         on_close=launcher.stop if launcher else None,
     )
 

@@ -55,6 +55,7 @@ def test_sglang_client_on_given_urls(tiny_tokenizer):
         "request_timeout=7",
         "max_retries=1",
         "calculate_log_probs=false",
+        "server_cooldown_s=5",
     )
     backend = create_backend(cfg, "/unused", tiny_tokenizer)
     assert isinstance(backend, SGLangBackend)
@@ -62,6 +63,7 @@ def test_sglang_client_on_given_urls(tiny_tokenizer):
     assert backend.control_urls == ["http://c:3"]
     assert (backend.load_balance, backend.return_logprob) == ("round_robin", False)
     assert backend._http.timeout == 7 and backend._http.retry.max_retries == 1
+    assert backend.server_cooldown_s == 5 and backend.pool.load_balance == "round_robin"
 
 
 def test_unknown_backend_name_is_an_error(tiny_tokenizer):
