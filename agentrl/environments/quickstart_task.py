@@ -87,6 +87,7 @@ def _sft_rows(
             "messages": messages, "tools": [schema], "ground_truth": truth,
             "question": extra["question"], "phrasing": extra["phrasing"],
             "uses_tool": not answers_directly,
+            "reasoning_gym_entry": extra["reasoning_gym_entry"],  # what scores it
         })  # fmt: skip
     return out
 
