@@ -71,7 +71,8 @@ class Rollout:
                 for _ in range(len(out)):
                     on_request_done(None)
             return out
-        return await self.engine.agenerate_sequences(prompts, on_request_done=on_request_done)
+        out = await self.engine.agenerate_sequences(prompts, on_request_done=on_request_done)
+        return with_backend_metrics(out, self.backend)
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """`agenerate_sequences` for a sync caller, on `loop` (the sharded engine directly)."""
@@ -101,6 +102,17 @@ class Rollout:
             self.loop.run(closer(), timeout=60)
         except Exception as exc:  # noqa: BLE001 - see the docstring
             logger.warning("closing the rollout backend failed: %s", exc)
+
+
+def with_backend_metrics(out: DataProto, backend: Any) -> DataProto:
+    """Add the backend's own counts since its last reading (an SGLang client's retries and
+    lost servers: `rollout/server_retries`, `rollout/servers_lost`, ...) to the batch's
+    rollout metrics. The sharded engine's workers hold their own clients and do not report
+    them."""
+    read = getattr(backend, "metrics", None)
+    if callable(read):
+        out.meta_info.setdefault("metrics", {}).update(read())
+    return out
 
 
 def build_rollout(

@@ -94,3 +94,25 @@ def test_a_sharded_rollout_needs_http_servers(tiny_tokenizer):
         build_rollout(_actor_rollout_ref("engine_workers=2", "name=sglang"), tiny_tokenizer,
                       backend=ScriptedBackend(tiny_tokenizer, {}))
 
+
+
+class _CountingBackend(ScriptedBackend):
+    """A backend that counts like the SGLang client (metrics since the last reading)."""
+
+    retries = 0
+
+    def metrics(self):
+        counted, type(self).retries = type(self).retries, 0
+        return {"rollout/server_retries": float(counted), "rollout/servers_alive": 2.0}
+
+
+def test_the_backends_own_counts_reach_the_batch_metrics(tiny_tokenizer):
+    backend = _CountingBackend(tiny_tokenizer, SCRIPTS)
+    rollout = build_rollout(_actor_rollout_ref("n=1"), tiny_tokenizer, backend=backend)
+    _CountingBackend.retries = 3
+    out = asyncio.run(rollout.agenerate_sequences(prompts_batch(2)))
+    assert out.meta_info["metrics"]["rollout/server_retries"] == 3.0
+    assert out.meta_info["metrics"]["rollout/servers_alive"] == 2.0
+    assert out.meta_info["metrics"]["rollout/requests"] == 2.0  # the engine's own are kept
+    again = asyncio.run(rollout.agenerate_sequences(prompts_batch(2)))
+    assert again.meta_info["metrics"]["rollout/server_retries"] == 0.0  # counted once
