@@ -6,6 +6,7 @@ seed. Rows are ordered best first: the worst seed is the last row, and named las
     python bench/quickstart_seeds.py --seeds 0 --out-dir /tmp/qs   # one seed
     python bench/quickstart_seeds.py --task search         # the CPU Search-R1 run's table
     python bench/quickstart_seeds.py --task retool         # the CPU ReTool run's table
+    python bench/quickstart_seeds.py --task reasoning_gym  # recipes/envs (reasoning-gym)
     python bench/quickstart_seeds.py --task dapo           # recipes/dapo/run_cpu.sh's table
     python bench/quickstart_seeds.py --agent-function examples/agents/calculator_agent.py:run
                                   # GRPO in agent mode: the agent's OpenAI client, the gateway
@@ -17,7 +18,8 @@ accuracies, the tool-call rates, and the seconds end to end; then every target w
 FAIL per seed: SFT <= 0.45, GRPO >= 0.85, tool-call rate after GRPO >= 0.95, control at
 least 0.30 below GRPO, total < 300 s (`--task search`: exact match at least 0.30 above SFT,
 two-hop questions improve, GRPO above the control, total < 600 s; `--task retool`: accuracy
-at least 0.30 above SFT and above the control, total < 900 s; `--task dapo`, the calculator
+at least 0.30 above SFT and above the control, total < 900 s; `--task reasoning_gym`:
+accuracy at least 0.30 above SFT and above the control each, tool-call rate >= 0.95, total < 600 s; `--task dapo`, the calculator
 task through `recipes/dapo/run_cpu.sh`: the calculator's targets with total < 600 s, and a
 table of the dynamic sampling's generation batches per step). Runs that exist already are read, not run again
 (`--rerun` runs them anyway). With `--agent-function` the GRPO stage runs in agent mode
@@ -69,6 +71,18 @@ RETOOL_TARGETS = (
     ("GRPO above the control", lambda r: r["eval_rl"]["accuracy"] > r["control"]["accuracy"]),
     ("end to end < 900 s", lambda r: r["timing_s"]["total"] < 900),
 )
+REASONING_GYM_TARGETS = (
+    (
+        "accuracy at least 0.30 above SFT",
+        lambda r: r["eval_rl"]["accuracy"] - r["eval_sft"]["accuracy"] >= 0.30,
+    ),
+    (
+        "control at least 0.30 below GRPO",
+        lambda r: r["eval_rl"]["accuracy"] - r["control"]["accuracy"] >= 0.30,
+    ),
+    ("tool-call rate after GRPO >= 0.95", lambda r: r["eval_rl"]["tool_call_rate"] >= 0.95),
+    ("end to end < 600 s", lambda r: r["timing_s"]["total"] < 600),
+)
 DAPO_TARGETS = (
     *CALCULATOR_TARGETS[:4],
     ("end to end < 600 s", lambda r: r["timing_s"]["total"] < 600),
@@ -77,6 +91,7 @@ TARGETS = {
     "calculator": CALCULATOR_TARGETS,
     "search": SEARCH_TARGETS,
     "retool": RETOOL_TARGETS,
+    "reasoning_gym": REASONING_GYM_TARGETS,
     "dapo": DAPO_TARGETS,
 }
 # Tasks run through a recipe script (`bash SCRIPT OUT_DIR --seed N`) instead of
