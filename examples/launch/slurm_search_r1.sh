@@ -38,7 +38,9 @@
 #   AGENTRL_VENV       virtual environment holding agentrl and Ray [.venv; else ray on PATH]
 #   DRY_RUN=1          print what each node would run, as "[NODE] command", and run nothing
 #                      (with SLURM_JOB_NODELIST set by hand: gpu1,gpu2 or gpu[1-2])
-# run_gpu.sh's own settings (OUT_DIR, EXPERIMENT, RETRIEVER_*, ...) reach it unchanged.
+# run_gpu.sh's own settings (OUT_DIR, EXPERIMENT, RETRIEVER_*, ...) reach it unchanged, but
+# RETRIEVER_HOST defaults to HEAD_IP: the retriever runs on the head, and the search tool in
+# every rank, on every node, calls it there.
 #
 # On exit (the trainer's, an error, scancel's SIGTERM) the Ray steps are stopped:
 # recipes/services.sh's lifecycle, as in run_gpu.sh.
@@ -136,7 +138,7 @@ for node in "${NODES[@]:1}"; do
 done
 
 # The trainer's placement groups wait for the workers to join (docs/scale.md).
-ENTRY=(bash recipes/search_r1/run_gpu.sh "$@"
+ENTRY=(env "RETRIEVER_HOST=${RETRIEVER_HOST:-$HEAD_IP}" bash recipes/search_r1/run_gpu.sh "$@"
   trainer.nnodes="$NNODES" trainer.n_gpus_per_node="$GPUS_PER_NODE" ray_init.address="$ADDRESS")
 if [[ "$DRY_RUN" == 1 ]]; then
   printf '[%s]' "$HEAD"

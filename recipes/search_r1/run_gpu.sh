@@ -15,6 +15,9 @@
 #   INDEX_DIR          retriever index; built from CORPUS if missing or stale [CORPUS_DIR/index_KIND]
 #   RETRIEVER_KIND     bm25 | dense [bm25]
 #   DENSE_MODEL        encoder of a dense index [intfloat/e5-base-v2, Search-R1's retriever]
+#   RETRIEVER_HOST     the address the retriever listens on, written into the tool config: on
+#                      several nodes this node's address that the others reach (every rank runs
+#                      the search tool; examples/launch/ sets it to the head's) [127.0.0.1]
 #   RETRIEVER_PORT     [8000]
 #   RETRIEVER_TIMEOUT  seconds to wait for /health, index build included [7200]
 #   AGENTRL_VENV       virtual environment holding agentrl [.venv; else agentrl on PATH]
@@ -64,23 +67,29 @@ OUT_DIR=${OUT_DIR:-outputs/search_r1/$EXPERIMENT}
 RETRIEVER_KIND=${RETRIEVER_KIND:-bm25}
 DENSE_MODEL=${DENSE_MODEL:-intfloat/e5-base-v2}
 INDEX_DIR=${INDEX_DIR:-$(dirname "$CORPUS")/index_$RETRIEVER_KIND}
+RETRIEVER_HOST=${RETRIEVER_HOST:-127.0.0.1}
 RETRIEVER_PORT=${RETRIEVER_PORT:-8000}
 RETRIEVER_TIMEOUT=${RETRIEVER_TIMEOUT:-7200}
 STOP_GRACE=${STOP_GRACE:-30}
-HEALTH_URL="http://127.0.0.1:$RETRIEVER_PORT/health"
+case "$RETRIEVER_HOST" in
+  0.0.0.0 | :: | "[::]") die "RETRIEVER_HOST=$RETRIEVER_HOST is not an address the ranks can call: set this node's address" ;;
+  *:*) RETRIEVER_URL="http://[$RETRIEVER_HOST]:$RETRIEVER_PORT" ;;  # IPv6
+  *) RETRIEVER_URL="http://$RETRIEVER_HOST:$RETRIEVER_PORT" ;;
+esac
+HEALTH_URL="$RETRIEVER_URL/health"
 
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 RETRIEVER_LOG="$OUT_DIR/retriever.log"
 TOOL_CONFIG="$OUT_DIR/search_tool.yaml"
-sed "s#http://127.0.0.1:8000/retrieve#http://127.0.0.1:$RETRIEVER_PORT/retrieve#" \
+sed "s#http://127.0.0.1:8000/retrieve#$RETRIEVER_URL/retrieve#" \
   recipes/search_r1/search_tool.yaml >"$TOOL_CONFIG"
-grep -q "127.0.0.1:$RETRIEVER_PORT/retrieve" "$TOOL_CONFIG" ||
+grep -qF "$RETRIEVER_URL/retrieve" "$TOOL_CONFIG" ||
   die "recipes/search_r1/search_tool.yaml has no retrieval_service_url on 127.0.0.1:8000"
 
 install_cleanup
 retriever_args=(retriever --corpus "$CORPUS" --index-dir "$INDEX_DIR" --kind "$RETRIEVER_KIND"
-  --port "$RETRIEVER_PORT" --topk 3)
+  --host "$RETRIEVER_HOST" --port "$RETRIEVER_PORT" --topk 3)
 [[ "$RETRIEVER_KIND" != dense ]] || retriever_args+=(--dense-model "$DENSE_MODEL")
 say "retriever index $INDEX_DIR (built from $CORPUS if missing or stale)"
 start_service retriever "$RETRIEVER_LOG" "$HEALTH_URL" "$RETRIEVER_TIMEOUT" RETRIEVER_PORT -- \

@@ -4,6 +4,10 @@
   head, the workers joining it, the recipe on the head); with srun and ray stubbed it starts
   them in that order, runs recipes/search_r1/run_gpu.sh (its retriever real, the trainer a
   stub) with one token in every step, and stops what it started.
+- Every file gives run_gpu.sh the head's address as RETRIEVER_HOST, so that the search tool
+  of ranks on the other nodes reaches the retriever: the Slurm script and the SkyPilot task
+  pass it (the Slurm script's retriever listens there and answers the stub trainer through
+  the tool config), the RayJob's head container has it from its pod's IP.
 - The KubeRay RayJob, rendered as its header says, is valid against KubeRay v1.7.0's RayJob
   CRD (launch_schemas/README.md), read strictly as kubeconform -strict does: an unknown
   field is an error, in the pod templates too (the CRD embeds Kubernetes' PodSpec schema).
@@ -154,7 +158,8 @@ def test_slurm_dry_run_prints_what_each_node_runs(tmp_path, nodes, gpus):
             f"[{node}] {ray} start --address={address} --num-gpus={gpus} --num-cpus=32 --block"
             for node in nodes[1:]
         ),
-        f"[{head}] bash recipes/search_r1/run_gpu.sh /data/sr1 /data/sr1/corpus.jsonl instruct "
+        f"[{head}] env RETRIEVER_HOST={head} bash recipes/search_r1/run_gpu.sh /data/sr1 "
+        "/data/sr1/corpus.jsonl instruct "
         f"trainer.total_training_steps=20 trainer.nnodes={len(nodes)} "
         f"trainer.n_gpus_per_node={gpus} ray_init.address={address}",
     ]
@@ -186,9 +191,19 @@ def test_slurm_dry_run_expands_a_nodelist_with_scontrol_and_reads_slurms_gpu_cou
     lines = result.stdout.splitlines()
     assert "--node-ip-address=10.0.0.7 --port=6400 --num-gpus=2 --block" in lines[1]
     assert lines[2].startswith("[gpu08] ") and "--address=10.0.0.7:6400" in lines[2]
+    assert lines[3].startswith("[gpu07] env RETRIEVER_HOST=10.0.0.7 bash ")
     assert lines[3].endswith(
         "trainer.nnodes=2 trainer.n_gpus_per_node=2 ray_init.address=10.0.0.7:6400"
     )
+
+
+def test_slurm_dry_run_keeps_a_retriever_host_that_is_set(tmp_path):
+    result = dry_run(
+        tmp_path, "d", "c", SLURM_JOB_NODELIST="n1,n2", GPUS_PER_NODE="8",
+        RETRIEVER_HOST="10.0.0.99",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("[n1] env RETRIEVER_HOST=10.0.0.99 bash ")
 
 
 def test_slurm_dry_run_never_prints_the_token(tmp_path):
@@ -232,14 +247,22 @@ def test_slurm_script_starts_the_cluster_runs_the_recipe_and_stops_the_cluster(t
         "#!/usr/bin/env bash\n"  # srun --nodes=1 --ntasks=1 -w NODE CMD...
         'echo "$4 ${*:5}" >> "$STUB_DIR/srun.log"; shift 4; exec "$@"\n',
     )
-    stub(bin_dir / "hostname", '#!/bin/sh\necho "fe80::7 10.9.8.7"\n')
+    # the head's IPv4 address: one of this machine's, so the retriever can listen there
+    stub(bin_dir / "hostname", '#!/bin/sh\necho "fe80::7 127.0.0.7"\n')
     stub(venv_bin / "ray", RAY_STUB)
     (venv_bin / "agentrl").symlink_to(Path(sys.executable).parent / "agentrl")  # the retriever
     trainer = stub(
         tmp_path / "trainer.sh",
-        '#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$STUB_DIR/trainer_args"\n'
-        'echo "${RAY_AUTH_MODE:-} ${RAY_AUTH_TOKEN:-}" > "$STUB_DIR/trainer_env"\n',
+        '#!/usr/bin/env bash\nset -euo pipefail\nprintf "%s\\n" "$@" > "$STUB_DIR/trainer_args"\n'
+        'echo "${RAY_AUTH_MODE:-} ${RAY_AUTH_TOKEN:-}" > "$STUB_DIR/trainer_env"\n'
+        # what a rank's search tool does: call the retriever named in the tool config
+        'for a in "$@"; do case "$a" in *.tool_config_path=*) config=${a#*=} ;; esac; done\n'
+        "url=$(grep -o 'http://[^ ]*/retrieve' \"$config\")\n"
+        'echo "$url" > "$STUB_DIR/retriever_url"\n'
+        'curl -sf -X POST "$url" -H "Content-Type: application/json" '
+        '-d \'{"queries": ["capital of France"], "topk": 1}\' > "$STUB_DIR/answer.json"\n',
     )
+    port = free_port()
     env = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
@@ -250,11 +273,12 @@ def test_slurm_script_starts_the_cluster_runs_the_recipe_and_stops_the_cluster(t
         "GPUS_PER_NODE": "4",
         "DRY_RUN": "0",
         "OUT_DIR": str(tmp_path / "run"),
-        "RETRIEVER_PORT": str(free_port()),
+        "RETRIEVER_PORT": str(port),
         "RETRIEVER_TIMEOUT": "120",
         "STOP_GRACE": "5",
     }
-    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "HEAD_IP", "SLURM_CPUS_PER_TASK"):
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "HEAD_IP", "SLURM_CPUS_PER_TASK",
+                 "RETRIEVER_HOST"):
         env.pop(name, None)
     result = subprocess.run(
         ["bash", str(SLURM), str(data), str(corpus)],
@@ -270,10 +294,10 @@ def test_slurm_script_starts_the_cluster_runs_the_recipe_and_stops_the_cluster(t
     steps = (tmp_path / "srun.log").read_text().splitlines()
     assert steps[0] == "n1 hostname --ip-address"  # the head's address, its IPv4 one
     assert sorted(steps[1:]) == [
-        f"n1 {venv_bin}/ray start --head --node-ip-address=10.9.8.7 --port=6379 "
+        f"n1 {venv_bin}/ray start --head --node-ip-address=127.0.0.7 --port=6379 "
         "--num-gpus=4 --block",
         *(
-            f"{node} {venv_bin}/ray start --address=10.9.8.7:6379 --num-gpus=4 --block"
+            f"{node} {venv_bin}/ray start --address=127.0.0.7:6379 --num-gpus=4 --block"
             for node in ("n2", "n3")
         ),
     ]
@@ -289,8 +313,12 @@ def test_slurm_script_starts_the_cluster_runs_the_recipe_and_stops_the_cluster(t
     assert args[-3:] == [
         "trainer.nnodes=3",
         "trainer.n_gpus_per_node=4",
-        "ray_init.address=10.9.8.7:6379",
+        "ray_init.address=127.0.0.7:6379",
     ]
+    # the retriever listens on the head's address, and the tool config names it there
+    assert (tmp_path / "retriever_url").read_text().strip() == f"http://127.0.0.7:{port}/retrieve"
+    answer = json.loads((tmp_path / "answer.json").read_text())
+    assert answer["result"][0][0]["contents"].startswith('"Paris"')
     for pid in (tmp_path / "ray.pids").read_text().split():
         assert not alive(int(pid)), f"Ray step {pid} left running"
 
@@ -375,6 +403,10 @@ def test_rayjob_is_a_valid_rayjob_of_the_asked_shape(rayjob_crd, nnodes, gpus):
     for group in (cluster["headGroupSpec"], workers):
         (container,) = group["template"]["spec"]["containers"]
         assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
+    (head,) = cluster["headGroupSpec"]["template"]["spec"]["containers"]
+    # the entry point runs on the head: its retriever listens on the pod's address
+    assert {"name": "RETRIEVER_HOST",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in head["env"]
     words = shlex.split(job["spec"]["entrypoint"])
     assert words[1:3] == ["bash", "/workspace/agentrl/recipes/search_r1/run_gpu.sh"]
     overrides = assert_recipe_args_load(words)
@@ -480,7 +512,8 @@ def run_skypilot_node(tmp_path: Path, rank: int, **env: str) -> subprocess.Compl
     stub(tmp_path / ".venv" / "bin" / "ray", RAY_STUB)
     stub(
         tmp_path / "recipes" / "search_r1" / "run_gpu.sh",
-        'printf "%s\\n" "$@" > "$STUB_DIR/recipe_args"\n',
+        'printf "%s\\n" "$@" > "$STUB_DIR/recipe_args"\n'
+        'echo "${RETRIEVER_HOST:-}" > "$STUB_DIR/retriever_host"\n',
     )
     envs = {
         **task["envs"],
@@ -525,6 +558,7 @@ def test_skypilot_head_starts_ray_runs_the_recipe_and_stops_ray(tmp_path):
         "trainer.n_gpus_per_node=8",
         "ray_init.address=10.1.0.1:6379",
     ]
+    assert (tmp_path / "retriever_host").read_text().strip() == "10.1.0.1"  # the head's
     (pid,) = (tmp_path / "ray.pids").read_text().split()
     assert not alive(int(pid))
 

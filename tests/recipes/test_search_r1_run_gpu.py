@@ -87,6 +87,30 @@ def test_starts_the_retriever_trains_and_stops_it(setup, scripts):
     assert not scripts.alive(int((setup["dir"] / "pid").read_text()))
 
 
+def test_retriever_host_is_where_it_listens_and_what_the_tool_config_names(setup, scripts):
+    # on several nodes: an address of this node that the other nodes' ranks reach
+    setup["env"]["RETRIEVER_HOST"] = "127.0.0.2"
+    result = run_script(setup, "ok")
+    assert result.returncode == 0, result.stderr
+    tool_config = (setup["dir"] / "run" / "search_tool.yaml").read_text()
+    assert f"retrieval_service_url: http://127.0.0.2:{setup['port']}/retrieve" in tool_config
+    assert "127.0.0.1" not in tool_config
+    # the stub, like a rank's search tool, got its answer at that address
+    answer = json.loads((setup["dir"] / "answer.json").read_text())
+    assert answer["result"][0][0]["contents"].startswith('"Paris"')
+    assert f"waiting up to 120 s for http://127.0.0.2:{setup['port']}/health" in result.stderr
+    assert not scripts.alive(scripts.pid_in(result.stderr, "retriever"))
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+def test_a_wildcard_retriever_host_is_refused(setup, host):
+    setup["env"]["RETRIEVER_HOST"] = host
+    result = run_script(setup, "ok")
+    assert result.returncode == 1
+    assert f"RETRIEVER_HOST={host} is not an address the ranks can call" in result.stderr
+    assert not (setup["dir"] / "pid").exists()  # nothing started
+
+
 def test_training_failure_is_the_exit_status_and_stops_the_retriever(setup, scripts):
     result = run_script(setup, "fail", "trainer.total_training_steps=2")
     assert result.returncode == 3
