@@ -109,6 +109,22 @@ def init_ray(config: DictConfig) -> str | None:
     return temp_dir
 
 
+def ranks_use_gpus(config: DictConfig) -> bool:
+    """Whether each rank's bundle holds a GPU: `trainer.device` cuda -> yes, cpu -> no, auto
+    -> when this process or the Ray cluster has one. The cluster counts because the driver
+    may run where there is none (a login node, a head pod without GPUs). The cluster's GPUs are
+    those of the nodes joined so far: a driver without a GPU that may start before the GPU
+    nodes join should say cuda. Call after `init_ray`."""
+    device = config.trainer.device
+    if device != "auto":
+        return device == "cuda"
+    if torch.cuda.is_available():
+        return True
+    import ray
+
+    return ray.cluster_resources().get("GPU", 0) > 0
+
+
 @dataclass
 class Workers:
     """A started worker group with its models loaded."""
@@ -188,9 +204,9 @@ def _start(workers: Workers, config: DictConfig, specs: dict[str, WorkerSpec], u
         )
     else:
         workers.ray_temp_dir = init_ray(config)
-        use_gpu = config.trainer.device != "cpu" and torch.cuda.is_available()
         workers.pool = ResourcePool(
-            [int(config.trainer.n_gpus_per_node)] * int(config.trainer.nnodes), use_gpu=use_gpu
+            [int(config.trainer.n_gpus_per_node)] * int(config.trainer.nnodes),
+            use_gpu=ranks_use_gpus(config),
         )
         workers.group = RayWorkerGroup(
             workers.pool,
