@@ -36,6 +36,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl.config import chat_template_kwargs
+from agentrl.distributed.worker import free_address
 from agentrl.protocol import DataProto
 from agentrl.rollout.output import model_token_versions
 from agentrl.trainer.ppo_trainer import PPOTrainer
@@ -86,6 +87,17 @@ def cpu_split(num_servers: int, cores: int | None = None) -> tuple[int, int]:
     cores = cores or os.cpu_count() or 1
     rollout = max(1, cores // 2)
     return max(1, rollout // num_servers), max(1, cores - rollout)
+
+
+def server_host(config: DictConfig) -> str:
+    """Where the servers this process launches listen, and so the address the workers and
+    the producer call: 127.0.0.1 for a run on this machine; on a Ray cluster
+    (``ray_init.address``) this node's address as Ray knows it, since the ranks and the
+    producer may run on any node."""
+    if config.ray_init.address is None:
+        return "127.0.0.1"
+    init_ray(config)  # connected (nothing to stop later): Ray says this node's address
+    return free_address()[0]
 
 
 class ProducerBatchSource:
@@ -160,6 +172,7 @@ class ProducerBatchSource:
         self._launcher = server_launcher(
             rollout, str(model.path), seed=int(self.config.trainer.seed),
             trust_remote_code=bool(model.trust_remote_code), env=env,
+            host=server_host(self.config),
         )  # fmt: skip
         urls = self._launcher.start()
         logger.info("%s: rollout servers %s", self.mode, ", ".join(urls))
@@ -293,6 +306,7 @@ __all__ = [
     "OffPolicyTrainer",
     "ProducerBatchSource",
     "cpu_split",
+    "server_host",
     "staleness_metrics",
     "take_metrics",
 ]

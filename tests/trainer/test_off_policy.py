@@ -46,6 +46,45 @@ def test_cpu_split_gives_the_servers_half_the_cores():
     assert cpu_split(4, cores=1) == (1, 1)
 
 
+@pytest.mark.parametrize(
+    ("address", "host"), [("10.0.0.1:6379", "10.1.2.3"), (None, "127.0.0.1")]
+)
+def test_servers_listen_where_ranks_on_other_nodes_reach_them(monkeypatch, address, host):
+    """On a Ray cluster the driver's servers listen on its node's address (Ray's, faked
+    here) and the workers get URLs naming it; on one machine, loopback as before."""
+    from types import SimpleNamespace
+
+    from agentrl.config import load_config
+    from agentrl.rollout.backends import factory
+    from agentrl.trainer import off_policy
+
+    made, connected = [], []
+
+    class Launcher:
+        def start(self):
+            return [f"http://{made[0].get('host', '127.0.0.1')}:30000"]  # 127.0.0.1: the default
+
+    def server_launcher(cfg, model_path, **kwargs):
+        made.append(kwargs)
+        return Launcher()
+
+    monkeypatch.setattr(factory, "server_launcher", server_launcher)
+    monkeypatch.setattr(off_policy, "init_ray", connected.append)
+    monkeypatch.setattr(off_policy, "free_address", lambda: ("10.1.2.3", 40000), raising=False)
+    config = load_config(overrides=[
+        "actor_rollout_ref.model.path=/placeholder", "data.train_files=/placeholder.parquet",
+        "trainer.mode=async", "actor_rollout_ref.rollout.name=sglang",
+        f"ray_init.address={'null' if address is None else address}",
+    ])  # fmt: skip
+    trainer = SimpleNamespace(worker_config=config)
+    off_policy.ProducerBatchSource(config).prepare_workers(trainer)
+    assert made[0].get("host", "127.0.0.1") == host
+    assert list(trainer.worker_config.actor_rollout_ref.rollout.server_urls) == [
+        f"http://{host}:30000"
+    ]
+    assert len(connected) == (address is not None)  # Ray joined first to know the address
+
+
 def _tool_config(path: Path, class_name: str) -> Path:
     path.write_text(yaml.safe_dump({"tools": [{
         "class_name": class_name, "config": {"type": "native"}, "tool_schema": DEFAULT_SCHEMA,

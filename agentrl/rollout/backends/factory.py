@@ -124,12 +124,15 @@ def server_launcher(
     seed: int | None = None,
     trust_remote_code: bool = False,
     env: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
 ) -> ServerLauncher:
     """The inference servers of a plain ``rollout`` config dict, not started: for
     ``name: hf`` ``agentrl serve`` processes of the embedded engine (``seed``: the trainer's;
-    ``env``: e.g. their thread count), else SGLang's (or ``launch_command``'s)."""
+    ``env``: e.g. their thread count), else SGLang's (or ``launch_command``'s). ``host`` is
+    where they listen and what their URLs name: an address other nodes reach when processes
+    there call them."""
     if cfg["name"] == "hf":
-        return _serve_launcher(cfg, model_path, seed, trust_remote_code, env)
+        return _serve_launcher(cfg, model_path, seed, trust_remote_code, env, host)
     tp = cfg["tensor_model_parallel_size"]
     num_servers = cfg["num_servers"]
     if num_servers is None:
@@ -152,11 +155,13 @@ def server_launcher(
         gpus_per_server=tp if torch.cuda.is_available() else 0,
         ready_timeout=cfg["launch_timeout"],
         env=env,
+        host=host,
     )
 
 
 def _serve_launcher(cfg: dict[str, Any], model_path: str, seed: int | None,
-                    trust_remote_code: bool, env: dict[str, str] | None) -> ServerLauncher:  # fmt: skip
+                    trust_remote_code: bool, env: dict[str, str] | None,
+                    host: str) -> ServerLauncher:  # fmt: skip
     """``agentrl serve`` servers of the policy for ``rollout.name=hf`` (its engine keys as
     the server's flags)."""
     kwargs = dict(cfg["engine_kwargs"] or {})
@@ -175,4 +180,5 @@ def _serve_launcher(cfg: dict[str, Any], model_path: str, seed: int | None,
         "trust_remote_code": trust_remote_code,
     }
     return ServerLauncher(model_path, int(cfg["num_servers"] or 1), command=SERVE_COMMAND,
-                          server_args=server_args, ready_timeout=cfg["launch_timeout"], env=env)
+                          server_args=server_args, ready_timeout=cfg["launch_timeout"], env=env,
+                          host=host)

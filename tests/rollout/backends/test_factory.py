@@ -93,3 +93,14 @@ def test_sglang_without_urls_launches_servers_and_stops_them(tiny_model_dir, tin
     assert info["model_path"] == str(tiny_model_dir)
     with pytest.raises(BackendError, match="cannot connect"):  # the server is gone
         asyncio.run(backend.generate([1], {"max_new_tokens": 1}, "after"))
+
+
+def test_launched_servers_listen_on_the_given_host(tiny_model_dir, tiny_tokenizer):
+    from agentrl.rollout.backends.factory import server_launcher
+
+    for name in ("sglang", "hf"):
+        cfg = dict(rollout_config(f"name={name}"))
+        launcher = server_launcher(cfg, str(tiny_model_dir), host="10.1.2.3")
+        argv = launcher.argv(30000)
+        assert argv[argv.index("--host") + 1] == "10.1.2.3", name
+        assert server_launcher(cfg, str(tiny_model_dir)).host == "127.0.0.1"  # the default
