@@ -101,6 +101,12 @@ class WorkerGroup:
     def world_size(self) -> int:
         raise NotImplementedError
 
+    @property
+    def usable(self) -> bool:
+        """False once the group cannot run calls (shut down, or a rank was lost or stopped);
+        a caller cleaning up after an error then skips the workers' own cleanup calls."""
+        raise NotImplementedError
+
     def role(self, name: str) -> RoleGroup:
         """The methods of one colocated role."""
         if name not in self._roles:
@@ -164,6 +170,10 @@ class InProcessWorkerGroup(WorkerGroup):
     @property
     def world_size(self) -> int:
         return 1
+
+    @property
+    def usable(self) -> bool:
+        return self._host is not None
 
     def worker(self, role: str = DEFAULT_ROLE) -> Any:
         """The worker object itself, for inspection in a debugger or a test."""

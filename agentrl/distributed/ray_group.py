@@ -8,15 +8,18 @@
     group.shutdown(); pool.remove()
 
 Start-up: every rank's actor is created in its placement-group bundle with ``RANK``,
-``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` in its environment; rank 0 picks a
-free port on its node; then all ranks set ``MASTER_ADDR``/``MASTER_PORT``, join the
-process group with ``dist_timeout_s`` and build their roles.
+``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` in its environment; each reports
+its Ray node (``group.node_ids``, logged); rank 0 picks a free port on its node; then all
+ranks set ``MASTER_ADDR``/``MASTER_PORT``, join the process group with ``dist_timeout_s``
+and build their roles.
 
 Failures: the driver waits for the ranks one by one. When a rank fails, the others get
 ``error_grace_s`` to finish (they may fail the same way); ranks still running then are
 waiting for the failed one in a collective, so the group kills every actor rather than
-leave them hanging, and the ``WorkerError`` says so. An actor that dies (segfault, out of
-memory) is reported the same way.
+leave them hanging, and the ``WorkerError`` says so. A rank whose process is gone (its
+actor died or is unreachable: a segfault, an out-of-memory kill, a lost node) leaves the
+group unusable at once: the others are stopped without waiting, and the error names the
+rank, its node and whether the node was lost (``agentrl.distributed.nodes``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentrl.distributed.group import DEFAULT_DIST_TIMEOUT_S, WorkerGroup
+from agentrl.distributed.nodes import describe_node, lost_node_state, node_table
 from agentrl.distributed.resource_pool import ResourcePool
 from agentrl.distributed.worker import RankFailure, WorkerError, WorkerHost, WorkerSpec
 
@@ -54,6 +58,7 @@ class RayWorkerGroup(WorkerGroup):
         self.resource_pool = resource_pool
         self.error_grace_s = error_grace_s
         self._broken: str | None = None
+        self.node_ids: list[str | None] = []  # the Ray node of each rank, from setup on
         self._actors = self._create_actors()
         try:
             self._setup(dist_timeout_s, setup_timeout_s)
@@ -64,6 +69,10 @@ class RayWorkerGroup(WorkerGroup):
     @property
     def world_size(self) -> int:
         return self._world_size
+
+    @property
+    def usable(self) -> bool:
+        return self._broken is None
 
     @property
     def actors(self) -> list[Any]:
@@ -98,18 +107,25 @@ class RayWorkerGroup(WorkerGroup):
     def _setup(self, dist_timeout_s: float, setup_timeout_s: float) -> None:
         import ray
 
+        address = self._actors[0].free_address.remote()
+        node_ids = [actor.node_id.remote() for actor in self._actors]
         try:
-            addr, port = ray.get(self._actors[0].free_address.remote(), timeout=setup_timeout_s)
+            (addr, port), *self.node_ids = ray.get([address, *node_ids], timeout=setup_timeout_s)
         except ray.exceptions.GetTimeoutError:
-            raise TimeoutError(f"rank 0 did not start within {setup_timeout_s:.0f} s") from None
+            raise TimeoutError(f"the ranks did not start within {setup_timeout_s:.0f} s") from None
         refs = [actor.setup.remote(addr, port, dist_timeout_s) for actor in self._actors]
         self._gather(refs, "worker group setup")  # raises WorkerError on a failed rank
+        table = node_table()
         logger.info(
-            "%d ranks up (%s), process group at %s:%s",
+            "%d ranks up (%s), process group at %s:%s; %s",
             self.world_size,
             ", ".join(f"{r}: {s.cls.__qualname__}" for r, s in self.specs.items()),
             addr,
             port,
+            ", ".join(
+                f"rank {rank} on {describe_node(node, table)}"
+                for rank, node in enumerate(self.node_ids)
+            ),
         )
 
     def _run(self, role: str, name: str, calls: Any, what: str) -> list[Any]:
@@ -124,12 +140,13 @@ class RayWorkerGroup(WorkerGroup):
         return self._gather(refs, what)
 
     def _gather(self, refs: list[Any], what: str) -> list[Any]:
-        """Wait for every rank; on a failure give the others ``error_grace_s``, then stop
-        those still running and raise WorkerError."""
+        """Wait for every rank; on a failure give the others ``error_grace_s`` (none when a
+        rank is lost), then stop those still running and raise WorkerError."""
         import ray
 
         results: list[Any] = [None] * len(refs)
         failures: list[RankFailure] = []
+        node_states: dict[str | None, str] = {}
         pending = {ref: rank for rank, ref in enumerate(refs)}
         deadline: float | None = None
         while pending:
@@ -139,23 +156,43 @@ class RayWorkerGroup(WorkerGroup):
                 break  # the grace period is over
             for ref in ready:
                 rank = pending.pop(ref)
-                value = _get(ref, rank)
+                value = self._get(ref, rank, node_states)
                 if isinstance(value, RankFailure):
                     failures.append(value)
-                    if deadline is None:
+                    if value.lost:  # nothing can complete a collective with it any more
+                        deadline = time.monotonic()
+                    elif deadline is None:
                         deadline = time.monotonic() + self.error_grace_s
                 else:
                     results[rank] = value
         if not failures:
             return results
-        stopped = bool(pending)
+        lost = [f for f in failures if f.lost]
+        stopped = bool(pending) or bool(lost)
         if stopped:
             self._broken = (
-                f"{what} failed on rank {failures[0].rank} while ranks "
+                f"{what} lost rank {lost[0].rank} ({lost[0].lost})"
+                if lost
+                else f"{what} failed on rank {failures[0].rank} while ranks "
                 f"{sorted(pending.values())} were still running"
             )
             self._kill_actors()
         raise WorkerError(what, sorted(failures, key=lambda f: f.rank), len(refs), stopped)
+
+    def _get(self, ref: Any, rank: int, node_states: dict[str | None, str]) -> Any:
+        """The value of a finished call; a Ray error (the rank's actor died or is
+        unreachable) becomes a RankFailure that says what became of the rank's node (asked
+        once per node and call: the ranks of a lost node fail together)."""
+        import ray
+
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            node = self.node_ids[rank] if rank < len(self.node_ids) else None
+            if node not in node_states:
+                node_states[node] = lost_node_state(node)
+            return RankFailure(rank, type(exc).__name__, f"the worker process failed: {exc}",
+                               lost=node_states[node])  # fmt: skip
 
     def _kill_actors(self) -> None:
         import ray
@@ -176,13 +213,3 @@ class RayWorkerGroup(WorkerGroup):
         self._kill_actors()
         self._broken = self._broken or "it was shut down"
         self._actors = []
-
-
-def _get(ref: Any, rank: int) -> Any:
-    """The value of a finished call, with an actor crash turned into a RankFailure."""
-    import ray
-
-    try:
-        return ray.get(ref)
-    except ray.exceptions.RayError as exc:
-        return RankFailure(rank, type(exc).__name__, f"the worker process failed: {exc}")

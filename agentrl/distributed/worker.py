@@ -96,6 +96,7 @@ class RankFailure:
     exc_type: str
     message: str
     traceback: str = ""
+    lost: str = ""  # the rank's process is gone: its node and what became of it (nodes.py)
 
     @classmethod
     def from_exception(cls, rank: int, exc: BaseException) -> RankFailure:
@@ -106,7 +107,9 @@ class RankFailure:
 class WorkerError(RuntimeError):
     """A worker-group call failed on at least one rank; the message holds each failing
     rank's traceback. ``stopped`` is true when the group killed ranks that did not finish
-    (a failed rank leaves its peers waiting in collectives), so the group is unusable."""
+    (a failed rank leaves its peers waiting in collectives), so the group is unusable.
+    ``lost`` maps each rank whose process is gone to its node and what became of it; its
+    first line names them."""
 
     def __init__(
         self, what: str, failures: list[RankFailure], world_size: int, stopped: bool = False
@@ -116,10 +119,13 @@ class WorkerError(RuntimeError):
         self.world_size = world_size
         self.stopped = stopped
         self.ranks = [f.rank for f in failures]
+        self.lost = {f.rank: f.lost for f in failures if f.lost}
         super().__init__(self._message())
 
     def _message(self) -> str:
         head = f"{self.what} failed on rank {', '.join(map(str, self.ranks))} of {self.world_size}"
+        for rank, lost in self.lost.items():
+            head += f"; rank {rank}: {lost}"
         if self.stopped:
             head += " (the ranks still running were stopped; the worker group is unusable)"
         parts = [head + ":"]
@@ -175,6 +181,14 @@ class WorkerHost:
     def free_address(self) -> tuple[str, int]:
         """Rank 0 picks the rendezvous address of the group."""
         return free_address()
+
+    def node_id(self) -> str | None:
+        """The Ray node this rank runs on (None outside Ray)."""
+        try:
+            import ray
+        except ImportError:
+            return None
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
     def setup(
         self, master_addr: str | None, master_port: int | None, timeout_s: float

@@ -141,8 +141,8 @@ class Workers:
                 self.models.remote_teacher.close()
                 self.models.remote_teacher = None
             if self.group is not None:
-                try:
-                    if self.models.actor_rollout is not None:
+                try:  # a group broken by a lost rank cannot run close: keep its error
+                    if self.models.actor_rollout is not None and self.group.usable:
                         self.models.actor_rollout.close()
                 finally:
                     self.group.shutdown()

@@ -12,6 +12,7 @@ from agentrl.distributed.testing import CounterWorker, EchoWorker
 from agentrl.protocol import DataProto
 
 pytestmark = pytest.mark.slow
+ray = pytest.importorskip("ray")
 
 
 @pytest.fixture
@@ -42,6 +43,7 @@ def test_ranks_get_the_torch_distributed_environment_and_dispatch_by_mode(pool):
             and env0["MASTER_PORT"] == env1["MASTER_PORT"]
         )
         assert info[0]["pid"] != info[1]["pid"]
+        assert group.node_ids == [ray.get_runtime_context().get_node_id()] * 2
 
         out = group.scale_batch(_batch(4))
         assert out.batch["y"].tolist() == [0.0, 10.0, 20.0, 30.0]
@@ -102,13 +104,26 @@ def test_failures_on_every_rank_keep_the_group_usable(pool):
         group.shutdown()
 
 
-def test_a_crashed_worker_process_is_reported(pool):
-    group = RayWorkerGroup(pool, WorkerSpec(EchoWorker), error_grace_s=2)
+def test_a_crashed_worker_process_is_reported_with_its_node_and_stops_the_group(pool):
+    group = RayWorkerGroup(pool, WorkerSpec(EchoWorker), error_grace_s=60)
+    started = time.monotonic()
     with pytest.raises(WorkerError) as caught:
         group.crash(0)
-    assert caught.value.ranks == [0]
-    assert "the worker process failed" in str(caught.value)
+    assert time.monotonic() - started < 30  # a lost rank is not given the grace period
+    error = caught.value
+    assert error.ranks == [0] and error.stopped and not group.usable
+    node = group.node_ids[0]
+    assert error.lost == {0: f"node {node} ({_node_ip(node)}) is up (its raylet answers); "
+                             "the worker process died"}  # fmt: skip
+    assert str(error).startswith(f"EchoWorker.crash failed on rank 0 of 2; rank 0: node {node}")
+    assert "the worker process failed" in str(error)
+    with pytest.raises(RuntimeError, match="unusable since EchoWorker.crash lost rank 0"):
+        group.info()
     group.shutdown()
+
+
+def _node_ip(node_id: str) -> str:
+    return next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id)
 
 
 def test_a_failing_constructor_fails_the_group_with_its_traceback(pool):

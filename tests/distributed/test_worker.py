@@ -46,6 +46,24 @@ def test_worker_error_names_the_method_ranks_and_tracebacks():
     assert isinstance(error, RuntimeError)
 
 
+def test_worker_error_names_a_lost_rank_and_its_node_first():
+    lost = "node ab12 (node_b, 10.0.0.2) is lost: Ray marks it dead"
+    failures = [
+        RankFailure(0, "DistBackendError", "Connection closed by peer"),
+        RankFailure(1, "ActorDiedError", "the worker process failed: ...", lost=lost),
+    ]
+    error = WorkerError("Actor.generate_sequences", failures, world_size=2, stopped=True)
+    first_line = str(error).splitlines()[0]
+    assert first_line.startswith(
+        f"Actor.generate_sequences failed on rank 0, 1 of 2; rank 1: {lost}"
+    )
+    assert error.lost == {1: lost}
+
+
+def test_host_outside_ray_has_no_node():
+    assert WorkerHost({}).node_id() is None
+
+
 def test_host_runs_colocated_roles_and_returns_failures_as_values():
     host = WorkerHost(
         {"echo": WorkerSpec(EchoWorker, scale=3.0), "counter": WorkerSpec(CounterWorker)}
