@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = {"search": "recipes/search_r1/run_cpu.sh", "retool": "recipes/retool/run_cpu.sh"}
+SCRIPTS = {
+    "search": "recipes/search_r1/run_cpu.sh",
+    "retool": "recipes/retool/run_cpu.sh",
+    "reasoning_gym": "recipes/envs/run_cpu.sh",
+}
 
 
 def _recorded_args(script: str, argv: list[str], tmp_path) -> list[str]:
