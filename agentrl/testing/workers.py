@@ -204,3 +204,66 @@ def bucketed_sync_rank(
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
+
+
+def launched_servers_rank(
+    rank: int, world_size: int, store: str, model_dir: str, out_dir: str,
+    overrides: list[str], fake_gpus: list[str] | None = None, blind: bool = False,
+) -> None:
+    """One rank of the check of servers the ranks launch (``torch.multiprocessing.spawn``
+    target): join ``world_size`` gloo ranks on one node, build a ``HybridRollout`` with the
+    config ``overrides`` (``rollout.name=sglang``, ``server_urls`` empty, a
+    ``launch_command``), change the FSDP2-sharded actor's weights and sync them (step 1).
+    Writes ``{out_dir}/rank{r}.json``: the rank's server URLs, whether it sends them the
+    weights, its weights directory, and the weight version each server reports. ``fake_gpus``
+    stands for the GPU each rank would have (CUDA_VISIBLE_DEVICES names); ``blind``: no rank
+    but 0 sees files in ``rollout.weights_dir`` (as on another node without the mount); a
+    start that fails writes ``{"error": ...}``."""
+    import json
+    import os
+
+    import httpx
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentrl.workers import rollout_servers
+    from agentrl.workers.fsdp import device_mesh, shard_model
+    from agentrl.workers.rollout import HybridRollout
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world_size))  # fmt: skip
+    if fake_gpus is not None:
+        rollout_servers.rank_gpus = lambda: [fake_gpus[rank]]
+    if blind and rank > 0:
+        rollout_servers._sees = lambda path: False
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world_size)  # fmt: skip
+    result: dict[str, Any] = {}
+    try:
+        config = worker_config(model_dir, overrides).actor_rollout_ref
+        actor = AutoModelForCausalLM.from_pretrained(model_dir)
+        shard_model(actor, device_mesh(world_size, torch.device("cpu")), None)
+        with torch.no_grad():
+            for param in actor.parameters():
+                param.mul_(1.5).add_(0.01)
+        try:
+            rollout = HybridRollout(config, AutoTokenizer.from_pretrained(model_dir))
+        except ValueError as exc:
+            result = {"error": str(exc)}
+            return
+        try:
+            rollout.update_weights(actor, step=1)
+            urls = list(rollout.backend.server_urls)
+            result = {
+                "urls": urls,
+                "sends": bool(rollout.disk_sync.sends),
+                "weights_dir": str(rollout.weights_dir),
+                "versions": [httpx.get(f"{u}/get_weight_version", timeout=30).json()
+                             ["weight_version"] for u in urls],  # fmt: skip
+            }
+            dist.barrier()  # every rank asked before any server stops
+        finally:
+            rollout.close()
+    finally:
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.destroy_process_group()

@@ -176,7 +176,11 @@ def _saved_parts(dcp_dir: Path) -> set[str]:
 
 
 def export_hf(
-    path: str | Path, model: torch.nn.Module, tokenizer: Any = None, bucket_bytes: int | None = None
+    path: str | Path,
+    model: torch.nn.Module,
+    tokenizer: Any = None,
+    bucket_bytes: int | None = None,
+    writer: bool | None = None,
 ) -> Path:
     """Gather the full weights and write a Hugging Face model directory from rank 0.
 
@@ -184,10 +188,16 @@ def export_hf(
     (``iter_full_weights``): one safetensors shard per bucket plus the index, so rank 0
     never holds the whole model (the weight sync to SGLang servers uses this); without,
     ``save_pretrained`` writes the whole state dict (checkpoint exports: custom code too).
+    ``writer`` (with ``bucket_bytes`` only) says whether this rank writes, to its own
+    ``path``; None -> rank 0. Every rank gathers anyway, so several ranks may write (one
+    copy per node for the servers there).
     """
     path = Path(path)
     if bucket_bytes is not None:
-        return _export_streamed(path, model, tokenizer, bucket_bytes)
+        writer = _rank() == 0 if writer is None else writer
+        return _export_streamed(path, model, tokenizer, bucket_bytes, writer)
+    if writer is not None:
+        raise ValueError("export_hf: writer needs bucket_bytes (the streamed export)")
     weights = full_state_dict(model, rank0_only=True)  # LoRA: merged into the base weights
     if _rank() == 0:
         path.mkdir(parents=True, exist_ok=True)
@@ -202,7 +212,7 @@ def export_hf(
 
 
 def _export_streamed(
-    path: Path, model: torch.nn.Module, tokenizer: Any, bucket_bytes: int
+    path: Path, model: torch.nn.Module, tokenizer: Any, bucket_bytes: int, writer: bool
 ) -> Path:
     import json
 
@@ -210,7 +220,6 @@ def _export_streamed(
 
     from agentrl.workers.fsdp import iter_full_weights
 
-    writer = _rank() == 0
     if writer:
         path.mkdir(parents=True, exist_ok=True)
         base_model(model).config.save_pretrained(path)

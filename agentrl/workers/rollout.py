@@ -16,9 +16,14 @@ Weight sync, by backend:
   one bucket at a time (``rollout.update_weights_bucket_megabytes``; a tensor larger than
   that is a bucket of its own) and the backend copies each bucket into its model in place
   (``update_weights(bucket)``), so no rank ever holds the whole model gathered.
-- ``sglang``: rank 0 writes the weights as a Hugging Face directory, one safetensors shard
-  per bucket (gathered bucket by bucket like ``hf``), and every server loads it
-  (``/update_weights_from_disk``); the other ranks wait at a barrier. The colocated
+- ``sglang``: the weights are written as a Hugging Face directory, one safetensors shard
+  per bucket (gathered bucket by bucket like ``hf``), and the servers load it
+  (``/update_weights_from_disk``); then every rank waits at a barrier. With ``server_urls``
+  rank 0 writes and tells every server; with servers the ranks launched (``server_urls``
+  empty: ``rollout_servers.launch_rank_servers``, on each rank's own GPUs) each rank that
+  launched servers tells its own, reading the copy in ``rollout.weights_dir`` (a directory
+  every node mounts, written once) or, when that is null, its node's (written by the node's
+  first rank): ``rollout_servers.plan_disk_sync``. The colocated
   ``/update_weights_from_tensor`` and NCCL broadcast paths are designed in docs/workers.md.
 - any other backend: gets the full state dict like ``hf``.
 
@@ -30,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,8 +43,10 @@ import torch.distributed as dist
 
 from agentrl.protocol import DataProto
 from agentrl.utils.aio import LoopThread
+from agentrl.utils.plain_config import plain_config
 from agentrl.workers.fsdp import full_state_dict, iter_full_weights
 from agentrl.workers.rollout_assembly import build_rollout
+from agentrl.workers.rollout_servers import DiskSync, launch_rank_servers, plan_disk_sync
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -57,7 +63,9 @@ def _barrier() -> None:
 
 class HybridRollout:
     """A rank's rollout (``rollout_assembly.build_rollout``: backend and engine kind) and its
-    weight sync; ``config`` is ``actor_rollout_ref``."""
+    weight sync; ``config`` is ``actor_rollout_ref``. ``weights_dir`` replaces
+    ``rollout.weights_dir``. Building it is a collective with the sglang backend (the ranks
+    agree on who launches servers and who writes the weights)."""
 
     def __init__(
         self,
@@ -69,13 +77,34 @@ class HybridRollout:
     ) -> None:
         self.config = config
         self.loop = LoopThread()
-        self._own_weights_dir = weights_dir is None
-        self.weights_dir = Path(weights_dir or tempfile.mkdtemp(prefix="agentrl_weights_"))
-        self.rollout = build_rollout(config, tokenizer, loop=self.loop, seed=seed,
-                                     chat_template_kwargs=chat_template_kwargs)  # fmt: skip
-        self.rollout_cfg = self.rollout.config  # resolved, read-only
-        self.backend = self.rollout.backend
-        self.engine = self.rollout.engine
+        rollout_cfg = plain_config(config.rollout)
+        servers = None
+        if rollout_cfg.name == "sglang" and not rollout_cfg.server_urls:
+            servers = launch_rank_servers(rollout_cfg, config.model.path, tokenizer)
+        self.disk_sync: DiskSync | None = None  # how weights reach sglang servers
+        self.weights_dir: Path | None = None
+        try:
+            self.rollout = build_rollout(
+                config, tokenizer, loop=self.loop, seed=seed,
+                chat_template_kwargs=chat_template_kwargs,
+                backend=servers.backend if servers is not None else None,
+            )  # fmt: skip
+            if servers is not None:
+                self.rollout.own_backend = True  # made for this rollout: closed with it
+            self.rollout_cfg = self.rollout.config  # resolved, read-only
+            self.backend = self.rollout.backend
+            self.engine = self.rollout.engine
+            if self.kind == "sglang":
+                self.disk_sync = plan_disk_sync(
+                    weights_dir if weights_dir is not None else self.rollout_cfg.weights_dir,
+                    launched=servers is not None, owner=servers is not None and servers.owner,
+                )  # fmt: skip
+                self.weights_dir = self.disk_sync.directory
+        except BaseException:
+            if servers is not None:  # no server outlives a start that failed
+                self.loop.run(servers.backend.aclose(), timeout=60)
+            self.loop.close()
+            raise
         self.awake = True
         # sleep after generation only where there is device memory to give back
         self.release_after_generation = bool(
@@ -136,12 +165,14 @@ class HybridRollout:
     def _update_from_disk(self, model: torch.nn.Module, version: str) -> None:
         from agentrl.workers.checkpoint import export_hf
 
-        target = self.weights_dir / f"step_{version}"
-        # a collective; rank 0 writes one shard per bucket, never holding the whole model
-        export_hf(target, model, bucket_bytes=self._bucket_bytes())
-        if _rank() == 0:
+        sync = self.disk_sync
+        target = sync.directory / f"step_{version}"
+        # a collective; a writer writes one shard per bucket, never holding the whole model
+        export_hf(target, model, bucket_bytes=self._bucket_bytes(), writer=sync.writes)
+        if sync.sends:
             self.loop.run(self.backend.update_weights(str(target), weight_version=version))
-            for old in self.weights_dir.glob("step_*"):
+        if sync.writes:
+            for old in sync.directory.glob("step_*"):
                 if old != target:
                     shutil.rmtree(old, ignore_errors=True)
         _barrier()  # no rank generates before every server has the new weights
@@ -150,5 +181,5 @@ class HybridRollout:
         """Stop the engine workers, the backend (and servers it launched), the loop thread."""
         self.rollout.close()
         self.loop.close()
-        if self._own_weights_dir:
-            shutil.rmtree(self.weights_dir, ignore_errors=True)
+        if self.disk_sync is not None:
+            self.disk_sync.close()  # a temporary directory this rank made

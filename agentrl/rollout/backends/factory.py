@@ -11,14 +11,16 @@
   `python -m sglang.launch_server`), `tensor_model_parallel_size` as `--tp`,
   `gpu_memory_utilization` as `--mem-fraction-static`, `free_cache_engine` as
   `--enable-memory-saver` and `engine_kwargs` as further flags; the backend's `aclose()`
-  stops them. `load_balance` and `server_cooldown_s` set its routing and failover.
+  stops them. Server i gets GPUs i*tp .. (i+1)*tp-1 of `gpus` (default: those this process
+  may use; `num_servers` null -> as many servers as they hold). `load_balance` and
+  `server_cooldown_s` set its routing and failover.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -31,7 +33,7 @@ from agentrl.rollout.backends.base import (
     unknown_hf_engine_kwargs,
 )
 from agentrl.rollout.backends.hf import HFBackend
-from agentrl.rollout.backends.launcher import ServerLauncher
+from agentrl.rollout.backends.launcher import ServerLauncher, visible_gpus
 from agentrl.rollout.backends.sglang import SGLangBackend
 
 logger = logging.getLogger(__name__)
@@ -46,19 +48,21 @@ def create_backend(
     tokenizer: Any,
     model: torch.nn.Module | None = None,
     seed: int | None = None,
+    gpus: Sequence[str] | None = None,
 ) -> GenerationBackend:
     """The backend `rollout_config.name` names (see the module docstring).
 
     `rollout_config` is the validated `actor_rollout_ref.rollout` config: every key is
     there, with the defaults of agentrl/config/ppo_trainer.yaml. `seed` (the trainer's) seeds
-    the hf sampler unless `engine_kwargs.seed` is set.
+    the hf sampler unless `engine_kwargs.seed` is set. `gpus` (as CUDA_VISIBLE_DEVICES names
+    them) are the GPUs launched sglang servers share; None -> this process's.
     """
     cfg = _as_dict(rollout_config)
     name = cfg["name"]
     if name == "hf":
         return _hf_backend(cfg, model_path, tokenizer, model, seed)
     if name == "sglang":
-        return _sglang_backend(cfg, model_path, tokenizer)
+        return _sglang_backend(cfg, model_path, tokenizer, gpus)
     raise ValueError(f"actor_rollout_ref.rollout.name must be one of {BACKENDS}, got {name!r}")
 
 
@@ -92,7 +96,8 @@ def _hf_backend(
     )
 
 
-def _sglang_backend(cfg: dict[str, Any], model_path: str | None, tokenizer: Any) -> SGLangBackend:
+def _sglang_backend(cfg: dict[str, Any], model_path: str | None, tokenizer: Any,
+                    gpus: Sequence[str] | None) -> SGLangBackend:  # fmt: skip
     urls = list(cfg["server_urls"] or [])
     launcher = None
     if not urls:
@@ -101,7 +106,7 @@ def _sglang_backend(cfg: dict[str, Any], model_path: str | None, tokenizer: Any)
                 "launching sglang servers needs actor_rollout_ref.model.path "
                 "(or set actor_rollout_ref.rollout.server_urls)"
             )
-        launcher = server_launcher(cfg, model_path)
+        launcher = server_launcher(cfg, model_path, gpus=gpus)
         urls = launcher.start()
     return SGLangBackend(
         urls,
@@ -125,18 +130,24 @@ def server_launcher(
     trust_remote_code: bool = False,
     env: dict[str, str] | None = None,
     host: str = "127.0.0.1",
+    gpus: Sequence[str] | None = None,
 ) -> ServerLauncher:
     """The inference servers of a plain ``rollout`` config dict, not started: for
     ``name: hf`` ``agentrl serve`` processes of the embedded engine (``seed``: the trainer's;
     ``env``: e.g. their thread count), else SGLang's (or ``launch_command``'s). ``host`` is
     where they listen and what their URLs name: an address other nodes reach when processes
-    there call them."""
+    there call them. SGLang servers share ``gpus`` (None: this process's visible GPUs),
+    ``tensor_model_parallel_size`` each."""
     if cfg["name"] == "hf":
         return _serve_launcher(cfg, model_path, seed, trust_remote_code, env, host)
     tp = cfg["tensor_model_parallel_size"]
+    if gpus is None and torch.cuda.is_available():  # the GPUs this process sees
+        gpus = (visible_gpus() or [str(i) for i in range(torch.cuda.device_count())])[
+            : torch.cuda.device_count()
+        ]
     num_servers = cfg["num_servers"]
     if num_servers is None:
-        num_servers = max(1, torch.cuda.device_count() // tp) if torch.cuda.is_available() else 1
+        num_servers = max(1, len(gpus) // tp) if gpus else 1
     command = cfg["launch_command"]
     server_args: dict[str, Any] = {}
     if command is None:  # SGLang's own flags; a custom command gets only engine_kwargs
@@ -152,7 +163,8 @@ def server_launcher(
         num_servers,
         server_args=server_args,
         command=command,
-        gpus_per_server=tp if torch.cuda.is_available() else 0,
+        gpus_per_server=tp if gpus else 0,
+        gpus=gpus,
         ready_timeout=cfg["launch_timeout"],
         env=env,
         host=host,

@@ -10,8 +10,10 @@
 Server i runs `COMMAND --model-path M --host H --port P [--key value ...]` where COMMAND
 defaults to `python -m sglang.launch_server` and `server_args` become flags
 (`mem_fraction_static=0.7` -> `--mem-fraction-static 0.7`, `True` -> a bare flag, `False`
-and `None` -> omitted, a list -> the flag followed by its items). With `gpus_per_server`,
-server i sees GPUs [i*g, (i+1)*g) through CUDA_VISIBLE_DEVICES. Any command that takes
+and `None` -> omitted, a list -> the flag followed by its items). With `gpus_per_server` g,
+server i gets the GPUs i*g .. (i+1)*g-1 of `gpus` through CUDA_VISIBLE_DEVICES: by default
+the GPUs this process may use (its own CUDA_VISIBLE_DEVICES, e.g. the one GPU Ray gave a
+trainer rank; 0, 1, ... when it is unset), never more than those. Any command that takes
 these flags and serves `/health_generate` works: the tests start `agentrl serve` this way.
 
 Each server is a new process group (SGLang forks scheduler processes), with its output in
@@ -63,6 +65,14 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
         return ports
 
 
+def visible_gpus() -> list[str] | None:
+    """This process's CUDA_VISIBLE_DEVICES entries (indices or UUIDs); None when unset."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    return [g.strip() for g in value.split(",") if g.strip()]
+
+
 def server_flags(server_args: dict[str, Any]) -> list[str]:
     """`{"mem_fraction_static": 0.7, "enable_memory_saver": True}` ->
     `["--mem-fraction-static", "0.7", "--enable-memory-saver"]`."""
@@ -107,6 +117,8 @@ class ServerLauncher:
         command: the program and its leading arguments, a list or a shell-like string;
             None -> `python -m sglang.launch_server`.
         gpus_per_server: > 0 sets CUDA_VISIBLE_DEVICES per server.
+        gpus: the GPUs to share out, as CUDA_VISIBLE_DEVICES names them; None -> this
+            process's CUDA_VISIBLE_DEVICES (0, 1, ... when unset).
         ready_timeout: seconds to wait for all servers to answer `/health_generate`.
         poll_interval: seconds between readiness polls.
         log_dir: where the server logs go; None -> a new temporary directory.
@@ -123,6 +135,7 @@ class ServerLauncher:
         server_args: dict[str, Any] | None = None,
         command: Sequence[str] | str | None = None,
         gpus_per_server: int = 0,
+        gpus: Sequence[str | int] | None = None,
         ready_timeout: float = 600.0,
         poll_interval: float = 2.0,
         log_dir: str | os.PathLike | None = None,
@@ -141,6 +154,13 @@ class ServerLauncher:
             command = shlex.split(command)
         self.command = list(command or SGLANG_COMMAND)
         self.gpus_per_server = gpus_per_server
+        self.gpus = [str(g) for g in gpus] if gpus is not None else visible_gpus()
+        needed = num_servers * gpus_per_server
+        if gpus_per_server > 0 and self.gpus is not None and needed > len(self.gpus):
+            source = "given" if gpus is not None else (
+                f"visible to this process (CUDA_VISIBLE_DEVICES={','.join(self.gpus)})")
+            raise ValueError(f"{num_servers} servers of {gpus_per_server} GPUs need {needed} "
+                             f"GPUs, but {len(self.gpus)} are {source}")  # fmt: skip
         self.ready_timeout = ready_timeout
         self.poll_interval = poll_interval
         self.log_dir = (
@@ -212,9 +232,10 @@ class ServerLauncher:
         env = {**os.environ, "AGENTRL_PARENT_PID": str(os.getpid()), **self.env}
         if self.gpus_per_server > 0:
             first = index * self.gpus_per_server
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(
-                str(g) for g in range(first, first + self.gpus_per_server)
-            )
+            gpus = self.gpus
+            if gpus is None:  # every GPU of the machine is visible: count from 0
+                gpus = [str(g) for g in range(first + self.gpus_per_server)]
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[first : first + self.gpus_per_server])
         log_path = self.log_dir / f"server_{index}.log"
         argv = self.argv(port)
         logger.info("starting server %d: %s (log %s)", index, shlex.join(argv), log_path)
@@ -275,4 +296,5 @@ __all__ = [
     "free_port",
     "free_ports",
     "server_flags",
+    "visible_gpus",
 ]

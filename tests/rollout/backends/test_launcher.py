@@ -15,6 +15,7 @@ from agentrl.rollout.backends.launcher import (
     ServerLauncher,
     free_ports,
     server_flags,
+    visible_gpus,
 )
 from agentrl.rollout.backends.sglang import SGLangBackend
 
@@ -128,3 +129,60 @@ def test_free_ports_are_distinct():
     for _ in range(20):
         ports = free_ports(8)
         assert len(set(ports)) == 8
+
+
+# A server that says which GPUs it was given and answers every GET with 200.
+GPU_REPORTER = [sys.executable, "-c", """
+import http.server, os, sys
+print("gpus", os.environ.get("CUDA_VISIBLE_DEVICES"), flush=True)
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+port = int(sys.argv[sys.argv.index("--port") + 1])
+http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""]
+
+
+def _gpus_of_servers(tmp_path, num_servers: int, **kwargs) -> list[str]:
+    launcher = ServerLauncher("/m", num_servers, command=GPU_REPORTER, ready_timeout=30,
+                              poll_interval=0.05, log_dir=tmp_path, **kwargs)  # fmt: skip
+    with launcher:
+        pass
+    return [(tmp_path / f"server_{i}.log").read_text().split()[1] for i in range(num_servers)]
+
+
+@pytest.mark.parametrize(
+    ("visible", "num_servers", "per_server", "expected"),
+    [
+        ("5", 1, 1, ["5"]),  # a Ray rank's one GPU: its server goes there, not to GPU 0
+        ("2,3,6,7", 2, 2, ["2,3", "6,7"]),
+        ("GPU-aa,GPU-bb", 2, 1, ["GPU-aa", "GPU-bb"]),  # UUIDs pass through
+        (None, 2, 2, ["0,1", "2,3"]),  # every GPU visible: counted from 0
+    ],
+)
+def test_servers_get_the_gpus_this_process_may_use(
+    tmp_path, monkeypatch, visible, num_servers, per_server, expected
+):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert _gpus_of_servers(tmp_path, num_servers, gpus_per_server=per_server) == expected
+
+
+def test_given_gpus_win_over_the_visible_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert _gpus_of_servers(tmp_path, 1, gpus_per_server=2, gpus=["4", "5"]) == ["4,5"]
+
+
+def test_more_gpus_than_visible_is_an_error(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    assert visible_gpus() == ["5"]
+    with pytest.raises(ValueError, match="1 servers of 2 GPUs need 2 GPUs, but 1 are visible "
+                                         "to this process \\(CUDA_VISIBLE_DEVICES=5\\)"):
+        ServerLauncher("/m", 1, gpus_per_server=2)
+    with pytest.raises(ValueError, match="need 4 GPUs, but 2 are given"):
+        ServerLauncher("/m", 2, gpus_per_server=2, gpus=["0", "1"])

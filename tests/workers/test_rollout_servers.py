@@ -1,0 +1,165 @@
+"""agentrl/workers/rollout_servers.py: the servers trainer ranks launch, on which GPUs, and
+which rank writes the weights and tells which servers to load them.
+
+Two gloo ranks on this machine stand for the ranks of one GPU node: each "GPU" is a name in
+CUDA_VISIBLE_DEVICES (what Ray gives a rank), the servers are real `agentrl serve` processes
+started through a wrapper that records the CUDA_VISIBLE_DEVICES it got and the rank that
+started it, and the weights are synced into them through /update_weights_from_disk. Those
+runs take ~25 s each on two cores (marked slow); the placement rules are also tested alone.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from agentrl.testing.workers import launched_servers_rank
+from agentrl.workers import rollout_servers
+from agentrl.workers.rollout_servers import RankPlace, plan_disk_sync, rank_gpus, server_groups
+
+# `agentrl serve`, recording "CUDA_VISIBLE_DEVICES parent-pid" first
+WRAPPER = """#!/bin/sh
+echo "${{CUDA_VISIBLE_DEVICES:-none}} $AGENTRL_PARENT_PID" >> {log}
+exec {python} -m agentrl.rollout.backends.serve_cli "$@"
+"""
+
+
+def _run_ranks(tmp_path: Path, model_dir: Path, overrides: list[str], **kwargs) -> list[dict]:
+    wrapper = tmp_path / "serve.sh"
+    wrapper.write_text(WRAPPER.format(log=tmp_path / "servers.log", python=sys.executable))
+    overrides = [
+        "data.max_prompt_length=16",
+        "data.max_response_length=8",
+        "actor_rollout_ref.rollout.name=sglang",
+        f"actor_rollout_ref.rollout.launch_command='sh {wrapper}'",
+        "actor_rollout_ref.rollout.launch_timeout=120",
+        "actor_rollout_ref.rollout.request_timeout=60",
+        "trainer.n_gpus_per_node=2",
+        *overrides,
+    ]
+    mp.spawn(
+        launched_servers_rank,
+        args=(2, str(tmp_path / "store"), str(model_dir), str(tmp_path), overrides,
+              kwargs.get("fake_gpus"), kwargs.get("blind", False)),
+        nprocs=2,
+        join=True,
+    )  # fmt: skip
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def _servers(tmp_path: Path) -> list[str]:
+    """What each server was started with: its CUDA_VISIBLE_DEVICES (the pids dropped)."""
+    return sorted(line.split()[0] for line in (tmp_path / "servers.log").read_text().splitlines())
+
+
+@pytest.mark.slow
+def test_each_rank_launches_servers_on_its_own_gpu_and_updates_them(tiny_model_dir, tmp_path):
+    results = _run_ranks(tmp_path, tiny_model_dir, [], fake_gpus=["3", "5"])
+    assert _servers(tmp_path) == ["3", "5"]  # not both on GPU 0
+    assert len({url for r in results for url in r["urls"]}) == 2  # a server each
+    for result in results:
+        assert result["sends"]  # each rank updates its own servers ...
+        assert result["versions"] == ["1"]  # ... so none keeps the initial weights
+    # one copy of the weights per node, written by its first rank, read by both ranks' servers
+    assert results[0]["weights_dir"] == results[1]["weights_dir"]
+    assert not Path(results[0]["weights_dir"]).exists()  # a temporary one: removed
+
+
+@pytest.mark.slow
+def test_a_server_wider_than_a_rank_spans_its_neighbours_gpus(tiny_model_dir, tmp_path):
+    results = _run_ranks(
+        tmp_path, tiny_model_dir, ["actor_rollout_ref.rollout.tensor_model_parallel_size=2"],
+        fake_gpus=["3", "5"],
+    )  # fmt: skip
+    assert _servers(tmp_path) == ["3,5"]  # one server, on both ranks' GPUs
+    assert results[0]["urls"] == results[1]["urls"]  # rank 1 uses rank 0's
+    assert [r["sends"] for r in results] == [True, False]  # its launcher updates it
+    assert results[0]["versions"] == ["1"]
+
+
+@pytest.mark.slow
+def test_a_shared_weights_dir_is_written_once_and_read_by_every_rank(tiny_model_dir, tmp_path):
+    shared = tmp_path / "shared" / "weights"
+    results = _run_ranks(
+        tmp_path, tiny_model_dir, [f"actor_rollout_ref.rollout.weights_dir={shared}"]
+    )
+    assert [r["weights_dir"] for r in results] == [str(shared)] * 2
+    assert all(r["versions"] == ["1"] for r in results)
+    assert [p.name for p in shared.iterdir()] == ["step_1"]  # kept: not ours to remove
+
+
+@pytest.mark.slow
+def test_a_weights_dir_other_nodes_do_not_see_is_refused(tiny_model_dir, tmp_path):
+    shared = tmp_path / "local" / "weights"
+    results = _run_ranks(
+        tmp_path, tiny_model_dir, [f"actor_rollout_ref.rollout.weights_dir={shared}"],
+        blind=True,
+    )  # fmt: skip
+    for result in results:
+        assert "actor_rollout_ref.rollout.weights_dir=" in result["error"]
+        assert "is not shared: rank(s) [1] cannot see a file rank 0 wrote there" in (
+            result["error"]
+        )
+    assert list(shared.iterdir()) == []  # the probe is gone
+
+
+def test_an_unwritable_weights_dir_is_refused_with_its_key(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match=f"weights_dir={blocker}/w is not writable"):
+        plan_disk_sync(blocker / "w", launched=False, owner=False)
+    sync = plan_disk_sync(tmp_path / "new" / "w", launched=False, owner=False)
+    assert (sync.writes, sync.sends, sync.directory) == (True, True, tmp_path / "new" / "w")
+    assert list(sync.directory.iterdir()) == []
+
+
+def _places(*ranks: tuple[str, int, tuple[str, ...]]) -> list[RankPlace]:
+    return [RankPlace(host, local, gpus) for host, local, gpus in ranks]
+
+
+def test_server_groups():
+    one_gpu = [("a", i, (str(i),)) for i in range(4)] + [("b", i, (str(i),)) for i in range(4)]
+    assert server_groups(_places(*one_gpu), 1) == [[r] for r in range(8)]
+    assert server_groups(_places(*one_gpu), 2) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert server_groups(_places(*one_gpu), 4) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # consecutive by local rank, whatever the rank order
+    shuffled = _places(("a", 1, ("1",)), ("a", 0, ("0",)), ("a", 3, ("3",)), ("a", 2, ("2",)))
+    assert server_groups(shuffled, 2) == [[1, 0], [3, 2]]  # the lowest local rank launches
+    # a rank with a whole server's GPUs (the only rank of a node) or none (CPU) is alone
+    assert server_groups(_places(("a", 0, tuple("01234567"))), 2) == [[0]]
+    assert server_groups(_places(("a", 0, ()), ("a", 1, ())), 2) == [[0], [1]]
+    with pytest.raises(ValueError, match="tensor_model_parallel_size=4 must divide the 2 ranks"):
+        server_groups(_places(*one_gpu[:2]), 4)
+    with pytest.raises(ValueError, match="rank 0 has 2 GPUs"):
+        server_groups(_places(("a", 0, ("0", "1"))), 4)
+
+
+@pytest.mark.parametrize(
+    ("visible", "count", "local_rank", "local_world", "expected"),
+    [
+        ("6", 1, 6, 8, ["6"]),  # Ray: the rank's one GPU
+        (None, 8, 3, 8, ["3"]),  # every rank sees the node's GPUs: its own by local rank
+        ("0,1,2,3,4,5,6,7", 8, 0, 1, list("01234567")),  # the node's only rank: all of them
+        ("4,5,6,7", 4, 1, 2, ["6", "7"]),
+    ],
+)
+def test_rank_gpus(monkeypatch, visible, count, local_rank, local_world, expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world))
+    assert rank_gpus() == expected
+
+
+def test_rank_gpus_on_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert rollout_servers.rank_gpus() == []
