@@ -8,6 +8,7 @@ Nothing is written unless every file can be: the rows are made first, then writt
 
 from __future__ import annotations
 
+import importlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,13 +31,9 @@ class Prepared:
 
 
 def _adapter(kind: str) -> Any:
-    if kind == "reasoning_gym":
-        from agentrl.environments import reasoning_gym
-
-        return reasoning_gym
-    from agentrl.environments import textarena
-
-    return textarena
+    """The module of a SPEC_FORMS kind: its `prepare(name, size, test_size, seed, answer_tag)`
+    returns (train rows, test rows, {config name: content})."""
+    return importlib.import_module(f"agentrl.environments.{kind}")
 
 
 def prepare_environment(

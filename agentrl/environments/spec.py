@@ -10,6 +10,9 @@ SPEC_FORMS: dict[str, tuple[str, str]] = {
                       "any reasoning-gym dataset, scored by the task's own score_answer"),
     "textarena": ("textarena:ENV_ID",
                   "a single-player TextArena game played over turns through an interaction"),
+    "openenv": ("openenv:URL|MODULE",
+                "an OpenEnv environment server (a running one, or an installed server app "
+                "started here), each trajectory its own episode through an interaction"),
 }
 
 

@@ -30,3 +30,11 @@ def test_a_missing_package_names_the_extra(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import fails
     assert main(["env", "prepare", "reasoning_gym:chain_sum", "--out", str(tmp_path)]) == 2
     assert "pip install 'agentrl[envs]'" in capsys.readouterr().err
+
+
+def test_an_openenv_server_that_is_not_there_exits_2_with_the_reason(tmp_path, capsys):
+    pytest.importorskip("openenv.core")
+    out = tmp_path / "oe"
+    assert main(["env", "prepare", "openenv:http://127.0.0.1:9", "--out", str(out)]) == 2
+    assert "openenv:http://127.0.0.1:9: ConnectError" in capsys.readouterr().err
+    assert not out.exists()

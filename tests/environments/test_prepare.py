@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -98,6 +99,51 @@ def test_a_textarena_game_is_played_over_turns(tmp_path, tiny_model_dir, tiny_to
     turns = [r["num_turns"] for r in rows]
     assert all(t > 2 for t in turns)  # several moves, the game answering each
     assert any("[GAME]" in m["content"] for m in rows[0]["messages"][3:] if m["role"] == "user")
+
+
+def _guess_by_hints(text):
+    """Plays the OpenEnv test environment by its hints in the conversation so far."""
+    low, high = 1, 20
+    for guess, hint in re.findall(r"(\d+) is wrong: go (higher|lower)", text):
+        low, high = (int(guess) + 1, high) if hint == "higher" else (low, int(guess) - 1)
+    return f"<answer>{(low + high) // 2}</answer>"
+
+
+def test_an_openenv_server_is_played_and_a_broken_episode_fails_alone(tmp_path, tiny_model_dir,
+                                                                     tiny_tokenizer, monkeypatch,
+                                                                     caplog):
+    pytest.importorskip("openenv.core")
+    env_dir = Path(__file__).parents[1] / "interactions"  # openenv_guess_env.py
+    monkeypatch.syspath_prepend(str(env_dir))
+    monkeypatch.setenv("PYTHONPATH", str(env_dir))
+    prepared = prepare_environment("openenv:openenv_guess_env", tmp_path / "oe", size=2,
+                                   test_size=6, seed=0)
+    test = pd.read_parquet(prepared.test)
+    assert set(test["data_source"]) == {"openenv/GuessEnvironment"}
+    started = []
+
+    def player(text):  # every other episode's first move makes the server raise
+        if text.count("<|im_start|>assistant") == 1:
+            started.append(text)
+            if len(started) % 2:
+                return "<answer>raise</answer>"
+        return _guess_by_hints(text)
+
+    summary, rows = _generate(tmp_path, tiny_model_dir, prepared,
+                              _Backend(tiny_tokenizer, player),
+                              "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=8",
+                              "actor_rollout_ref.rollout.multi_turn.max_user_turns=8")
+    failed = [r for r in rows if r["state"] == "failed"]
+    played = [r for r in rows if r["state"] == "completed"]
+    assert len(failed) == 3 and len(played) == 3 and summary["failed"] == 3
+    assert all(r["metrics"]["interaction_errors"] == 1 for r in failed)
+    reasons = [r.getMessage() for r in caplog.records if "failed: interaction" in r.getMessage()]
+    assert len(reasons) == 3 and all("RuntimeError: Server error: the number machine broke"
+                                     in reason for reason in reasons)
+    for row in played:  # the return: -0.1 per wrong guess, 1.0 for the right one
+        rewards = row["reward_scores"]["user_turn_rewards"]
+        assert rewards[-1] == 1.0 and all(r == -0.1 for r in rewards[:-1])
+        assert row["score"] == pytest.approx(sum(rewards)) and row["num_turns"] > 2
 
 
 def test_nothing_is_written_for_a_bad_spec_or_size(tmp_path):

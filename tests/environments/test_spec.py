@@ -9,6 +9,10 @@ def test_supported_specs_parse():
     assert parse_spec("reasoning_gym:basic_arithmetic") == EnvSpec("reasoning_gym",
                                                                    "basic_arithmetic")
     assert parse_spec("textarena:Wordle-v0") == EnvSpec("textarena", "Wordle-v0")
+    assert parse_spec("openenv:http://localhost:8000") == EnvSpec("openenv",
+                                                                  "http://localhost:8000")
+    assert parse_spec("openenv:echo_env.server.app:app") == EnvSpec("openenv",
+                                                                    "echo_env.server.app:app")
 
 
 @pytest.mark.parametrize("spec", ["gym:CartPole-v1", "reasoning_gym", "textarena: ", ""])

@@ -22,6 +22,8 @@ bamboogle
                                                             on the last ``<answer>``
 ``textarena/<env_id>``                                      the game's reward, reported by
                                                             the TextArena interaction
+``openenv/<name>``                                          the sum of the step rewards,
+                                                            reported by the OpenEnv interaction
 ==========================================================  =================================
 
 Add a data source with ``register_data_source("name")``, or a family of them with
@@ -163,3 +165,4 @@ __all__ = ["SCORERS", "default_compute_score", "register_data_source"]
 
 register_data_source_prefix("reasoning_gym/")(environments.reasoning_gym_score)
 register_data_source_prefix("textarena/")(environments.textarena_score)
+register_data_source_prefix("openenv/")(environments.openenv_score)

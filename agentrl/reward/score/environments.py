@@ -8,6 +8,9 @@
   (``agentrl.interactions.textarena``) reported as the score of its last turn
   (``extra_info.rollout_reward_scores.user_turn_rewards``); a trajectory that never reached
   the game's end scores 0.0.
+- ``openenv/<name>``: the episode's return, the sum of the step rewards the OpenEnv
+  interaction (``agentrl.interactions.openenv``) reported as its turn scores; an episode
+  that never stepped scores 0.0.
 
 Rows come from ``agentrl env prepare`` (docs/environments.md). A missing package names the
 extra to install (``pip install agentrl[envs]``).
@@ -47,13 +50,21 @@ def reasoning_gym_score(solution_str: str, ground_truth: Any, extra_info: dict |
     return float(_score_answer_fn(task)(answer, entry))
 
 
-def textarena_score(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
-    """The game's reward at its end, as the TextArena interaction reported it."""
+def _turn_rewards(extra_info: dict | None) -> list[float]:
     scores = (extra_info or {}).get("rollout_reward_scores") or {}
     turns = scores.get("user_turn_rewards") if isinstance(scores, Mapping) else None
-    if turns is None or len(turns) == 0:
-        return 0.0
-    return float(turns[-1])
+    return [] if turns is None else [float(t) for t in turns]
 
 
-__all__ = ["reasoning_gym_score", "textarena_score"]
+def textarena_score(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    """The game's reward at its end, as the TextArena interaction reported it."""
+    turns = _turn_rewards(extra_info)
+    return turns[-1] if turns else 0.0
+
+
+def openenv_score(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    """The episode's return: the sum of the step rewards the OpenEnv interaction reported."""
+    return float(sum(_turn_rewards(extra_info)))
+
+
+__all__ = ["openenv_score", "reasoning_gym_score", "textarena_score"]

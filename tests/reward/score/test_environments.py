@@ -39,6 +39,16 @@ def test_textarena_scores_the_games_reward_at_its_end():
     assert default_compute_score("textarena/GuessTheNumber-v0", "", "", unfinished) == 0.0
 
 
+def test_openenv_scores_the_episodes_return():
+    import numpy as np
+
+    reported = {"rollout_reward_scores": {"user_turn_rewards": np.array([-0.1, -0.1, 1.0])}}
+    assert default_compute_score("openenv/GuessEnvironment", "", "", reported) == (
+        pytest.approx(0.8))
+    assert default_compute_score("openenv/GuessEnvironment", "", "", {}) == 0.0
+    assert has_scorer("openenv/anything")
+
+
 def test_families_are_known_and_an_exact_name_wins():
     assert has_scorer("reasoning_gym/anything") and has_scorer("textarena/Wordle-v0")
     assert not has_scorer("reasoning_gym") and scorer_for("openai/gsm8k") is not None

@@ -1,0 +1,125 @@
+"""OpenEnv environment servers as verl rows (`agentrl env prepare openenv:URL|MODULE`).
+
+``URL`` is a running server (``http://host:port``); ``MODULE`` an installed environment's
+server app (``pkg.server.app`` or ``pkg.mod:attr``), started here for the rows and again by
+the interaction at run time (`agentrl.interactions.openenv_server`). Each row is one
+episode: a session reset with its own seed, its first observation as the prompt (under a
+system prompt that asks for the action inside ``<answer></answer>``),
+``interaction_kwargs = {"name": "openenv", "seed"}``, and ``data_source = openenv/<name>``
+(the server's ``/metadata`` name; scored by the sum of the step rewards). Train and test
+episodes use disjoint seed ranges, as for TextArena; an environment that ignores its seed
+gives every row the same first observation.
+
+How the model's move becomes an action, and the observation a user turn, is read from the
+server's ``/schema`` and written into ``interaction.yaml`` (``action_field``,
+``observation_field``), where it can be changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from agentrl.environments.textarena import TEST_SEED_OFFSET
+from agentrl.interactions.openenv import (
+    http_url,
+    infer_fields,
+    is_url,
+    observation_text,
+    open_episode,
+    read_schemas,
+    require_openenv,
+)
+from agentrl.interactions.openenv_server import start_server
+
+INTERACTION_NAME = "openenv"
+TIMEOUT = 60.0  # seconds per call to the server while preparing
+SYSTEM_PROMPT = (
+    "You are acting in an environment. Each turn, reply with your action inside "
+    "<answer></answer>; the environment answers with what happened."
+)
+
+
+def env_name(base_url: str, fallback: str) -> str:
+    """The server's own name for its environment (``GET /metadata``), else ``fallback``."""
+    try:
+        name = httpx.get(f"{http_url(base_url)}/metadata", timeout=TIMEOUT).json().get("name")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        name = None
+    return name if isinstance(name, str) and name.strip() else fallback
+
+
+def system_prompt(answer_tag: str, action_schema: dict[str, Any], action_field: str | None) -> str:
+    system = SYSTEM_PROMPT.replace("<answer></answer>", f"<{answer_tag}></{answer_tag}>")
+    if action_field is None:
+        fields = ", ".join(sorted(set(action_schema.get("properties") or {}) - {"metadata"}))
+        system += f" Write the action as a JSON object with the fields: {fields}."
+    return system
+
+
+def make_rows(base_url: str, name: str, seeds: list[int], split: str, system: str,
+              observation_field: str | None) -> list[dict[str, Any]]:
+    """One row per episode seed (a session is reset to read its first observation)."""
+    rows = []
+    for index, seed in enumerate(seeds):
+        client, first = open_episode(base_url, seed, TIMEOUT)
+        client.close()
+        if first.done:
+            raise ValueError(f"openenv {name}: the episode of seed {seed} is over at reset")
+        rows.append({
+            "data_source": f"openenv/{name}",
+            "prompt": [{"role": "system", "content": system},
+                       {"role": "user", "content": observation_text(first.observation,
+                                                                    observation_field)}],
+            "ability": "environment",
+            "reward_model": {"style": "interaction", "ground_truth": ""},
+            "extra_info": {
+                "index": index, "split": split, "seed": seed,
+                "interaction_kwargs": {"name": INTERACTION_NAME, "seed": seed},
+            },
+        })  # fmt: skip
+    return rows
+
+
+def interaction_config(server: str, action_field: str | None, observation_field: str | None,
+                       answer_tag: str = "answer") -> dict[str, Any]:
+    """The interaction YAML's content for these rows."""
+    return {"interaction": [{
+        "name": INTERACTION_NAME,
+        "class_name": "agentrl.interactions.openenv.OpenEnvInteraction",
+        "config": {"server": server, "action_field": action_field,
+                   "observation_field": observation_field, "answer_tag": answer_tag,
+                   "timeout": TIMEOUT},
+    }]}  # fmt: skip
+
+
+def prepare(target: str, size: int, test_size: int, seed: int,
+            answer_tag: str = "answer") -> tuple[list[dict], list[dict], dict[str, Any]]:
+    """(train rows, test rows, {"interaction": config}): seeds disjoint by range."""
+    if seed < 0 or seed + size > TEST_SEED_OFFSET:
+        raise ValueError(f"--seed must be >= 0 (OpenEnv seeds are) and --seed + --size below "
+                         f"{TEST_SEED_OFFSET} (the test episodes' seeds)")
+    require_openenv(f"openenv:{target}")
+    process = None
+    try:
+        process = None if is_url(target) else start_server(target, timeout=TIMEOUT)
+        base_url = process.base_url if process else target
+        schemas = read_schemas(base_url, TIMEOUT)
+        action_field, observation_field = infer_fields(schemas)
+        name = env_name(base_url, target.split(":")[0] if process else target)
+        system = system_prompt(answer_tag, schemas["action"], action_field)
+        train = make_rows(base_url, name, list(range(seed, seed + size)), "train", system,
+                          observation_field)
+        test_seeds = list(range(TEST_SEED_OFFSET + seed, TEST_SEED_OFFSET + seed + test_size))
+        test = make_rows(base_url, name, test_seeds, "test", system, observation_field)
+    except (RuntimeError, OSError, httpx.HTTPError) as err:  # no server, or one that fails
+        raise ValueError(f"openenv:{target}: {type(err).__name__}: {err}") from err
+    finally:
+        if process is not None:
+            process.stop()
+    config = interaction_config(target, action_field, observation_field, answer_tag)
+    return train, test, {"interaction": config}
+
+
+__all__ = ["interaction_config", "make_rows", "prepare"]
