@@ -3,6 +3,7 @@ teacher, disjoint pools."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pandas as pd
@@ -68,3 +69,36 @@ def test_the_task_is_listed_with_its_recipe():
     assert task.tool_name == "calculator" and task.recipe_config.is_file()
     with task.tools(None) as config:
         assert config.name == "calculator_tool.yaml"
+
+
+@pytest.mark.slow
+def test_a_short_run_is_scored_by_reasoning_gym(tmp_path):
+    """SFT, two GRPO steps and the evaluations through the quickstart's stages: the rollouts
+    are reasoning-gym rows, scored by reasoning-gym, with real calculator calls."""
+    from agentrl.quickstart import run_quickstart, settings_for
+
+    out = tmp_path / "rg"
+    settings = settings_for("reasoning_gym", sft_steps=400, sft_check=0.0, sft_examples=800,
+                            steps=2, n_train=32, n_test=24, control=False)
+    report = run_quickstart(out, settings)
+    assert report == json.loads((out / "report.json").read_text())
+    assert set(report["eval_rl"]["by_terms"]) <= {f"{n}_terms" for n in range(2, 7)}
+    rows = [json.loads(line) for path in sorted((out / "rl" / "rollouts").glob("*.jsonl"))
+            for line in path.read_text().splitlines()]  # fmt: skip
+    assert len(rows) == 2 * 16 * 8
+    assert sum((r["tool_calls"] or {}).get("calculator", 0) for r in rows) > 0
+    tool_turns = [m["content"] for r in rows for m in r["messages"] if m["role"] == "tool"]
+    assert tool_turns and all(t.strip() for t in tool_turns)
+    assert {r["score"] for r in rows} <= {0.0, 0.5, 1.0}
+    # every held-out score is reasoning-gym's own for the final answer
+    test = pd.read_parquet(out / "data" / "test.parquet")
+    evaluated = [json.loads(line) for line in (out / "eval_rl.jsonl").read_text().splitlines()]
+    assert len(evaluated) == 24
+    for row in evaluated:
+        item = test.iloc[int(row["index"])]
+        final = [m for m in row["messages"] if m["role"] == "assistant"][-1]["content"]
+        truth, extra = item.reward_model["ground_truth"], dict(item.extra_info)
+        assert row["data_source"] == "reasoning_gym/basic_arithmetic"
+        assert default_compute_score(row["data_source"], final, truth, extra) == row["score"]
+        right = default_compute_score(row["data_source"], f"<answer>{truth}</answer>", truth, extra)
+        assert right == 1.0
