@@ -9,8 +9,8 @@ re-implemented (`agentrl.reward.score.environments` dispatches the rows' `data_s
     prepared = prepare_environment("reasoning_gym:basic_arithmetic", "data/rg", size=2000)
     prepared.overrides        # the `agentrl train` overrides that use the files
 
-SPEC forms (`SPEC_FORMS`): `reasoning_gym:TASK`, `textarena:ENV_ID`, `openenv:URL|MODULE`.
-docs/environments.md says what maps to what.
+SPEC forms (`SPEC_FORMS`): `reasoning_gym:TASK`, `textarena:ENV_ID`, `openenv:URL|MODULE`,
+`verifiers:ENV`. docs/environments.md says what maps to what.
 """
 
 from agentrl.environments.prepare import Prepared, prepare_environment

@@ -61,13 +61,14 @@ def prepare_environment(
         path.write_text(yaml.safe_dump(content, sort_keys=False))
         written[name] = path
     overrides = [f"data.train_files={train_path}", f"data.val_files={test_path}"]
+    if "interaction" in written or "tools" in written:
+        overrides.append("actor_rollout_ref.rollout.multi_turn.enable=true")
     if "interaction" in written:
-        overrides += ["actor_rollout_ref.rollout.multi_turn.enable=true",
-                      "actor_rollout_ref.rollout.multi_turn.interaction_config_path="
-                      f"{written['interaction']}"]
+        overrides.append("actor_rollout_ref.rollout.multi_turn.interaction_config_path="
+                         f"{written['interaction']}")
     if "tools" in written:
-        overrides += ["actor_rollout_ref.rollout.multi_turn.enable=true",
-                      f"actor_rollout_ref.rollout.multi_turn.tool_config_path={written['tools']}"]
+        overrides.append(
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={written['tools']}")
     logger.info("%s: %d train and %d test rows in %s", spec, len(train), len(test), out)
     return Prepared(train_path, test_path, written, overrides)
 

@@ -13,6 +13,9 @@ SPEC_FORMS: dict[str, tuple[str, str]] = {
     "openenv": ("openenv:URL|MODULE",
                 "an OpenEnv environment server (a running one, or an installed server app "
                 "started here), each trajectory its own episode through an interaction"),
+    "verifiers": ("verifiers:ENV",
+                  "an installed verifiers environment (single-turn, tool or multi-turn): its "
+                  "dataset, its tools, its responses through an interaction, its rubric"),
 }
 
 

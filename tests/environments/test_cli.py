@@ -4,6 +4,7 @@ the reason (unknown spec, missing package naming the extra)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +39,16 @@ def test_an_openenv_server_that_is_not_there_exits_2_with_the_reason(tmp_path, c
     assert main(["env", "prepare", "openenv:http://127.0.0.1:9", "--out", str(out)]) == 2
     assert "openenv:http://127.0.0.1:9: ConnectError" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_verifiers_tool_environment_prints_the_tool_and_interaction_configs(tmp_path, capsys,
+                                                                             monkeypatch):
+    pytest.importorskip("verifiers")
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "fixtures"))  # vf_adder.py
+    out = tmp_path / "adder"
+    assert main(["env", "prepare", "verifiers:vf-adder", "--out", str(out), "--size", "3",
+                 "--test-size", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert f"tool_config_path={out / 'tools.yaml'}" in printed
+    assert f"interaction_config_path={out / 'interaction.yaml'}" in printed
+    assert printed.count("multi_turn.enable=true") == 1

@@ -146,9 +146,43 @@ def test_an_openenv_server_is_played_and_a_broken_episode_fails_alone(tmp_path, 
         assert row["score"] == pytest.approx(sum(rewards)) and row["num_turns"] > 2
 
 
+def _add_with_the_tool(text):
+    """Calls the vf-adder environment's add tool on the question, then answers its result."""
+    results = re.findall(r"<tool_response>\s*(.*?)\s*</tool_response>", text, re.S)
+    if results:
+        return f"<answer>{results[-1]}</answer>"
+    a, b = re.findall(r"What is (\d+) \+ (\d+)\?", text)[-1]
+    call = {"name": "add", "arguments": {"a": int(a), "b": int(b)}}
+    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+
+
+@pytest.mark.parametrize(("env", "player", "turns"), [
+    ("vf-adder", _add_with_the_tool, [2]), ("vf-guess", _guess_by_hints, range(1, 6))])
+def test_a_verifiers_environment_is_played_and_scored_by_its_rubric(tmp_path, tiny_model_dir,
+                                                                   tiny_tokenizer, monkeypatch,
+                                                                   env, player, turns):
+    pytest.importorskip("verifiers")
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "fixtures"))  # vf_*.py
+    prepared = prepare_environment(f"verifiers:{env}", tmp_path / "vf", size=2, test_size=3,
+                                   seed=0)
+    assert ("tools" in prepared.configs) == (env == "vf-adder")
+    summary, rows = _generate(tmp_path, tiny_model_dir, prepared,
+                              _Backend(tiny_tokenizer, player),
+                              "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=10",
+                              "actor_rollout_ref.rollout.multi_turn.max_user_turns=10")
+    assert len(rows) == 3 and all(r["state"] == "completed" for r in rows)
+    for row in rows:
+        guesses = sum(m["role"] == "assistant" for m in row["messages"])
+        assert guesses in turns
+        best = 1.0 if env == "vf-adder" else 1.0 - 0.1 * (guesses - 1)  # the rubric's own
+        assert row["score"] == pytest.approx(best)
+    if env == "vf-adder":
+        assert summary["tool_calls/mean"] == 1.0 and summary["tool_errors"] == 0
+
+
 def test_nothing_is_written_for_a_bad_spec_or_size(tmp_path):
     with pytest.raises(ValueError, match="supported forms"):
-        prepare_environment("verifiers:x", tmp_path / "a")
+        prepare_environment("gym:CartPole-v1", tmp_path / "a")
     with pytest.raises(ValueError, match="--size and --test-size must be >= 1"):
         prepare_environment("reasoning_gym:basic_arithmetic", tmp_path / "b", size=0)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

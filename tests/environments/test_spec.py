@@ -13,6 +13,7 @@ def test_supported_specs_parse():
                                                                   "http://localhost:8000")
     assert parse_spec("openenv:echo_env.server.app:app") == EnvSpec("openenv",
                                                                     "echo_env.server.app:app")
+    assert parse_spec("verifiers:vf-wordle") == EnvSpec("verifiers", "vf-wordle")
 
 
 @pytest.mark.parametrize("spec", ["gym:CartPole-v1", "reasoning_gym", "textarena: ", ""])

@@ -24,6 +24,8 @@ bamboogle
                                                             the TextArena interaction
 ``openenv/<name>``                                          the sum of the step rewards,
                                                             reported by the OpenEnv interaction
+``verifiers/<env>``                                         the environment's rubric reward,
+                                                            reported by the verifiers interaction
 ==========================================================  =================================
 
 Add a data source with ``register_data_source("name")``, or a family of them with
@@ -166,3 +168,4 @@ __all__ = ["SCORERS", "default_compute_score", "register_data_source"]
 register_data_source_prefix("reasoning_gym/")(environments.reasoning_gym_score)
 register_data_source_prefix("textarena/")(environments.textarena_score)
 register_data_source_prefix("openenv/")(environments.openenv_score)
+register_data_source_prefix("verifiers/")(environments.verifiers_score)

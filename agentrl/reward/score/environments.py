@@ -8,6 +8,9 @@
   (``agentrl.interactions.textarena``) reported as the score of its last turn
   (``extra_info.rollout_reward_scores.user_turn_rewards``); a trajectory that never reached
   the game's end scores 0.0.
+- ``verifiers/<env>``: the environment's rubric reward, which the verifiers interaction
+  (``agentrl.interactions.verifiers``) reported as the score of its last turn; a trajectory
+  the environment never scored scores 0.0.
 - ``openenv/<name>``: the episode's return, the sum of the step rewards the OpenEnv
   interaction (``agentrl.interactions.openenv``) reported as its turn scores; an episode
   that never stepped scores 0.0.
@@ -67,4 +70,10 @@ def openenv_score(solution_str: str, ground_truth: Any, extra_info: dict | None)
     return float(sum(_turn_rewards(extra_info)))
 
 
-__all__ = ["openenv_score", "reasoning_gym_score", "textarena_score"]
+def verifiers_score(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    """The environment's rubric reward, as the verifiers interaction reported it at the end."""
+    turns = _turn_rewards(extra_info)
+    return turns[-1] if turns else 0.0
+
+
+__all__ = ["openenv_score", "reasoning_gym_score", "textarena_score", "verifiers_score"]

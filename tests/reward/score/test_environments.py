@@ -49,6 +49,12 @@ def test_openenv_scores_the_episodes_return():
     assert has_scorer("openenv/anything")
 
 
+def test_verifiers_scores_the_rubrics_reward_at_the_end():
+    reported = {"rollout_reward_scores": {"user_turn_rewards": [0.0, 0.0, 0.7]}}
+    assert default_compute_score("verifiers/vf-guess", "", "", reported) == pytest.approx(0.7)
+    assert default_compute_score("verifiers/vf-guess", "", "", {}) == 0.0
+
+
 def test_families_are_known_and_an_exact_name_wins():
     assert has_scorer("reasoning_gym/anything") and has_scorer("textarena/Wordle-v0")
     assert not has_scorer("reasoning_gym") and scorer_for("openai/gsm8k") is not None

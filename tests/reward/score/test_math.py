@@ -48,7 +48,8 @@ def test_equivalent_after_normalisation(answer, truth):
     assert is_equiv(answer, truth)
 
 
-def test_not_equivalent():
+def test_not_equivalent(monkeypatch):
+    monkeypatch.setitem(sys.modules, "math_verify", None)  # the normalisation alone
     assert not is_equiv("2/4", r"\frac{1}{2}")
     assert not is_equiv("x = 5", "6")
     assert strip_string(r"\frac1") == r"\frac1"  # too short to fix: left as is
