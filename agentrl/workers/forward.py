@@ -142,7 +142,12 @@ def chunkable_head(model: torch.nn.Module) -> torch.nn.Linear | None:
     if type(head) is not torch.nn.Linear:
         return None
     config = getattr(model, "config", None)
-    for key in ("final_logit_softcapping", "logit_scale", "output_multiplier_scale"):
+    for key in (
+        "final_logit_softcapping",
+        "logit_scale",
+        "logits_scaling",
+        "output_multiplier_scale",
+    ):
         if getattr(config, key, None):
             return None
     return head
