@@ -52,7 +52,7 @@ import jsonschema
 
 from agentrl.interactions.base import BaseInteraction
 from agentrl.interactions.openenv_server import ServerProcess, start_server
-from agentrl.utils.answer_tags import extract_answer
+from agentrl.utils.answer_tags import answer_or_reply
 from agentrl.utils.extras import missing_package
 
 # the fields every OpenEnv action / observation has besides its own
@@ -226,11 +226,7 @@ class OpenEnvInteraction(BaseInteraction):
 
     def move(self, reply: str) -> str:
         """The move in a model reply: the last answer tag's text, else the whole reply."""
-        if self.answer_tag is not None:
-            found = extract_answer(reply, self.answer_tag)
-            if found is not None:
-                return found
-        return reply.strip()
+        return answer_or_reply(reply, self.answer_tag)
 
     def action(self, move: str) -> tuple[dict[str, Any] | None, str]:
         """(the action, "") for a move, or (None, why it is not one of the environment's)."""

@@ -32,7 +32,7 @@ import contextlib
 from typing import Any
 
 from agentrl.interactions.base import BaseInteraction
-from agentrl.utils.answer_tags import extract_answer
+from agentrl.utils.answer_tags import answer_or_reply
 from agentrl.utils.extras import missing_package
 
 
@@ -80,11 +80,7 @@ class TextArenaInteraction(BaseInteraction):
 
     def move(self, reply: str) -> str:
         """The move in a model reply: the last answer tag's text, else the whole reply."""
-        if self.answer_tag is not None:
-            found = extract_answer(reply, self.answer_tag)
-            if found is not None:
-                return found
-        return reply.strip()
+        return answer_or_reply(reply, self.answer_tag)
 
     async def generate_response(
         self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any

@@ -1,6 +1,7 @@
 """The final answer of a response: agentrl's ``<answer>...</answer>`` format.
 
     extract_answer("I think <answer>7</answer>... no, <answer>8</answer>")   # "8"
+    answer_or_reply("[5]")                                                   # "[5]"
 """
 
 from __future__ import annotations
@@ -14,4 +15,14 @@ def extract_answer(text: str, tag: str = "answer") -> str | None:
     return found[-1].strip() if found else None
 
 
-__all__ = ["extract_answer"]
+def answer_or_reply(reply: str, tag: str | None = "answer") -> str:
+    """A game move or environment action in a model reply: the last ``<tag>`` answer's
+    text, else the whole reply stripped (``tag`` None: always the whole reply)."""
+    if tag is not None:
+        found = extract_answer(reply, tag)
+        if found is not None:
+            return found
+    return reply.strip()
+
+
+__all__ = ["answer_or_reply", "extract_answer"]
