@@ -22,7 +22,8 @@ from agentrl.tools import load_tool_schemas
 from agentrl.trainer import run_train
 from agentrl.trainer.sft import run_sft
 
-TIMING = ("timing", "time", "throughput", "latency", "_s/", "wall")  # seconds differ by nature
+# seconds and a process's peak memory differ by nature
+TIMING = ("timing", "time", "throughput", "latency", "_s/", "wall", "memory", "rss")
 
 
 @pytest.fixture(scope="module")
