@@ -21,7 +21,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from agentrl.rollout.backends.launcher import free_port
 
 pytestmark = [
     pytest.mark.slow,
@@ -50,12 +51,6 @@ ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
 print("NODES", json.dumps({n["NodeID"]: {"name": n["NodeName"], "alive": n["Alive"],
                                         "address": n["NodeManagerAddress"]} for n in ray.nodes()}))
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.1) -> None:
@@ -116,7 +111,7 @@ class TwoNodeCluster:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.gcs_port = _free_port()
+        self.gcs_port = free_port("")
         self.address = f"127.0.0.1:{self.gcs_port}"
         # only for the subprocesses: the token the nodes and the drivers share
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
@@ -128,7 +123,7 @@ class TwoNodeCluster:
         resource of its name; returns once the node has joined."""
         head = name == "node_a"
         role = (["--head", "--port", str(self.gcs_port), "--include-dashboard", "false",
-                 "--dashboard-port", str(_free_port())]
+                 "--dashboard-port", str(free_port(""))]
                 if head else ["--address", self.address])  # fmt: skip
         log = self.root / f"{name}.log"
         with log.open("w") as out:
@@ -136,7 +131,7 @@ class TwoNodeCluster:
                 [RAY, "start", "--block", *role, "--node-name", name, "--num-cpus", "1",
                  "--resources", json.dumps({name: 1}), "--temp-dir", str(self.root / name),
                  "--object-store-memory", str(100 * 2**20), "--disable-usage-stats",
-                 "--dashboard-agent-listen-port", str(_free_port())],
+                 "--dashboard-agent-listen-port", str(free_port(""))],
                 env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         process = self.nodes[name]

@@ -27,7 +27,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +36,7 @@ import pytest
 import yaml
 
 from agentrl.config import load_config
+from agentrl.rollout.backends.launcher import free_port
 from envs.retriever.sample import sample_corpus, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,12 +64,6 @@ case "$1" in
     [[ -z "${STATUS_ANSWERS:-}" || $n -le $STATUS_ANSWERS ]] ;;
 esac
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def alive(pid: int) -> bool:
