@@ -28,8 +28,8 @@ def make_rows(env_id: str, seeds: list[int], split: str,
     system = SYSTEM_PROMPT.replace("<answer></answer>", f"<{answer_tag}></{answer_tag}>")
     rows = []
     for index, seed in enumerate(seeds):
-        env, first = make_game(env_id, seed)
-        env.close()
+        game, first = make_game(env_id, seed)
+        game.close()
         rows.append({
             "data_source": f"textarena/{env_id}",
             "prompt": [{"role": "system", "content": system},

@@ -20,7 +20,8 @@ game said since the move (its new observation, hints and invalid-move notices in
 score 0.0; when it ends, the trajectory ends with the game's own reward for player 0
 (``env.close()``), which the ``textarena/<env_id>`` scorer hands to the reward manager.
 The game's calls run in a worker thread, so a slow game does not stall the other
-trajectories; one that raises, hangs (``multi_turn.tool_timeout``) or returns an observation
+trajectories, each game with its own stream of Python's ``random`` (``Game``: TextArena's
+games draw from the process-wide one), so a seed and the moves fix the game; one that raises, hangs (``multi_turn.tool_timeout``) or returns an observation
 that is not text fails only its trajectory, with the reason (the engine counts it in
 ``rollout/interaction_errors``).
 """
@@ -29,35 +30,89 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from agentrl.interactions.base import BaseInteraction
 from agentrl.utils.answer_tags import answer_or_reply
 from agentrl.utils.extras import missing_package
 
+# TextArena's games seed and draw from the process-wide `random` module (its
+# `State.__init__` calls `random.seed`): every call of a Game swaps in the game's own
+# stream under this lock and puts the process's back (see Game).
+_PROCESS_RANDOM = threading.Lock()
 
-def make_game(env_id: str, seed: int) -> tuple[Any, str]:
+
+class Game:
+    """One TextArena game for one player, with its own stream of Python's ``random``.
+
+    Games played at once (the interaction runs each in a worker thread) would otherwise
+    draw from one shared stream: a seed would not be one game (the first deal shown in a
+    row's prompt could differ from the game then played, and every later card would depend
+    on what the other games drew), and the process's own ``random`` would be reseeded by
+    every reset. Here each call runs under a lock with the game's stream swapped in, so a
+    seed and the moves played fix the game whatever runs beside it."""
+
+    def __init__(self, env_id: str, seed: int) -> None:
+        try:
+            import textarena
+        except ImportError as err:
+            raise missing_package("textarena", "envs", f"the TextArena game {env_id}") from err
+        self._random: object | None = None
+        with self._own_random():
+            try:
+                self.env = textarena.make(env_id)
+            except Exception as err:  # textarena raises plain exceptions for unknown ids
+                raise ValueError(f"textarena:{env_id}: {err} (ids: textarena.envs."
+                                 "registration.ENV_REGISTRY)") from err
+            self.env.reset(num_players=1, seed=int(seed))
+
+    @contextlib.contextmanager
+    def _own_random(self) -> Iterator[None]:
+        with _PROCESS_RANDOM:
+            outer = random.getstate()
+            if self._random is not None:
+                random.setstate(self._random)  # type: ignore[arg-type]
+            try:
+                yield
+            finally:
+                self._random = random.getstate()
+                random.setstate(outer)
+
+    def observation(self) -> str:
+        """Player 0's observation (the game's whole history) as text; ValueError when the
+        game gives anything else."""
+        with self._own_random():
+            _, observation = self.env.get_observation()
+        if not isinstance(observation, str):
+            raise ValueError(f"the game's observation is {type(observation).__name__}, not "
+                             f"text: {str(observation)[:200]!r}")
+        return observation
+
+    def step(self, move: str) -> bool:
+        """Play `move`; True when the game is over."""
+        with self._own_random():
+            done, _ = self.env.step(move)
+        return bool(done)
+
+    def close(self) -> float:
+        """End the game; player 0's reward (0.0 when the game gives none)."""
+        with self._own_random():
+            rewards, _ = self.env.close()
+        return float((rewards or {}).get(0, 0.0))
+
+
+def make_game(env_id: str, seed: int) -> tuple[Game, str]:
     """A TextArena game reset for one player with ``seed``, and its first observation."""
-    try:
-        import textarena
-    except ImportError as err:
-        raise missing_package("textarena", "envs", f"the TextArena game {env_id}") from err
-    try:
-        env = textarena.make(env_id)
-    except Exception as err:  # textarena raises plain exceptions for unknown ids
-        raise ValueError(f"textarena:{env_id}: {err} (ids: textarena.envs.registration."
-                         "ENV_REGISTRY)") from err
-    env.reset(num_players=1, seed=int(seed))
-    return env, observation_text(env)
+    game = Game(env_id, seed)
+    return game, game.observation()
 
 
-def observation_text(env: Any) -> str:
+def observation_text(game: Game) -> str:
     """Player 0's observation as text (ValueError when the game gives anything else)."""
-    _, observation = env.get_observation()
-    if not isinstance(observation, str):
-        raise ValueError(f"the game's observation is {type(observation).__name__}, not text: "
-                         f"{str(observation)[:200]!r}")
-    return observation
+    return game.observation()
 
 
 class TextArenaInteraction(BaseInteraction):
@@ -74,8 +129,9 @@ class TextArenaInteraction(BaseInteraction):
             if key not in kwargs:
                 raise ValueError(f"a textarena row needs interaction_kwargs.{key}")
         instance_id = await super().start_interaction(instance_id, **kwargs)
-        env, first = await asyncio.to_thread(make_game, str(kwargs["env_id"]), int(kwargs["seed"]))
-        self._instance_dict[instance_id] = {"env": env, "seen": len(first), "done": False}
+        game, first = await asyncio.to_thread(make_game, str(kwargs["env_id"]),
+                                              int(kwargs["seed"]))
+        self._instance_dict[instance_id] = {"game": game, "seen": len(first), "done": False}
         return instance_id
 
     def move(self, reply: str) -> str:
@@ -93,13 +149,11 @@ class TextArenaInteraction(BaseInteraction):
 
     @staticmethod
     def _play(state: dict[str, Any], move: str) -> tuple[bool, str, float]:
-        env = state["env"]
-        done, _ = env.step(move)
-        if done:
-            rewards, _ = env.close()
+        game: Game = state["game"]
+        if game.step(move):
             state["done"] = True
-            return True, "", float((rewards or {}).get(0, 0.0))
-        observation = observation_text(env)
+            return True, "", game.close()
+        observation = game.observation()
         # the game's observation is its whole history: the user turn is what is new
         new, state["seen"] = observation[state["seen"]:], len(observation)
         return False, new.strip() or observation, 0.0
@@ -108,7 +162,7 @@ class TextArenaInteraction(BaseInteraction):
         state = self._instance_dict.pop(instance_id, None)
         if state is not None and not state["done"]:
             with contextlib.suppress(Exception):  # a game that cannot close is dropped anyway
-                state["env"].close()
+                state["game"].close()
 
 
-__all__ = ["TextArenaInteraction", "make_game", "observation_text"]
+__all__ = ["Game", "TextArenaInteraction", "make_game", "observation_text"]

@@ -4,7 +4,10 @@ game's news is the next user turn, its reward ends the trajectory; bad games fai
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import random
 import re
+import time
 
 import pytest
 
@@ -79,7 +82,46 @@ def test_bad_rows_and_unknown_games_are_named():
 def test_an_observation_that_is_not_text_fails(monkeypatch):
     interaction = TextArenaInteraction({})
     instance = asyncio.run(interaction.start_interaction(None, env_id=GAME, seed=1))
-    env = interaction._instance_dict[instance]["env"]
+    env = interaction._instance_dict[instance]["game"].env
     monkeypatch.setattr(env, "get_observation", lambda: (0, {"board": 1}))
     with pytest.raises(ValueError, match="not text"):
         _play(interaction, instance, ["<answer>[10]</answer>"])
+
+
+def _blackjack(seed, moves, between=None):
+    """The texts of Blackjack game `seed` after each move; `between(i)` runs before move i."""
+    game, first = make_game("Blackjack-v0", seed)
+    texts = [first]
+    for i, move in enumerate(moves):
+        if between is not None:
+            between(i)
+        if game.step(move):
+            texts.append(game.close())
+            break
+        texts.append(game.observation())
+    return texts
+
+
+def test_a_seed_and_its_moves_are_one_game_whatever_plays_beside_it():
+    # TextArena's games draw cards from the process-wide `random`: each Game keeps its own
+    moves = ["[Hit]", "[Stand]"] * 6
+    alone = _blackjack(7, moves)
+    others = [make_game("Blackjack-v0", s)[0] for s in (1, 2)]
+    random.seed(123)
+    outer = random.random()
+    random.seed(123)
+    beside = _blackjack(7, moves, between=lambda i: (others[i % 2].step("[Hit]"),
+                                                     random.random()))
+    assert beside == alone
+    random.seed(123)
+    assert random.random() == outer  # the process's stream is its own
+
+
+def test_games_played_at_once_in_threads_are_the_games_played_alone():
+    moves = ["[Hit]", "[Stand]", "[Stand]", "[Hit]", "[Stand]"] * 3
+    alone = {seed: _blackjack(seed, moves) for seed in range(8)}
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        for _ in range(3):
+            together = dict(enumerate(pool.map(
+                lambda s: _blackjack(s, moves, between=lambda i: time.sleep(0.001)), range(8))))
+            assert together == alone
