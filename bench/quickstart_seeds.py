@@ -7,6 +7,7 @@ seed. Rows are ordered best first: the worst seed is the last row, and named las
     python bench/quickstart_seeds.py --task search         # the CPU Search-R1 run's table
     python bench/quickstart_seeds.py --task retool         # the CPU ReTool run's table
     python bench/quickstart_seeds.py --task reasoning_gym  # recipes/envs (reasoning-gym)
+    python bench/quickstart_seeds.py --task blackjack      # recipes/envs (TextArena's game)
     python bench/quickstart_seeds.py --task dapo           # recipes/dapo/run_cpu.sh's table
     python bench/quickstart_seeds.py --agent-function examples/agents/calculator_agent.py:run
                                   # GRPO in agent mode: the agent's OpenAI client, the gateway
@@ -19,7 +20,9 @@ FAIL per seed: SFT <= 0.45, GRPO >= 0.85, tool-call rate after GRPO >= 0.95, con
 least 0.30 below GRPO, total < 300 s (`--task search`: exact match at least 0.30 above SFT,
 two-hop questions improve, GRPO above the control, total < 600 s; `--task retool`: accuracy
 at least 0.30 above SFT and above the control, total < 900 s; `--task reasoning_gym`:
-accuracy at least 0.30 above SFT and above the control each, tool-call rate >= 0.95, total < 600 s; `--task dapo`, the calculator
+accuracy at least 0.30 above SFT and above the control each, tool-call rate >= 0.95, total < 600 s; `--task blackjack`: the game's score at least 0.20
+above SFT and 0.15 above the control, hit rate on hands of 17-20 after GRPO <= 0.20, total <
+900 s, and a table of the moves by hand score; `--task dapo`, the calculator
 task through `recipes/dapo/run_cpu.sh`: the calculator's targets with total < 600 s, and a
 table of the dynamic sampling's generation batches per step). Runs that exist already are read, not run again
 (`--rerun` runs them anyway). With `--agent-function` the GRPO stage runs in agent mode
@@ -83,6 +86,18 @@ REASONING_GYM_TARGETS = (
     ("tool-call rate after GRPO >= 0.95", lambda r: r["eval_rl"]["tool_call_rate"] >= 0.95),
     ("end to end < 600 s", lambda r: r["timing_s"]["total"] < 600),
 )
+BLACKJACK_TARGETS = (
+    (
+        "score at least 0.20 above SFT",
+        lambda r: r["eval_rl"]["accuracy"] - r["eval_sft"]["accuracy"] >= 0.20,
+    ),
+    (
+        "control at least 0.15 below GRPO",
+        lambda r: r["eval_rl"]["accuracy"] - r["control"]["accuracy"] >= 0.15,
+    ),
+    ("hit rate on 17-20 after GRPO <= 0.20", lambda r: r["eval_rl"]["hit_rate_high"] <= 0.20),
+    ("end to end < 900 s", lambda r: r["timing_s"]["total"] < 900),
+)
 DAPO_TARGETS = (
     *CALCULATOR_TARGETS[:4],
     ("end to end < 600 s", lambda r: r["timing_s"]["total"] < 600),
@@ -92,6 +107,7 @@ TARGETS = {
     "search": SEARCH_TARGETS,
     "retool": RETOOL_TARGETS,
     "reasoning_gym": REASONING_GYM_TARGETS,
+    "blackjack": BLACKJACK_TARGETS,
     "dapo": DAPO_TARGETS,
 }
 # Tasks run through a recipe script (`bash SCRIPT OUT_DIR --seed N`) instead of
@@ -199,6 +215,17 @@ def table(reports: dict[int, dict[str, Any]]) -> str:
                 f"| {seed} | {r['eval_sft']['sandbox_runs_per_question']:.2f} -> "
                 f"{r['eval_rl']['sandbox_runs_per_question']:.2f} | " + " | ".join(cells) + " |"
             )
+    if "hit_rate_high" in first["eval_sft"]:
+        lines += ["", "| seed | hit rate on 11 or less SFT -> GRPO (control) | on 12-16 | on 17-20 "
+                  "| moves per game | invalid moves after GRPO |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for seed, r in reports.items():
+            sft, rl, control = r["eval_sft"], r["eval_rl"], r["control"]
+            cells = [f"{sft[k]:.2f} -> {rl[k]:.2f} ({control[k]:.2f})"
+                     for k in ("hit_rate_low", "hit_rate_mid", "hit_rate_high")]  # fmt: skip
+            lines.append(
+                f"| {seed} | " + " | ".join(cells) + f" | {sft['moves_per_game']:.1f} -> "
+                f"{rl['moves_per_game']:.1f} | {rl['invalid_move_rate']:.3f} |"
+            )
     if "filter_groups" in first:
         lines += ["", "| seed | generation batches per step (mean, max) "
                   "| prompts kept per batch (mean, min) |", "|---|---|---|"]  # fmt: skip
@@ -209,7 +236,8 @@ def table(reports: dict[int, dict[str, Any]]) -> str:
                 f"| {f['kept_ratio_mean']:.2f}, {f['kept_ratio_min']:.2f} |"
             )
     n = int(first["eval_sft"]["trajectories"])
-    lines.append(f"\n{n} held-out problems per evaluation; ± is the binomial standard error.")
+    lines.append(f"\n{n} held-out problems per evaluation; ± is the standard error of the mean "
+                 "score (the binomial one for scores of 0 and 1).")
     return "\n".join(lines)
 
 

@@ -68,6 +68,8 @@ class Game:
                 raise ValueError(f"textarena:{env_id}: {err} (ids: textarena.envs."
                                  "registration.ENV_REGISTRY)") from err
             self.env.reset(num_players=1, seed=int(seed))
+        self.first = self.observation()
+        self._seen = len(self.first)
 
     @contextlib.contextmanager
     def _own_random(self) -> Iterator[None]:
@@ -97,6 +99,16 @@ class Game:
             done, _ = self.env.step(move)
         return bool(done)
 
+    def play(self, move: str) -> tuple[bool, str, float]:
+        """Play `move`: (done, what the game said since the last move, player 0's reward
+        when done else 0.0). The game's observation is its whole history, so the text is
+        what is new (the whole observation if nothing is)."""
+        if self.step(move):
+            return True, "", self.close()
+        observation = self.observation()
+        new, self._seen = observation[self._seen :], len(observation)
+        return False, new.strip() or observation, 0.0
+
     def close(self) -> float:
         """End the game; player 0's reward (0.0 when the game gives none)."""
         with self._own_random():
@@ -107,7 +119,7 @@ class Game:
 def make_game(env_id: str, seed: int) -> tuple[Game, str]:
     """A TextArena game reset for one player with ``seed``, and its first observation."""
     game = Game(env_id, seed)
-    return game, game.observation()
+    return game, game.first
 
 
 def observation_text(game: Game) -> str:
@@ -129,9 +141,9 @@ class TextArenaInteraction(BaseInteraction):
             if key not in kwargs:
                 raise ValueError(f"a textarena row needs interaction_kwargs.{key}")
         instance_id = await super().start_interaction(instance_id, **kwargs)
-        game, first = await asyncio.to_thread(make_game, str(kwargs["env_id"]),
+        game, _ = await asyncio.to_thread(make_game, str(kwargs["env_id"]),
                                               int(kwargs["seed"]))
-        self._instance_dict[instance_id] = {"game": game, "seen": len(first), "done": False}
+        self._instance_dict[instance_id] = {"game": game, "done": False}
         return instance_id
 
     def move(self, reply: str) -> str:
@@ -149,14 +161,9 @@ class TextArenaInteraction(BaseInteraction):
 
     @staticmethod
     def _play(state: dict[str, Any], move: str) -> tuple[bool, str, float]:
-        game: Game = state["game"]
-        if game.step(move):
-            state["done"] = True
-            return True, "", game.close()
-        observation = game.observation()
-        # the game's observation is its whole history: the user turn is what is new
-        new, state["seen"] = observation[state["seen"]:], len(observation)
-        return False, new.strip() or observation, 0.0
+        done, text, reward = state["game"].play(move)
+        state["done"] = done
+        return done, text, reward
 
     async def finalize_interaction(self, instance_id: str, **kwargs: Any) -> None:
         state = self._instance_dict.pop(instance_id, None)

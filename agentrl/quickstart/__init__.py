@@ -5,6 +5,7 @@ call a calculator: SFT on an imperfect teacher, then GRPO, against an SFT-only c
     agentrl quickstart --task search --out-dir OUT [--seed N]   # the CPU Search-R1 run
     agentrl quickstart --task retool --out-dir OUT [--seed N]   # the CPU ReTool run
     agentrl quickstart --task reasoning_gym --out-dir OUT [--seed N]   # recipes/envs
+    agentrl quickstart --task blackjack --out-dir OUT [--seed N]   # recipes/envs (a game)
 
 The stages are in agentrl/quickstart/pipeline.py, the tasks in tasks.py (search_task.py,
 retool_task.py), the evaluation in evaluation.py; the numbers measured on 2 cores are in

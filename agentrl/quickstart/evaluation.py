@@ -4,8 +4,9 @@ problems with the real calculator, their metrics with standard errors, and the s
     metrics = evaluate_model(model_dir, test_parquet, out_dir / "eval_sft", seed=0)
     metrics["accuracy"], metrics["accuracy_stderr"], metrics["sampled_accuracy"], ...
 
-Accuracy is the share of test problems answered exactly (the reward); its standard error is
-the binomial one, sqrt(p (1 - p) / n). Rollouts go through `agentrl generate` (the rollout
+Accuracy is the mean score of the test problems (the reward: 1 for an exact answer, or a
+game's share of hands won); its standard error is the mean's, sqrt(var / n) with the scores'
+variance, which for scores of 0 and 1 is the binomial sqrt(p (1 - p) / n). Rollouts go through `agentrl generate` (the rollout
 engine, the `hf` backend and the calculator of the recipe), one jsonl file per pass.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,21 @@ def stderr(p: float, n: int) -> float:
     return math.sqrt(max(p * (1.0 - p), 0.0) / n) if n > 0 else float("nan")
 
 
+def mean_stderr(scores: Sequence[float]) -> float:
+    """Standard error of the mean of `scores`, sqrt(var / n) (the binomial one, `stderr`,
+    when every score is 0 or 1; smaller for graded scores, whose variance is less)."""
+    n = len(scores)
+    if n == 0:
+        return float("nan")
+    mean = sum(scores) / n
+    return math.sqrt(sum((x - mean) ** 2 for x in scores) / n / n)
+
+
 def trajectory_metrics(
     rows: Sequence[dict[str, Any]], tool: str = "calculator", answer_tag: str = "<answer>"
 ) -> dict[str, float]:
-    """Metrics of `agentrl generate` rows: `accuracy` (share scoring 1) and its
-    `accuracy_stderr`, `tool_call_rate` (share with at least one call of `tool`),
+    """Metrics of `agentrl generate` rows: `accuracy` (the mean score: the share scoring 1
+    when scores are 0 or 1) and its `accuracy_stderr` (`mean_stderr`), `tool_call_rate` (share with at least one call of `tool`),
     `tool_calls_per_question`, `well_formed_call_rate` (a call and no parse or tool error),
     `answer_rate` (share whose last turn contains `answer_tag`), `turns/mean`,
     `trajectories`."""
@@ -46,11 +57,11 @@ def trajectory_metrics(
         for c, r in zip(calls, rows, strict=True)
     ]
     answered = [answer_tag in _final_text(r) for r in rows]
-    accuracy = sum(float(r.get("score") or 0.0) for r in rows) / n
+    scores = [float(r.get("score") or 0.0) for r in rows]
     return {
         "trajectories": float(n),
-        "accuracy": accuracy,
-        "accuracy_stderr": stderr(accuracy, n),
+        "accuracy": sum(scores) / n,
+        "accuracy_stderr": mean_stderr(scores),
         "tool_call_rate": sum(c > 0 for c in calls) / n,
         "tool_calls_per_question": sum(calls) / n,
         "well_formed_call_rate": sum(clean) / n,
@@ -116,11 +127,13 @@ def evaluate_model(
     aliases: Mapping[str, str] | None = None,
     overrides: Sequence[str] = (),
     answer_tag: str = "<answer>",
+    extra_metrics: Callable[[list[dict[str, Any]]], dict[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Greedy and sampled (T=1) rollouts of the test set: the greedy pass's
     `trajectory_metrics`, `by_<grouping>` per grouping of `groups`, then
     `sampled_accuracy`, `sampled_accuracy_stderr`, `sampled_tool_call_rate`, `time_s`, and
-    every `aliases` key (a task's name for a metric: `exact_match` for `accuracy`).
+    every `aliases` key (a task's name for a metric: `exact_match` for `accuracy`), and
+    `extra_metrics(greedy rows)` (a task's own: the game's hit rates by hand).
     Trajectories go to `{out_prefix}.jsonl` and `{out_prefix}_sampled.jsonl`."""
     started = time.perf_counter()
     greedy = generate_rows(
@@ -143,6 +156,8 @@ def evaluate_model(
         ],
     )
     metrics: dict[str, Any] = trajectory_metrics(greedy, tool, answer_tag)
+    if extra_metrics is not None:
+        metrics |= extra_metrics(greedy)
     for grouping, labels in (groups or {}).items():
         metrics[f"by_{grouping}"] = group_metrics(greedy, labels, tool)
     sampled_metrics = trajectory_metrics(sampled, tool, answer_tag)

@@ -75,6 +75,7 @@ class QuickstartSettings:
     sft_examples: int = 8192  # distinct SFT conversations
     sft_lr: float = 3e-3
     sft_batch_size: int = 32
+    sft_max_length: int = 1024  # longest SFT conversation in tokens (longer: an error)
     direct_rate: float = 0.8  # share of direct answers on the teacher's direct phrasings
     n_train: int = 512  # RL training prompts
     n_test: int = 256  # held-out test prompts
@@ -92,15 +93,29 @@ def settings_for(task: str, **given: Any) -> QuickstartSettings:
     return dataclasses.replace(QuickstartSettings(task=task), **(TASKS[task].defaults | given))
 
 
+def environment_overrides(tool_config: Path | None, data: TaskData, task: str) -> list[str]:
+    """The multi-turn keys of a run of `task`: its tool config (null: no tool) and its
+    interaction config, when it has one (written by its `prepare` beside the data)."""
+    interaction = TASKS[task].interaction
+    return [
+        "actor_rollout_ref.rollout.multi_turn.tool_config_path="
+        + ("null" if tool_config is None else str(tool_config)),
+        *([] if interaction is None else [
+            "actor_rollout_ref.rollout.multi_turn.interaction_config_path="
+            f"{data.train.parent / interaction}"]),
+    ]  # fmt: skip
+
+
 def rl_config(
-    model_dir: Path, data: TaskData, tool_config: Path, run_dir: Path, s: QuickstartSettings
+    model_dir: Path, data: TaskData, tool_config: Path | None, run_dir: Path,
+    s: QuickstartSettings,
 ) -> DictConfig:
     """The task's recipe config with the run's paths, seed and step count."""
     return load_config(
         TASKS[s.task].recipe_config,
         [
             f"actor_rollout_ref.model.path={model_dir}",
-            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config}",
+            *environment_overrides(tool_config, data, s.task),
             f"actor_rollout_ref.rollout.engine_kwargs.seed={s.seed}",
             f"data.train_files={data.train}",
             f"data.seed={s.seed}",
@@ -192,8 +207,8 @@ def _run_stages(
             metrics = evaluate_model(
                 task.recipe_config, model_dir, data.test, out_dir / name, s.seed,
                 task.tool_name, data.groups, task.aliases,
-                [f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config}"],
-                task.answer_tag,
+                environment_overrides(tool_config, data, s.task), task.answer_tag,
+                task.metrics,
             )  # fmt: skip
             logger.info(
                 "%s: greedy accuracy %.3f ± %.3f, sampled %.3f ± %.3f, tool-call rate %.2f",
@@ -205,7 +220,8 @@ def _run_stages(
 
         with _stage("sft", timing):
             report["sft"], sft_rows = sft_stage(init_dir, data.sft, out_dir / "model_sft", s)
-        sft_kwargs = {"lr": s.sft_lr, "batch_size": s.sft_batch_size, "seed": s.seed}
+        sft_kwargs = {"lr": s.sft_lr, "batch_size": s.sft_batch_size, "seed": s.seed,
+                      "max_length": s.sft_max_length}
         with _stage("eval_sft", timing):
             report["eval_sft"] = evaluate(out_dir / "model_sft", "eval_sft")
         if s.steps <= 0:
@@ -268,6 +284,7 @@ def sft_stage(
     metrics = run_sft(
         init_dir, rows, out_dir, steps=s.sft_steps, lr=s.sft_lr, batch_size=s.sft_batch_size,
         seed=s.seed, eval_loss=False, warmup_steps=s.sft_warmup_steps, until=check,
+        max_length=s.sft_max_length,
     )  # fmt: skip
     reached = (metrics.get("skill_check") or {}).get("reached_at")
     if reached is not None:  # a cap hit first is run_sft's own warning

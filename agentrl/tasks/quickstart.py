@@ -13,7 +13,10 @@ are the same for every task.
   ranges, the code_interpreter tool against the local code sandbox;
 - ``reasoning_gym`` (the CPU run of recipes/envs/): reasoning-gym's ``basic_arithmetic``
   items, scored by reasoning-gym, the calculator tool (agentrl/environments/quickstart_task.py,
-  beside the adapter it uses).
+  beside the adapter it uses);
+- ``blackjack`` (the multi-turn CPU run of recipes/envs/): TextArena's ``Blackjack-v0``
+  through the TextArena interaction, no tool, the game's reward
+  (agentrl/environments/quickstart_game.py).
 """
 
 from __future__ import annotations
@@ -52,10 +55,14 @@ class Task:
     recipe_config: Path
     tool_name: str
     prepare: Callable[[Path, Any], TaskData]  # (data dir, settings) -> TaskData
-    tools: Callable[[Path], contextlib.AbstractContextManager[Path]]  # data dir -> tool config
+    # data dir -> tool config (None: the task has no tool)
+    tools: Callable[[Path], contextlib.AbstractContextManager[Path | None]]
     defaults: dict[str, Any] = field(default_factory=dict)  # QuickstartSettings overrides
     aliases: dict[str, str] = field(default_factory=dict)  # report key -> evaluation metric
     answer_tag: str = "<answer>"  # what a final answer contains (evaluation's answer_rate)
+    interaction: str | None = None  # interaction config that `prepare` writes in the data dir
+    # generate rows -> the task's own metrics, added to each evaluation's greedy ones
+    metrics: Callable[[list[dict]], dict[str, float]] | None = None
 
 
 def recipe_file(recipe: str, name: str) -> Path:
@@ -191,6 +198,23 @@ REASONING_GYM = Task(
     defaults={"n_test": 300},
 )
 
+_BLACKJACK = "agentrl.environments.quickstart_game"
+BLACKJACK = Task(
+    name="blackjack",
+    recipe_config=recipe_file("envs", "game_config.yaml"),
+    tool_name="",
+    prepare=_lazy(_BLACKJACK, "write_blackjack_data", ()),
+    tools=_lazy(_BLACKJACK, "no_tools"),
+    # whole games are long (5 hands, ~100 tokens a turn) and the teacher's moves on high
+    # hands are a coin it tosses, so no turn-reproduction check: a fixed SFT length
+    defaults={"n_test": 300, "steps": 20, "sft_examples": 4096, "sft_steps": 300,
+              "sft_batch_size": 8, "sft_check": 0.0, "sft_warmup_steps": None,
+              "sft_max_length": 2048},
+    answer_tag="<answer>",
+    interaction="interaction.yaml",
+    metrics=_lazy(_BLACKJACK, "decision_metrics"),
+)
+
 TASKS: dict[str, Task] = {
-    task.name: task for task in (CALCULATOR, SEARCH, RETOOL, REASONING_GYM)
+    task.name: task for task in (CALCULATOR, SEARCH, RETOOL, REASONING_GYM, BLACKJACK)
 }

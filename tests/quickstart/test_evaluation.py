@@ -9,6 +9,7 @@ import pytest
 
 from agentrl.quickstart.evaluation import (
     group_metrics,
+    mean_stderr,
     stderr,
     summary_table,
     trajectory_metrics,
@@ -27,6 +28,14 @@ def row(calls: int, score: float, final: str, tool_errors=None, parse_errors=0, 
         "score": score,
         "num_turns": 2 + 2 * calls,
     }
+
+
+def test_the_mean_stderr_is_the_binomial_one_for_0_1_scores_and_smaller_for_graded():
+    assert mean_stderr([1.0, 0.0] * 50) == pytest.approx(stderr(0.5, 100))
+    assert mean_stderr([1.0, 0.0, 0.0, 1.0, 1.0]) == pytest.approx(stderr(0.6, 5))
+    graded = [0.4, 0.6] * 50  # mean 0.5, variance 0.01
+    assert mean_stderr(graded) == pytest.approx(0.01) and stderr(0.5, 100) == 0.05
+    assert mean_stderr([0.2] * 9) == pytest.approx(0.0, abs=1e-12) and math.isnan(mean_stderr([]))
 
 
 def test_stderr_is_the_binomial_one():

@@ -13,20 +13,40 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = {
     "search": "recipes/search_r1/run_cpu.sh",
     "retool": "recipes/retool/run_cpu.sh",
-    "reasoning_gym": "recipes/envs/run_cpu.sh",
 }
+ENVS = "recipes/envs/run_cpu.sh"
+
+
+def _recorded_calls(script: str, argv: list[str], tmp_path, **env: str) -> list[list[str]]:
+    """Run a recipe script with a stand-in `agentrl` that records each call's arguments."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    fake = venv / "bin" / "agentrl"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" --- >> {tmp_path}/args\n')
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "AGENTRL_VENV": str(venv), **env}
+    subprocess.run(["bash", ROOT / script, *argv], cwd=tmp_path, env=env, check=True)
+    calls = (tmp_path / "args").read_text().split("---\n")
+    return [call.splitlines() for call in calls if call]
 
 
 def _recorded_args(script: str, argv: list[str], tmp_path) -> list[str]:
-    """Run a recipe script with a stand-in `agentrl` that records its arguments."""
-    venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    fake = venv / "bin" / "agentrl"
-    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/args\n')
-    fake.chmod(0o755)
-    env = {"PATH": "/usr/bin:/bin", "AGENTRL_VENV": str(venv)}
-    subprocess.run(["bash", ROOT / script, *argv], cwd=tmp_path, env=env, check=True)
-    return (tmp_path / "args").read_text().splitlines()
+    (args,) = _recorded_calls(script, argv, tmp_path)
+    return args
+
+
+def test_envs_script_runs_reasoning_gym_then_the_game_each_in_its_own_dir(tmp_path):
+    calls = _recorded_calls(ENVS, ["out dir", "--seed", "2"], tmp_path)
+    assert calls == [
+        ["quickstart", "--task", task, "--out-dir", f"out dir/{task}", "--seed", "2"]
+        for task in ("reasoning_gym", "blackjack")
+    ]
+    (tmp_path / "args").unlink()
+    (one,) = _recorded_calls(ENVS, ["o"], tmp_path, AGENTRL_ENVS_TASKS="blackjack")
+    assert one == ["quickstart", "--task", "blackjack", "--out-dir", "o/blackjack"]
+    bad = subprocess.run(["bash", ROOT / ENVS, "o"], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "AGENTRL_ENVS_TASKS": "chess"})
+    assert bad.returncode == 2 and "unknown task 'chess'" in bad.stderr
 
 
 @pytest.mark.parametrize("task", sorted(SCRIPTS))
@@ -35,12 +55,12 @@ def test_script_runs_its_quickstart_task_with_the_given_flags(task, tmp_path):
     assert args == ["quickstart", "--task", task, "--out-dir", "out dir", "--seed", "2"]
 
 
-@pytest.mark.parametrize("task", sorted(SCRIPTS))
+@pytest.mark.parametrize("script", [*sorted(SCRIPTS.values()), ENVS])
 @pytest.mark.parametrize("argv", [[], ["--seed", "1"]])
-def test_script_without_out_dir_prints_its_usage(task, argv):
-    done = subprocess.run(["bash", ROOT / SCRIPTS[task], *argv], capture_output=True, text=True)
+def test_script_without_out_dir_prints_its_usage(script, argv):
+    done = subprocess.run(["bash", ROOT / script, *argv], capture_output=True, text=True)
     assert done.returncode == 2
-    assert f"usage: bash {SCRIPTS[task]} OUT_DIR" in done.stderr
+    assert f"usage: bash {script} OUT_DIR" in done.stderr
 
 
 def test_dapo_script_runs_the_calculator_task_with_dapo_overrides_that_load(tmp_path):
