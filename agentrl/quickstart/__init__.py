@@ -51,9 +51,11 @@ _FLAGS = {
     "--sft-examples": (int, "distinct SFT conversations"),
     "--sft-lr": (float, "SFT learning rate"),
     "--sft-batch-size": (int, "SFT batch size"),
+    "--sft-max-length": (int, "longest SFT conversation in tokens (longer ones are an error)"),
     "--direct-rate": (
         float,
-        "share of SFT traces answering without the tool on the teacher's direct phrasings",
+        "share of SFT traces answering without the tool on the teacher's direct phrasings "
+        "(blackjack: share of the teacher's moves on 17-20 that hit)",
     ),
     "--n-train": (int, "RL training problems"),
     "--n-test": (int, "held-out test problems"),

@@ -207,7 +207,7 @@ BLACKJACK = Task(
     tools=_lazy(_BLACKJACK, "no_tools"),
     # whole games are long (5 hands, ~100 tokens a turn) and the teacher's moves on high
     # hands are a coin it tosses, so no turn-reproduction check: a fixed SFT length
-    defaults={"n_test": 300, "steps": 20, "sft_examples": 4096, "sft_steps": 300,
+    defaults={"n_test": 300, "steps": 40, "sft_examples": 4096, "sft_steps": 300,
               "sft_batch_size": 8, "sft_check": 0.0, "sft_warmup_steps": None,
               "sft_max_length": 2048},
     answer_tag="<answer>",
