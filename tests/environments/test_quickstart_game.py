@@ -137,4 +137,5 @@ def test_a_short_run_plays_the_game_through_the_interaction(tmp_path):
                                     if m["role"] == "user")]  # fmt: skip
     assert games, "no rollout got past its first hand: the game did not answer"
     assert all(0.0 <= r["score"] <= 1.0 for r in rows)
-    assert all(r["score"] * 5 == round(r["score"] * 5) for r in rows)  # wins of 5 hands
+    # the game's reward: wins of 5 hands (an invalid move ends the game with wins + draws / 2)
+    assert all(abs(r["score"] * 10 - round(r["score"] * 10)) < 1e-5 for r in rows)  # float32
