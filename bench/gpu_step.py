@@ -15,7 +15,9 @@ update -> weight sync) in the in-process worker group, twice over:
   and optimizer state and the reference's parameters live on the CPU between uses
   (``fsdp_config.param_offload`` / ``optimizer_offload``).
 
-Each config runs ``--warmup`` steps, then ``--steps`` timed ones. Responses ignore EOS, so
+Each config runs ``--warmup`` steps, then ``--steps`` timed ones; the warm-up steps count
+only in ``first_step_s`` / ``first_step_ratio`` (the first step over the timed steps' mean)
+and the per-step lists ``step_s_per_step`` and ``generate_s_per_step``. Responses ignore EOS, so
 every trajectory is ``--response-length`` tokens and steps are comparable.
 
 **MFU method.** Model FLOPs of the update (no recompute counted: activation checkpointing's
@@ -216,6 +218,7 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
     cfg = load_config(overrides=overrides)
     cuda = torch.cuda.is_available()
     steps: list[dict] = []
+    warmup: list[dict] = []  # the warm-up steps: only their times are reported (first_steps)
     with PPOTrainer(cfg) as trainer:
         trainer.init_workers()
         worker = trainer.group.worker("actor_rollout")
@@ -265,10 +268,10 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
                         ", ".join(f"{k} {v['s']:.1f}" for k, v in probe.records.items()),
                         json.dumps({k: v for k, v in engine.items() if k != "batch_sizes"})
                         + f" batch sizes {engine['batch_sizes'][:8]}")
-            if step >= args.warmup:
-                steps.append(record)
+            (steps if step >= args.warmup else warmup).append(record)
         resume = check_resume(trainer, batches) if args.check_resume else None
     summary = summarise(name, steps, sync_bytes, n_matmul, args)
+    summary |= first_steps(warmup + steps, steps)
     if resume is not None:
         summary["resume"] = resume
     return summary
@@ -298,6 +301,19 @@ def check_resume(trainer: Any, batches: Any) -> dict[str, Any]:
         "engine_follows": all(
             torch.equal(engine[k].cpu(), loaded[k].to(engine[k].dtype)) for k in loaded
         ),
+    }
+
+
+def first_steps(every: list[dict], steady: list[dict]) -> dict[str, Any]:
+    """How the first step compares with the steady ones (issue 27's target: at most 1.3x):
+    ``first_step_s``, ``first_step_ratio`` (first over the timed steps' mean),
+    ``step_s_per_step`` and ``generate_s_per_step`` for every step, warm-up ones included."""
+    steady_s = statistics.fmean(s["step_s"] for s in steady)
+    return {
+        "first_step_s": every[0]["step_s"],
+        "first_step_ratio": every[0]["step_s"] / steady_s,
+        "step_s_per_step": [s["step_s"] for s in every],
+        "generate_s_per_step": [s["stages"]["generate_sequences"]["s"] for s in every],
     }
 
 
