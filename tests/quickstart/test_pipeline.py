@@ -132,6 +132,23 @@ def test_a_teacher_makes_the_rl_stage_distil_from_it(tmp_path):
     assert plain.algorithm.adv_estimator == "grpo" and not plain.actor_rollout_ref.teacher.model.path
 
 
+def test_a_game_task_runs_with_its_interaction_and_no_tool(tmp_path):
+    from agentrl.quickstart.pipeline import rl_config, settings_for
+    from agentrl.tasks.quickstart import TaskData
+
+    data = TaskData(tmp_path / "sft.jsonl", tmp_path / "d" / "train.parquet",
+                    tmp_path / "d" / "test.parquet", {})
+    game = rl_config(tmp_path / "m", data, None, tmp_path / "rl", settings_for("blackjack"))
+    multi_turn = game.actor_rollout_ref.rollout.multi_turn
+    assert multi_turn.tool_config_path is None
+    assert multi_turn.interaction_config_path == str(tmp_path / "d" / "interaction.yaml")
+    assert game.trainer.total_training_steps == 40
+    calc = rl_config(tmp_path / "m", data, tmp_path / "tools.yaml", tmp_path / "rl",
+                     QuickstartSettings())
+    assert calc.actor_rollout_ref.rollout.multi_turn.interaction_config_path is None
+    assert calc.actor_rollout_ref.rollout.multi_turn.tool_config_path == str(tmp_path / "tools.yaml")
+
+
 def test_a_run_stopped_mid_way_still_reports_what_it_has(tmp_path, monkeypatch):
     import agentrl.quickstart.pipeline as pipeline
 
