@@ -24,10 +24,9 @@ hands, hitting up to 16 wins 0.41, the basic strategy 0.42.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import re
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,12 +153,6 @@ def write_blackjack_data(out_dir: Path, s: Any, direct_phrasings: Collection[str
         write_parquet(test, out_dir / "test.parquet"),
         {"first_hand": first_hand},
     )
-
-
-@contextlib.contextmanager
-def no_tools(data_dir: Path) -> Iterator[None]:
-    """The game needs no tool (the interaction is the game)."""
-    yield None
 
 
 __all__ = ["ENV_ID", "decision_metrics", "hand_band", "last_score", "teacher_game",

@@ -204,7 +204,7 @@ BLACKJACK = Task(
     recipe_config=recipe_file("envs", "game_config.yaml"),
     tool_name="",
     prepare=_lazy(_BLACKJACK, "write_blackjack_data", ()),
-    tools=_lazy(_BLACKJACK, "no_tools"),
+    tools=lambda data_dir: contextlib.nullcontext(None),  # the game needs no tool
     # whole games are long (5 hands, ~100 tokens a turn) and the teacher's moves on high
     # hands are a coin it tosses, so no turn-reproduction check: a fixed SFT length
     defaults={"n_test": 300, "steps": 40, "sft_examples": 4096, "sft_steps": 300,
