@@ -209,7 +209,7 @@ BLACKJACK = Task(
     # hands are a coin it tosses, so no turn-reproduction check: a fixed SFT length
     defaults={"n_test": 300, "steps": 40, "sft_examples": 4096, "sft_steps": 300,
               "sft_batch_size": 8, "sft_check": 0.0, "sft_warmup_steps": None,
-              "sft_max_length": 2048},
+              "sft_max_length": 2048, "direct_rate": 0.9},
     answer_tag="<answer>",
     interaction="interaction.yaml",
     metrics=_lazy(_BLACKJACK, "decision_metrics"),
