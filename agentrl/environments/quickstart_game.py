@@ -36,7 +36,6 @@ from agentrl.tasks.quickstart import TaskData
 ENV_ID = "Blackjack-v0"
 HIGH = range(17, 21)  # the high hands of the decision metrics: 17 to 20
 OVER_HIT = range(17, 22)  # the hands on which the teacher mostly hits: 17 to 21
-INTERACTION_FILE = "interaction.yaml"  # in the data dir, as `agentrl env prepare` writes it
 _SCORE = re.compile(r"\(Score: (\d+)\)")
 _MOVE = re.compile(r"\[(hit|stand)\]", re.IGNORECASE)
 
@@ -131,7 +130,7 @@ def write_blackjack_data(out_dir: Path, s: Any, direct_phrasings: Collection[str
     import yaml
 
     from agentrl.environments.textarena import interaction_config, make_rows
-    from agentrl.tasks.quickstart import check_disjoint
+    from agentrl.tasks.quickstart import BLACKJACK, check_disjoint
     from agentrl.utils.jsonl import write_jsonl, write_parquet
 
     test_seeds, train_seeds, sft_seeds = _seeds(s)
@@ -145,7 +144,8 @@ def write_blackjack_data(out_dir: Path, s: Any, direct_phrasings: Collection[str
         sft.append({"messages": messages, "tools": [], "seed": seed, "reward": reward,
                     "uses_tool": True})  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / INTERACTION_FILE).write_text(yaml.safe_dump(interaction_config()))
+    # where the pipeline reads it: the data dir's file the task names
+    (out_dir / str(BLACKJACK.interaction)).write_text(yaml.safe_dump(interaction_config()))
     first_hand = [
         f"first_hand_{hand_band(last_score(r['prompt'][-1]['content']) or 0)}" for r in test
     ]

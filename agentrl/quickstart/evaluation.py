@@ -171,12 +171,12 @@ def evaluate_model(
     return metrics
 
 
-def summary_table(report: Mapping[str, Any]) -> str:
-    """The console table: accuracy (greedy and sampled, ± standard error) and tool-call
-    rate per model, then the seconds of every stage."""
-    lines = [
-        f"{'':<18}{'greedy accuracy':>18}{'sampled (T=1)':>18}{'tool-call rate':>16}",
-    ]
+def summary_table(report: Mapping[str, Any], tool_column: bool = True) -> str:
+    """The console table: accuracy (greedy and sampled, ± standard error) and, for a task
+    with a tool (`tool_column`), tool-call rate per model, then the seconds of every
+    stage."""
+    tools = f"{'tool-call rate':>16}" if tool_column else ""
+    lines = [f"{'':<18}{'greedy accuracy':>18}{'sampled (T=1)':>18}{tools}"]
     for key, label in TABLE_ROWS.items():
         if key not in report:
             continue
@@ -184,7 +184,7 @@ def summary_table(report: Mapping[str, Any]) -> str:
         lines.append(
             f"{label:<18}{_pm(m['accuracy'], m['accuracy_stderr']):>18}"
             f"{_pm(m['sampled_accuracy'], m['sampled_accuracy_stderr']):>18}"
-            f"{m['tool_call_rate']:>16.2f}"
+            + (f"{m['tool_call_rate']:>16.2f}" if tool_column else "")
         )
     timing = report.get("timing_s", {})
     lines.append("seconds: " + " | ".join(f"{k} {v:.0f}" for k, v in timing.items()))

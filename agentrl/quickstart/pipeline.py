@@ -169,7 +169,8 @@ def run_quickstart(out_dir: Path, settings: QuickstartSettings | None = None) ->
         _write_reports(out_dir, report, timing)
         logging.getLogger().removeHandler(log_handler)
         log_handler.close()
-    logger.info("\n%s\nreport: %s", summary_table(report), out_dir / "report.html")
+    table = summary_table(report, tool_column=bool(TASKS[s.task].tool_name))
+    logger.info("\n%s\nreport: %s", table, out_dir / "report.html")
     return report
 
 

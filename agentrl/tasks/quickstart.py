@@ -211,7 +211,7 @@ BLACKJACK = Task(
               "sft_batch_size": 8, "sft_check": 0.0, "sft_warmup_steps": None,
               "sft_max_length": 2048, "direct_rate": 0.9},
     answer_tag="<answer>",
-    interaction="interaction.yaml",
+    interaction="interaction.yaml",  # as `agentrl env prepare textarena:...` names it
     metrics=_lazy(_BLACKJACK, "decision_metrics"),
 )
 

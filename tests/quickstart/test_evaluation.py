@@ -104,3 +104,7 @@ def test_summary_table_has_every_model_with_errors_and_every_stage():
     assert lines[4] == "seconds: sft 80 | rl 60 | total 230"
     del report["control"]  # a run without the control has no control row
     assert "control" not in summary_table(report)
+    # a task without a tool (the game) has no tool-call rate column
+    no_tool = summary_table(report, tool_column=False).splitlines()
+    assert "tool-call" not in no_tool[0]
+    assert no_tool[1].split() == ["after", "SFT", "0.300", "±", "0.030", "0.200", "±", "0.020"]
