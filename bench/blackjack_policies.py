@@ -24,7 +24,8 @@ def card_value(rank: str) -> int:
 
 
 POLICIES: dict[str, Policy] = {
-    "always_hit (the teacher's greedy: hit up to 20)": lambda s, d: "[Hit]" if s < 21 else "[Stand]",
+    "always_hit (hit up to 20; hitting on 21 too wins nothing)":
+        lambda s, d: "[Hit]" if s < 21 else "[Stand]",
     "always_stand": lambda s, d: "[Stand]",
     "hit_up_to_11": lambda s, d: "[Hit]" if s <= 11 else "[Stand]",
     "hit_up_to_16": lambda s, d: "[Hit]" if s <= 16 else "[Stand]",

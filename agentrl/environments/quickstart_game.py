@@ -86,9 +86,10 @@ def teacher_game(seed: int, prompt: list[dict], rng: random.Random,
 
 def decision_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     """What the model did at each hand score, from `agentrl generate` rows: ``hit_rate_low``,
-    ``hit_rate_mid``, ``hit_rate_high`` (share of moves that hit with 11 or less, 12-16,
-    17-20), ``invalid_move_rate`` (neither move) and ``moves_per_game``."""
-    hits: dict[str, list[bool]] = {"low": [], "mid": [], "high": []}
+    ``hit_rate_mid``, ``hit_rate_high``, ``hit_rate_21`` (share of moves that hit with 11 or
+    less, 12-16, 17-20, 21; NaN where no such move), ``invalid_move_rate`` (neither move) and
+    ``moves_per_game``."""
+    hits: dict[str, list[bool]] = {"low": [], "mid": [], "high": [], "21": []}
     invalid = moves = 0
     for row in rows:
         shown = ""

@@ -55,7 +55,7 @@ _FLAGS = {
     "--direct-rate": (
         float,
         "share of SFT traces answering without the tool on the teacher's direct phrasings "
-        "(blackjack: share of the teacher's moves on 17-20 that hit)",
+        "(blackjack: share of the teacher's moves on hands of 17-21 that hit)",
     ),
     "--n-train": (int, "RL training problems"),
     "--n-test": (int, "held-out test problems"),

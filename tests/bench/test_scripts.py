@@ -68,3 +68,33 @@ def test_the_update_memory_bench_compares_both_paths_on_a_small_model():
     # 2 x 192 response positions x 151,936 fp32 logits: ~0.23 GB per copy on the full path,
     # several of them alive at once (measured: 1.0 GB peak against 1.5 GB)
     assert line["new"]["peak_rss_gb"] < line["old"]["peak_rss_gb"] - 0.2
+
+
+def _blackjack_report(with_21: bool) -> dict:
+    def evaluation(acc: float, hit: float) -> dict:
+        m = {"accuracy": acc, "accuracy_stderr": 0.01, "sampled_accuracy": acc,
+             "sampled_accuracy_stderr": 0.01, "tool_call_rate": 0.0, "hit_rate_low": hit,
+             "hit_rate_mid": hit, "hit_rate_high": hit, "invalid_move_rate": 0.0,
+             "moves_per_game": 9.0 if hit else 5.0, "trajectories": 300}  # fmt: skip
+        return m | ({"hit_rate_21": hit} if with_21 else {})
+
+    return {"eval_sft": evaluation(0.0, 1.0), "eval_rl": evaluation(0.37, 0.0),
+            "control": evaluation(0.0, 1.0), "sft": {"steps": 300},
+            "timing_s": {"sft": 70.0, "rl": 300.0, "total": 800.0}}  # fmt: skip
+
+
+def test_the_seeds_table_shows_the_hit_rate_on_21_when_every_report_has_it():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import quickstart_seeds
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    both = quickstart_seeds.table({10: _blackjack_report(True), 11: _blackjack_report(True)})
+    header = next(line for line in both.splitlines() if "hit rate on 11 or less" in line)
+    assert "| on 21 |" in header
+    row = both.splitlines()[both.splitlines().index(header) + 2]
+    assert row.startswith("| 10 |") and row.count("1.00 -> 0.00 (1.00)") == 4
+    assert "9.0 -> 5.0" in row
+    # an older report without hit_rate_21: the column is left out, not filled with a guess
+    mixed = quickstart_seeds.table({10: _blackjack_report(True), 2: _blackjack_report(False)})
+    assert "on 21" not in mixed and mixed.count("1.00 -> 0.00 (1.00)") == 6

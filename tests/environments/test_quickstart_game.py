@@ -98,10 +98,12 @@ def test_decision_metrics_read_each_move_against_the_score_shown():
         {"role": "assistant", "content": "[stand]"},
         {"role": "user", "content": shown.format(14)},
         {"role": "assistant", "content": "no idea"},
+        {"role": "user", "content": shown.format(21)},
+        {"role": "assistant", "content": "<answer>[Hit]</answer>"},
     ]}]  # fmt: skip
     m = decision_metrics(rows)
-    assert m["hit_rate_high"] == 0.5 and m["hit_rate_low"] == 0.0
-    assert m["invalid_move_rate"] == 0.25 and m["moves_per_game"] == 4.0
+    assert m["hit_rate_high"] == 0.5 and m["hit_rate_low"] == 0.0 and m["hit_rate_21"] == 1.0
+    assert m["invalid_move_rate"] == 0.2 and m["moves_per_game"] == 5.0
     assert m["hit_rate_mid"] != m["hit_rate_mid"]  # no valid move on 12-16: NaN
     assert [hand_band(s) for s in (4, 11, 12, 16, 17, 20, 21)] == [
         "low", "low", "mid", "mid", "high", "high", "21"]
