@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 from collections.abc import Callable
 
@@ -54,12 +53,13 @@ def main() -> int:
     parser.add_argument("--games", type=int, default=2000)
     parser.add_argument("--first-seed", type=int, default=10_000)
     args = parser.parse_args()
+    from agentrl.quickstart.evaluation import mean_stderr  # the recipe's own ± (sqrt(var/n))
+
     out = {}
     for name, policy in POLICIES.items():
         rewards = [play(policy, args.first_seed + i) for i in range(args.games)]
-        mean = sum(rewards) / len(rewards)
-        var = sum((r - mean) ** 2 for r in rewards) / len(rewards)
-        out[name] = {"mean": round(mean, 4), "stderr": round(math.sqrt(var / len(rewards)), 4)}
+        out[name] = {"mean": round(sum(rewards) / len(rewards), 4),
+                     "stderr": round(mean_stderr(rewards), 4)}  # fmt: skip
     print(json.dumps({"games": args.games, "first_seed": args.first_seed, "policies": out}))
     return 0
 

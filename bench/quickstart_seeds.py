@@ -217,13 +217,12 @@ def table(reports: dict[int, dict[str, Any]]) -> str:
             )
     if "hit_rate_high" in first["eval_sft"]:
         # hit_rate_21 is newer than the first runs: a column only where every report has it
-        bands = ["hit_rate_low", "hit_rate_mid", "hit_rate_high"]
-        if all("hit_rate_21" in r["eval_sft"] for r in reports.values()):
-            bands.append("hit_rate_21")
-        lines += ["", "| seed | hit rate on 11 or less SFT -> GRPO (control) | on 12-16 | on 17-20 "
-                  + ("| on 21 " if len(bands) == 4 else "")
-                  + "| moves per game | invalid moves after GRPO |",
-                  "|---|" + "---|" * (len(bands) + 2)]  # fmt: skip
+        bands = {"hit_rate_low": "hit rate on 11 or less SFT -> GRPO (control)",
+                 "hit_rate_mid": "on 12-16", "hit_rate_high": "on 17-20", "hit_rate_21": "on 21"}
+        bands = {k: v for k, v in bands.items()
+                 if all(k in r["eval_sft"] for r in reports.values())}  # fmt: skip
+        columns = ["seed", *bands.values(), "moves per game", "invalid moves after GRPO"]
+        lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         for seed, r in reports.items():
             sft, rl, control = r["eval_sft"], r["eval_rl"], r["control"]
             cells = [f"{sft[k]:.2f} -> {rl[k]:.2f} ({control[k]:.2f})" for k in bands]
