@@ -24,7 +24,7 @@ def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def test_every_bench_script_is_listed():
     assert {"repeat.py", "grpo_step.py", "async_vs_sync.py", "rollout_async_vs_sync.py",
-            "update_memory.py"} <= set(
+            "update_memory.py", "kv_cache.py"} <= set(
         SCRIPTS)
     assert "latency_calculator" in HELPERS
 
@@ -68,6 +68,18 @@ def test_the_update_memory_bench_compares_both_paths_on_a_small_model():
     # 2 x 192 response positions x 151,936 fp32 logits: ~0.23 GB per copy on the full path,
     # several of them alive at once (measured: 1.0 GB peak against 1.5 GB)
     assert line["new"]["peak_rss_gb"] < line["old"]["peak_rss_gb"] - 0.2
+
+
+@pytest.mark.slow
+def test_the_kv_cache_bench_runs_each_cache_in_its_own_process():
+    done = _run("bench/kv_cache.py", "--size", "nano", "--rows", "4", "--tokens", "40",
+                "--generations", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"first_ratio", "steady_time_ratio", "peak_ratio"} <= set(line)
+    assert line["chunked"]["kv_layer"] == "ChunkedKVLayer"
+    assert line["dynamic"]["kv_layer"] == "DynamicLayer"  # the reference really ran
+    assert line["chunked"]["tokens_per_generation"] == line["dynamic"]["tokens_per_generation"] == 160
 
 
 def _blackjack_report(with_21: bool) -> dict:

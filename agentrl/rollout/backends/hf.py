@@ -8,7 +8,8 @@ the first waiting request plus every other request waiting at that moment (after
 optional `batch_wait_s` pause that lets more arrive), up to `max_num_seqs`, and runs the
 micro-batch in a single worker thread, so the event loop stays free for tools and HTTP.
 A micro-batch is one prefill of the left-padded prompts followed by a token-by-token decode
-loop over a shared KV cache. A request that finishes (stop token, stop string, its own
+loop over a shared KV cache (agentrl/rollout/backends/kv_cache.py: buffers written in place
+that grow 128 positions at a time, not a concatenation per step). A request that finishes (stop token, stop string, its own
 `max_new_tokens`, or abort) is answered at once and dropped from the batch and its cache
 rows; the loop ends when no request is left. Requests that arrive meanwhile wait for the
 next micro-batch (no joining a running batch: that would need per-row cache offsets).
@@ -50,6 +51,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from agentrl.rollout.backends.base import BackendError, GenerationOutput
+from agentrl.rollout.backends.kv_cache import chunked_kv_cache
 
 logger = logging.getLogger(__name__)
 
@@ -405,7 +407,7 @@ class HFBackend:
         self.stats.batch_sizes.append(len(batch))
         ids, mask = self._left_pad([r.prompt for r in batch])  # (B, P)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
-        cache = DynamicCache(config=self.model.config)
+        cache = chunked_kv_cache(self.model.config)  # grows 128 positions at a time
         logits = self._forward(ids, mask, positions, cache)  # (B, V)
         active, sampler = batch, _RowSampler(batch, self.device)
         while True:

@@ -1,0 +1,145 @@
+"""Tests for agentrl/rollout/backends/kv_cache.py: the hf backend's chunk-grown KV cache."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache, Qwen2Config
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+from agentrl.rollout.backends import hf
+from agentrl.rollout.backends.kv_cache import ChunkedKVLayer, chunked_kv_cache
+
+
+def kv(batch: int, length: int, fill: float, heads: int = 2, dim: int = 4) -> torch.Tensor:
+    return torch.full((batch, heads, length, dim), fill)
+
+
+def test_buffer_grows_a_chunk_at_a_time_and_is_written_in_place():
+    layer = ChunkedKVLayer(chunk=4)
+    keys, values = layer.update(kv(2, 3, 1.0), kv(2, 3, -1.0))  # prefill of 3 positions
+    assert keys.shape == (2, 2, 4, 4) and layer.get_seq_length() == 3
+    assert keys[:, :, :3].eq(1).all() and keys[:, :, 3:].eq(0).all()  # unwritten: zeros
+    assert values[:, :, :3].eq(-1).all()
+    buffer = layer.keys.data_ptr()
+    assert layer.get_mask_sizes(1) == (4, 0)  # the 4th position still fits
+    keys, _ = layer.update(kv(2, 1, 2.0), kv(2, 1, -2.0))
+    assert layer.keys.data_ptr() == buffer  # no new tensor while the chunk has room
+    assert keys[:, :, 3].eq(2).all() and layer.get_seq_length() == 4
+    assert layer.get_mask_sizes(1) == (8, 0)  # the 5th position needs the next chunk
+    keys, values = layer.update(kv(2, 1, 3.0), kv(2, 1, -3.0))
+    assert layer.keys.data_ptr() != buffer and keys.shape[-2] == 8
+    assert keys[0, 0, :, 0].tolist() == [1, 1, 1, 2, 3, 0, 0, 0]  # old positions copied over
+    assert values[0, 0, :, 0].tolist() == [-1, -1, -1, -2, -3, 0, 0, 0]
+
+
+def test_batch_select_crop_and_reset():
+    layer = ChunkedKVLayer(chunk=4)
+    rows = torch.arange(3.0)[:, None, None, None].expand(3, 2, 5, 4)
+    layer.update(rows.clone(), -rows.clone())
+    layer.batch_select_indices(torch.tensor([0, 2]))
+    assert layer.keys.shape == (2, 2, 8, 4) and layer.get_seq_length() == 5
+    assert layer.keys[:, 0, 0, 0].tolist() == [0.0, 2.0]
+    layer.crop(-2)
+    assert layer.get_seq_length() == 3 and layer.keys[:, :, 3:].eq(0).all()
+    with pytest.raises(ValueError, match="negative"):
+        layer.crop(1)
+    layer.reset()
+    assert layer.get_seq_length() == 0 and not layer.is_initialized
+
+
+def test_chunk_must_be_positive():
+    with pytest.raises(ValueError, match="chunk must be >= 1"):
+        ChunkedKVLayer(chunk=0)
+
+
+def test_full_attention_layers_are_chunked_sliding_ones_are_kept():
+    full = Qwen2Config(num_hidden_layers=3, hidden_size=16, intermediate_size=32,
+                       num_attention_heads=2, num_key_value_heads=1, vocab_size=64)
+    cache = chunked_kv_cache(full, chunk=16)
+    assert [type(layer) for layer in cache.layers] == [ChunkedKVLayer] * 3
+    assert all(layer.chunk == 16 for layer in cache.layers)
+    hybrid = Qwen2Config(num_hidden_layers=3, hidden_size=16, intermediate_size=32,
+                         num_attention_heads=2, num_key_value_heads=1, vocab_size=64,
+                         layer_types=["full_attention", "sliding_attention", "full_attention"],
+                         sliding_window=8, use_sliding_window=True)
+    kinds = [type(layer) for layer in chunked_kv_cache(hybrid).layers]
+    assert kinds == [ChunkedKVLayer, DynamicSlidingWindowLayer, ChunkedKVLayer]
+    assert DynamicLayer not in kinds
+
+
+def decode(model, cache, ids, mask, steps, drop_at=None):
+    """Greedy prefill + decode as the hf backend runs it; the logits of every step."""
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    all_logits = []
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                    cache=cache, use_cache=True, logits_to_keep=1)
+        for step in range(steps):
+            logits = out.logits[:, -1].float()
+            all_logits.append(logits)
+            tokens = logits.argmax(-1)
+            if step == drop_at:  # the first row finished: keep the others
+                keep = torch.arange(1, len(tokens))
+                cache.batch_select_indices(keep)
+                mask, positions, tokens = mask[keep], positions[keep], tokens[keep]
+            mask = torch.cat([mask, mask.new_ones(len(tokens), 1)], dim=1)
+            positions = positions[:, -1:] + 1
+            out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions,
+                        cache=cache, use_cache=True, logits_to_keep=1)
+    return all_logits
+
+
+def left_padded(prompts, pad):
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask
+
+
+def test_decoding_matches_dynamic_cache_across_chunk_boundaries(varied_model_dir, prompts):
+    model = AutoModelForCausalLM.from_pretrained(varied_model_dir).eval()
+    ids, mask = left_padded(prompts, pad=0)  # prompts of 4-19 tokens: ragged left padding
+    reference = decode(model, DynamicCache(config=model.config), ids, mask, 30, drop_at=12)
+    chunked = decode(model, chunked_kv_cache(model.config, chunk=8), ids, mask, 30, drop_at=12)
+    assert len(set(torch.stack(reference[:12]).argmax(-1).flatten().tolist())) > 3
+    for want, got in zip(reference, chunked, strict=True):
+        assert got.argmax(-1).tolist() == want.argmax(-1).tolist()
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_backend_greedy_and_sampled_outputs_are_unchanged(varied_model_dir, prompts, monkeypatch):
+    """The backend with 8-position chunks (many boundaries) against the plain DynamicCache:
+    the same tokens, greedy and sampled from one seed, and log-probs within 1e-5."""
+
+    def generate(params):
+        backend = hf.HFBackend.from_pretrained(varied_model_dir, seed=3)
+
+        async def go():
+            return await asyncio.gather(
+                *(backend.generate(p, params, f"r{i}") for i, p in enumerate(prompts))
+            )
+
+        return asyncio.run(go())
+
+    runs = {}
+    for name, factory in [
+        ("dynamic", lambda config: DynamicCache(config=config)),
+        ("chunked", functools.partial(chunked_kv_cache, chunk=8)),
+    ]:
+        monkeypatch.setattr(hf, "chunked_kv_cache", factory)
+        runs[name] = [
+            generate({"temperature": 0.0, "max_new_tokens": 37}),
+            generate({"temperature": 1.0, "max_new_tokens": 37, "ignore_eos": True}),
+        ]
+    for want, got in zip(runs["dynamic"], runs["chunked"], strict=True):
+        assert [o.output_ids for o in got] == [o.output_ids for o in want]
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(
+                torch.tensor(a.output_log_probs), torch.tensor(b.output_log_probs),
+                atol=1e-5, rtol=1e-5,
+            )
+    assert max(len(o.output_ids) for o in runs["chunked"][1]) == 37  # past 4 chunk boundaries
