@@ -18,7 +18,10 @@ update -> weight sync) in the in-process worker group, twice over:
 Each config runs ``--warmup`` steps, then ``--steps`` timed ones; the warm-up steps count
 only in ``first_step_s`` / ``first_step_ratio`` (the first step over the timed steps' mean)
 and the per-step lists ``step_s_per_step`` and ``generate_s_per_step``. Responses ignore EOS, so
-every trajectory is ``--response-length`` tokens and steps are comparable.
+every trajectory is ``--response-length`` tokens and steps are comparable. ``--kv-cache
+dynamic`` runs the hf engine with transformers' ``DynamicCache`` instead of its own chunked
+one (``rollout.engine_kwargs.kv_cache``; bench/kv_cache.py), to compare first steps on the
+same machine.
 
 **MFU method.** Model FLOPs of the update (no recompute counted: activation checkpointing's
 extra forward is overhead, not model FLOPs) = ``ppo_epochs x sum over trajectories of
@@ -389,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="after the timed steps: save, step, load; weights must match")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="the GPU's dense bf16 peak (default: from the device name)")
+    parser.add_argument("--kv-cache", default="chunked", choices=["chunked", "dynamic"],
+                        help="rollout.engine_kwargs.kv_cache: the hf engine's chunked cache or "
+                             "transformers' DynamicCache (issue 27's first-step reference)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
@@ -403,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d"), "shape": args.shape,
         "prompts": args.prompts, "n": args.n, "prompt_length": args.prompt_length,
         "response_length": args.response_length, "token_budget": args.token_budget,
-        "gradient_checkpointing": args.checkpointing, "estimator": args.estimator, "peak_bf16_tflops": peak and peak / 1e12,
+        "gradient_checkpointing": args.checkpointing, "estimator": args.estimator, "kv_cache": args.kv_cache, "peak_bf16_tflops": peak and peak / 1e12,
     }
     with tempfile.TemporaryDirectory(prefix="agentrl_gpu_step_") as tmp:
         tmp_path = Path(tmp)

@@ -1,7 +1,7 @@
-"""Generation time of the hf engine with its KV cache (``chunked``: buffers grown 128
-positions at a time, agentrl/rollout/backends/kv_cache.py) against transformers'
-``DynamicCache`` (``dynamic``: one concatenation per layer per decode step), each in its
-own fresh process.
+"""Generation time of the hf engine with its KV cache (``kv_cache="chunked"``: buffers
+grown 128 positions at a time, agentrl/rollout/backends/kv_cache.py) against transformers'
+``DynamicCache`` (``kv_cache="dynamic"``: one concatenation per layer per decode step),
+each in its own fresh process.
 
     python bench/kv_cache.py                                # small tiny model, 64 x 1,024
     python bench/kv_cache.py --size nano --rows 8 --tokens 64   # quick check
@@ -35,17 +35,16 @@ CACHES = ("chunked", "dynamic")
 def run_cache(cache: str, args: argparse.Namespace) -> dict:
     """One cache's numbers, in this process."""
     import torch
-    from transformers import DynamicCache
 
     from agentrl.models.tiny import make_tiny_model
-    from agentrl.rollout.backends import hf
+    from agentrl.rollout.backends.hf import HFBackend
+    from agentrl.rollout.backends.kv_cache import make_kv_cache
     from agentrl.utils.memory import peak_rss_bytes
 
     torch.set_num_threads(args.threads)
-    if cache == "dynamic":
-        hf.chunked_kv_cache = lambda config: DynamicCache(config=config)
     model_dir = make_tiny_model(tempfile.mkdtemp(prefix="bench-kv-"), size=args.size, seed=0)
-    backend = hf.HFBackend.from_pretrained(model_dir, max_num_seqs=args.rows, seed=args.seed)
+    backend = HFBackend.from_pretrained(model_dir, max_num_seqs=args.rows, seed=args.seed,
+                                        kv_cache=cache)
     rng = torch.Generator().manual_seed(args.seed)
     vocab = backend.vocab_size
     prompts = [
@@ -69,7 +68,7 @@ def run_cache(cache: str, args: argparse.Namespace) -> dict:
     steady = statistics.median(seconds[1:])
     return {
         "cache": cache,
-        "kv_layer": type(hf.chunked_kv_cache(backend.model.config).layers[0]).__name__,
+        "kv_layer": type(make_kv_cache(backend.model.config, cache).layers[0]).__name__,
         "first_s": seconds[0],
         "steady_s": steady,
         "steady_s_range": [min(seconds[1:]), max(seconds[1:])],

@@ -309,12 +309,20 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
         problems.append("actor_rollout_ref.rollout.engine_class replaces the rollout engine; "
                         "agent mode (agent_function) runs no engine: set one of them")
     if rollout.name == "hf" and rollout.engine_kwargs:
-        from agentrl.rollout.backends.base import HF_ENGINE_KWARGS, unknown_hf_engine_kwargs
+        from agentrl.rollout.backends.base import (
+            HF_ENGINE_KWARGS,
+            KV_CACHES,
+            unknown_hf_engine_kwargs,
+        )
 
         unknown = unknown_hf_engine_kwargs(rollout.engine_kwargs)
         if unknown:
             problems.append(f"actor_rollout_ref.rollout.engine_kwargs has {_show(unknown)}: not "
                             f"keys of the hf engine (those are {_show(HF_ENGINE_KWARGS)})")
+        kv_cache = rollout.engine_kwargs.get("kv_cache", "chunked")
+        if kv_cache not in KV_CACHES:
+            problems.append(f"actor_rollout_ref.rollout.engine_kwargs.kv_cache is {kv_cache!r}; "
+                            f"choose one of {_show(KV_CACHES)}")
     if rollout.engine_workers > 1 and rollout.name != "sglang":
         problems.append(
             f"actor_rollout_ref.rollout.engine_workers is {rollout.engine_workers} but "

@@ -83,7 +83,9 @@ def test_deprecated_and_new_micro_batch_keys_conflict():
       "actor_rollout_ref.rollout.deterministic=true"), "deterministic cannot hold in agent mode"),
     ("+actor_rollout_ref.rollout.engine_kwargs.batch_wait=1",
      "engine_kwargs has batch_wait: not keys of the hf engine (those are batch_wait_s, seed, "
-     "device)"),
+     "device, kv_cache)"),
+    ("+actor_rollout_ref.rollout.engine_kwargs.kv_cache=static",
+     "engine_kwargs.kv_cache is 'static'; choose one of chunked, dynamic"),
     ("actor_rollout_ref.actor.policy_loss.rollout_is=tokens",
      "rollout_is is 'tokens'; choose one of null, token, sequence, geometric"),
     (("actor_rollout_ref.rollout.agent_function=a.py:run",

@@ -5,7 +5,7 @@
 - `name: hf`: an `HFBackend` in this process. With `model` given it generates with that
   very module (the trainer's, colocated; no weight copy); else it loads `model_path`
   (fp32 on CPU, `rollout.dtype` on GPU). `engine_kwargs` go to `HFBackend` (`batch_wait_s`,
-  `seed`, `device`).
+  `seed`, `device`, `kv_cache`).
 - `name: sglang`: an `SGLangBackend` on `server_urls`. When `server_urls` is empty it
   first launches `num_servers` servers of `model_path` with `launch_command` (default
   `python -m sglang.launch_server`), `tensor_model_parallel_size` as `--tp`,
@@ -189,6 +189,7 @@ def _serve_launcher(cfg: dict[str, Any], model_path: str, seed: int | None,
         "dtype": cfg["dtype"] if torch.cuda.is_available() else None,
         "context_length": cfg["max_model_len"],
         "batch_wait_ms": None if wait is None else float(wait) * 1000,
+        "kv_cache": kwargs.get("kv_cache"),
         "trust_remote_code": trust_remote_code,
     }
     return ServerLauncher(model_path, int(cfg["num_servers"] or 1), command=SERVE_COMMAND,

@@ -8,8 +8,9 @@ the first waiting request plus every other request waiting at that moment (after
 optional `batch_wait_s` pause that lets more arrive), up to `max_num_seqs`, and runs the
 micro-batch in a single worker thread, so the event loop stays free for tools and HTTP.
 A micro-batch is one prefill of the left-padded prompts followed by a token-by-token decode
-loop over a shared KV cache (agentrl/rollout/backends/kv_cache.py: buffers written in place
-that grow 128 positions at a time, not a concatenation per step). A request that finishes (stop token, stop string, its own
+loop over a shared KV cache (`kv_cache="chunked"`, agentrl/rollout/backends/kv_cache.py:
+buffers written in place that grow 128 positions at a time; `"dynamic"`: transformers'
+`DynamicCache`, a concatenation per layer per step). A request that finishes (stop token, stop string, its own
 `max_new_tokens`, or abort) is answered at once and dropped from the batch and its cache
 rows; the loop ends when no request is left. Requests that arrive meanwhile wait for the
 next micro-batch (no joining a running batch: that would need per-row cache offsets).
@@ -51,7 +52,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from agentrl.rollout.backends.base import BackendError, GenerationOutput
-from agentrl.rollout.backends.kv_cache import chunked_kv_cache
+from agentrl.rollout.backends.kv_cache import KV_CACHES, make_kv_cache
 
 logger = logging.getLogger(__name__)
 
@@ -185,9 +186,13 @@ class HFBackend:
         batch_wait_s: float = 0.0,
         seed: int = 0,
         max_model_len: int | None = None,
+        kv_cache: str = "chunked",
     ) -> None:
         if max_num_seqs is not None and max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1 or None, got {max_num_seqs}")
+        if kv_cache not in KV_CACHES:
+            raise ValueError(f"kv_cache must be one of {', '.join(KV_CACHES)}, got {kv_cache!r}")
+        self.kv_cache = kv_cache
         self.model = model
         self.tokenizer = tokenizer
         self.max_num_seqs = max_num_seqs if max_num_seqs is not None else sys.maxsize
@@ -407,7 +412,7 @@ class HFBackend:
         self.stats.batch_sizes.append(len(batch))
         ids, mask = self._left_pad([r.prompt for r in batch])  # (B, P)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
-        cache = chunked_kv_cache(self.model.config)  # grows 128 positions at a time
+        cache = make_kv_cache(self.model.config, self.kv_cache)
         logits = self._forward(ids, mask, positions, cache)  # (B, V)
         active, sampler = batch, _RowSampler(batch, self.device)
         while True:

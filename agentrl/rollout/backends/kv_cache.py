@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from agentrl.rollout.backends.base import KV_CACHES
+
 try:  # transformers >= 4.56 builds caches from per-layer objects
     from transformers.cache_utils import DynamicCache, DynamicLayer
 except ImportError:  # pragma: no cover - older transformers: plain DynamicCache only
@@ -128,3 +130,14 @@ def chunked_kv_cache(config: Any, chunk: int = DEFAULT_CHUNK) -> DynamicCache:
         if type(layer) is DynamicLayer:
             layers[i] = ChunkedKVLayer(chunk)
     return cache
+
+
+def make_kv_cache(config: Any, kind: str = "chunked") -> DynamicCache:
+    """The hf engine's cache for one micro-batch: `chunked` (`chunked_kv_cache`, the
+    default) or `dynamic` (transformers' `DynamicCache`, one concatenation per step: the
+    reference, and the way back should a model's attention not take the chunked buffers)."""
+    if kind == "chunked":
+        return chunked_kv_cache(config)
+    if kind == "dynamic":
+        return DynamicCache(config=config)
+    raise ValueError(f"unknown kv_cache {kind!r}; choose one of {', '.join(KV_CACHES)}")

@@ -18,6 +18,8 @@ import os
 import signal
 import sys
 
+from agentrl.rollout.backends.base import KV_CACHES
+
 logger = logging.getLogger(__name__)
 
 
@@ -67,6 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sampling seed (default 0)",
     )
     parser.add_argument("--trust-remote-code", action="store_true", help="for custom models")
+    parser.add_argument(
+        "--kv-cache",
+        choices=KV_CACHES,
+        default="chunked",
+        help="chunked: buffers grown 128 positions at a time (default); dynamic: transformers' "
+        "DynamicCache",
+    )
 
 
 PARENT_PID_ENV = "AGENTRL_PARENT_PID"  # set by the server launcher
@@ -115,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
             batch_wait_s=args.batch_wait_ms / 1000,
             seed=args.seed,
             max_model_len=args.context_length,
+            kv_cache=args.kv_cache,
         )
     except OSError as err:
         logger.error("cannot load %s: %s", args.model, err)

@@ -25,7 +25,9 @@ def test_hf_backend_from_the_model_path(tiny_model_dir, tiny_tokenizer):
     cfg = rollout_config("max_num_seqs=5", "engine_kwargs={batch_wait_s: 0.01, seed: 3}")
     backend = create_backend(cfg, str(tiny_model_dir), tiny_tokenizer)
     assert isinstance(backend, HFBackend)
-    assert (backend.max_num_seqs, backend.batch_wait_s) == (5, 0.01)
+    assert (backend.max_num_seqs, backend.batch_wait_s, backend.kv_cache) == (5, 0.01, "chunked")
+    cfg = rollout_config("engine_kwargs={kv_cache: dynamic}")
+    assert create_backend(cfg, str(tiny_model_dir), tiny_tokenizer).kv_cache == "dynamic"
     assert backend.tokenizer is tiny_tokenizer
     assert next(backend.model.parameters()).dtype.is_floating_point
     out = asyncio.run(backend.generate([1, 2, 3], {"max_new_tokens": 2}, "r"))
@@ -104,3 +106,6 @@ def test_launched_servers_listen_on_the_given_host(tiny_model_dir, tiny_tokenize
         argv = launcher.argv(30000)
         assert argv[argv.index("--host") + 1] == "10.1.2.3", name
         assert server_launcher(cfg, str(tiny_model_dir)).host == "127.0.0.1"  # the default
+    cfg = dict(rollout_config("name=hf", "engine_kwargs={kv_cache: dynamic}"))
+    argv = server_launcher(cfg, str(tiny_model_dir)).argv(30000)
+    assert argv[argv.index("--kv-cache") + 1] == "dynamic"  # agentrl serve's flag

@@ -11,7 +11,8 @@ from transformers import AutoModelForCausalLM, DynamicCache, Qwen2Config
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from agentrl.rollout.backends import hf
-from agentrl.rollout.backends.kv_cache import ChunkedKVLayer, chunked_kv_cache
+from agentrl.rollout.backends import kv_cache as kv_cache_module
+from agentrl.rollout.backends.kv_cache import ChunkedKVLayer, chunked_kv_cache, make_kv_cache
 
 
 def kv(batch: int, length: int, fill: float, heads: int = 2, dim: int = 4) -> torch.Tensor:
@@ -112,11 +113,12 @@ def test_decoding_matches_dynamic_cache_across_chunk_boundaries(varied_model_dir
 
 
 def test_backend_greedy_and_sampled_outputs_are_unchanged(varied_model_dir, prompts, monkeypatch):
-    """The backend with 8-position chunks (many boundaries) against the plain DynamicCache:
-    the same tokens, greedy and sampled from one seed, and log-probs within 1e-5."""
+    """The backend with 8-position chunks (many boundaries) against `kv_cache="dynamic"`
+    (transformers' DynamicCache): the same tokens, greedy and sampled from one seed, and
+    log-probs within 1e-5."""
 
-    def generate(params):
-        backend = hf.HFBackend.from_pretrained(varied_model_dir, seed=3)
+    def generate(kv_cache, params):
+        backend = hf.HFBackend.from_pretrained(varied_model_dir, seed=3, kv_cache=kv_cache)
 
         async def go():
             return await asyncio.gather(
@@ -125,21 +127,24 @@ def test_backend_greedy_and_sampled_outputs_are_unchanged(varied_model_dir, prom
 
         return asyncio.run(go())
 
-    runs = {}
-    for name, factory in [
-        ("dynamic", lambda config: DynamicCache(config=config)),
-        ("chunked", functools.partial(chunked_kv_cache, chunk=8)),
-    ]:
-        monkeypatch.setattr(hf, "chunked_kv_cache", factory)
-        runs[name] = [
-            generate({"temperature": 0.0, "max_new_tokens": 37}),
-            generate({"temperature": 1.0, "max_new_tokens": 37, "ignore_eos": True}),
-        ]
-    for want, got in zip(runs["dynamic"], runs["chunked"], strict=True):
-        assert [o.output_ids for o in got] == [o.output_ids for o in want]
-        for a, b in zip(got, want, strict=True):
+    greedy = {"temperature": 0.0, "max_new_tokens": 37}
+    sampled = {"temperature": 1.0, "max_new_tokens": 37, "ignore_eos": True}
+    want = [generate("dynamic", greedy), generate("dynamic", sampled)]
+    monkeypatch.setattr(kv_cache_module, "chunked_kv_cache",
+                        functools.partial(chunked_kv_cache, chunk=8))
+    got = [generate("chunked", greedy), generate("chunked", sampled)]
+    for expected, outputs in zip(want, got, strict=True):
+        assert [o.output_ids for o in outputs] == [o.output_ids for o in expected]
+        for a, b in zip(outputs, expected, strict=True):
             torch.testing.assert_close(
                 torch.tensor(a.output_log_probs), torch.tensor(b.output_log_probs),
                 atol=1e-5, rtol=1e-5,
             )
-    assert max(len(o.output_ids) for o in runs["chunked"][1]) == 37  # past 4 chunk boundaries
+    assert max(len(o.output_ids) for o in got[1]) == 37  # past 4 chunk boundaries
+
+
+def test_the_backend_names_a_wrong_kv_cache(tiny_model_dir):
+    with pytest.raises(ValueError, match="kv_cache must be one of chunked, dynamic, got 'static'"):
+        hf.HFBackend.from_pretrained(tiny_model_dir, kv_cache="static")
+    with pytest.raises(ValueError, match="unknown kv_cache 'static'"):
+        make_kv_cache(Qwen2Config(num_hidden_layers=1), "static")

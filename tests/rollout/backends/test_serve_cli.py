@@ -25,6 +25,8 @@ def test_defaults_and_sglang_style_aliases():
         0,
     )
     assert (args.tokenizer, args.device, args.dtype, args.batch_wait_ms) == (None, None, None, 0)
+    assert args.kv_cache == "chunked"
+    assert parse("--model", "/m", "--kv-cache", "dynamic").kv_cache == "dynamic"
     sglang_style = parse(
         "--model-path",
         "/m",
