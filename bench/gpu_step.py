@@ -185,6 +185,7 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
         f"actor_rollout_ref.rollout.n={args.n}",
         "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.ignore_eos=true",
+        f"+actor_rollout_ref.rollout.engine_kwargs.kv_cache={args.kv_cache}",
         "actor_rollout_ref.rollout.calculate_log_probs=true",
         f"actor_rollout_ref.rollout.max_num_seqs={n_traj}",
         f"actor_rollout_ref.rollout.update_weights_bucket_megabytes={args.bucket_mb}",
@@ -245,6 +246,7 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
             before = (stats.num_batches, stats.decode_steps, stats.generated_tokens)
             metrics = trainer.train_step(next(batches))
             engine = {
+                "kv_cache": worker.rollout.backend.kv_cache,  # what the engine really used
                 "batches": stats.num_batches - before[0],
                 "batch_sizes": stats.batch_sizes[before[0]:],
                 "decode_steps": stats.decode_steps - before[1],
