@@ -10,10 +10,11 @@ micro-batch in a single worker thread, so the event loop stays free for tools an
 A micro-batch is one prefill of the left-padded prompts followed by a token-by-token decode
 loop over a shared KV cache (`kv_cache="chunked"`, agentrl/rollout/backends/kv_cache.py:
 buffers written in place that grow 128 positions at a time; `"dynamic"`: transformers'
-`DynamicCache`, a concatenation per layer per step). A request that finishes (stop token, stop string, its own
-`max_new_tokens`, or abort) is answered at once and dropped from the batch and its cache
-rows; the loop ends when no request is left. Requests that arrive meanwhile wait for the
-next micro-batch (no joining a running batch: that would need per-row cache offsets).
+`DynamicCache`, a concatenation per layer per step). A request that finishes (stop token,
+stop string, its own `max_new_tokens`, or abort) is answered at once and dropped from the
+batch and its cache rows; the loop ends when no request is left. Requests that arrive
+meanwhile wait for the next micro-batch (no joining a running batch: that would need
+per-row cache offsets).
 
 Sampling is per row inside one micro-batch, so requests with different parameters share
 a forward pass: each row has its own temperature, top-k, top-p, min-p, stop ids and

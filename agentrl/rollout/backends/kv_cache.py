@@ -2,12 +2,12 @@
 
 transformers' `DynamicCache` concatenates every decode step's keys and values onto the
 cache, so each step allocates a new, slightly longer (batch x heads x length x head_dim)
-tensor per layer and copies the whole cache into it. An allocator that has not seen those
-sizes yet pays for every one of them: on CPU, glibc serves large blocks with fresh `mmap`
-pages (page faults) until its threshold adapts; on GPU, the caching allocator calls
-`cudaMalloc` for sizes its pool does not hold. That is why a process's first long
-generations ran 2-3x slower than later ones (issue 27; measured on CPU: 64 x 1,024 tokens
-on the `small` tiny model, 56-60 s first, 25-28 s after).
+tensor per layer and copies the whole cache into it. A process's first long generations
+ran up to 2-3x slower than later ones, most likely because an allocator pays for sizes it
+has not held yet (on CPU fresh pages from the kernel, on GPU `cudaMalloc`; the mechanism was
+not isolated, the effect of removing the per-step tensors was measured) (issue 27; on CPU, 64 x 1,024 tokens on
+the `small` tiny model, bench/kv_cache.py: 53-60 s first, 31-32 s after; with this cache
+18 s and 18 s, docs/workers.md).
 
 `ChunkedKVLayer` keeps each layer's keys and values in one buffer whose length is the
 filled length rounded up to `chunk` positions, written in place; it grows (one copy) only
@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - older transformers: plain DynamicCache
 
     DynamicLayer = None
 
-DEFAULT_CHUNK = 128  # positions; 16-256 measured within 10% of each other on CPU
+DEFAULT_CHUNK = 128  # positions; 16, 64, 128, 256: steady CPU generation within 8% (one run each)
 
 
 def _round_up(n: int, chunk: int) -> int:
