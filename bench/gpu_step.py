@@ -50,6 +50,8 @@ from typing import Any
 
 import torch
 
+from agentrl.rollout.backends.base import KV_CACHES
+
 # Qwen2.5-0.5B's config.json (the shape; weights are random).
 QWEN25_05B = {
     "hidden_size": 896,
@@ -394,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="after the timed steps: save, step, load; weights must match")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="the GPU's dense bf16 peak (default: from the device name)")
-    parser.add_argument("--kv-cache", default="chunked", choices=["chunked", "dynamic"],
+    parser.add_argument("--kv-cache", default="chunked", choices=KV_CACHES,
                         help="rollout.engine_kwargs.kv_cache: the hf engine's chunked cache or "
                              "transformers' DynamicCache (issue 27's first-step reference)")
     parser.add_argument("--seed", type=int, default=0)

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-CACHES = ("chunked", "dynamic")
+from agentrl.rollout.backends.base import KV_CACHES
 
 
 def run_cache(cache: str, args: argparse.Namespace) -> dict:
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generations", type=int, default=3, help=">= 2: first + steady")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache", choices=CACHES, help=argparse.SUPPRESS)  # a child's cache
+    parser.add_argument("--cache", choices=KV_CACHES, help=argparse.SUPPRESS)  # a child's cache
     args = parser.parse_args(argv)
     if args.generations < 2:
         parser.error(f"--generations must be >= 2 (a first and a steady one), got {args.generations}")
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_cache(args.cache, args)))
         return 0
     raw = sys.argv[1:] if argv is None else argv
-    results = {cache: _in_fresh_process(cache, raw) for cache in CACHES}
+    results = {cache: _in_fresh_process(cache, raw) for cache in KV_CACHES}
     new, old = results["chunked"], results["dynamic"]
     import torch
     import transformers

@@ -3,11 +3,11 @@
 transformers' `DynamicCache` concatenates every decode step's keys and values onto the
 cache, so each step allocates a new, slightly longer (batch x heads x length x head_dim)
 tensor per layer and copies the whole cache into it. A process's first long generations
-ran up to 2-3x slower than later ones, most likely because an allocator pays for sizes it
-has not held yet (on CPU fresh pages from the kernel, on GPU `cudaMalloc`; the mechanism was
-not isolated, the effect of removing the per-step tensors was measured) (issue 27; on CPU, 64 x 1,024 tokens on
-the `small` tiny model, bench/kv_cache.py: 53-60 s first, 31-32 s after; with this cache
-18 s and 18 s, docs/workers.md).
+ran up to 2-3x slower than later ones (issue 27; on CPU, 64 x 1,024 tokens on the `small`
+tiny model, bench/kv_cache.py: 53-60 s first, 31-32 s after; with this cache 18 s and 18 s,
+docs/workers.md). Most likely an allocator pays for sizes it has not held yet (on CPU fresh
+pages from the kernel, on GPU `cudaMalloc`); the mechanism was not isolated, the effect of
+removing the per-step tensors was measured.
 
 `ChunkedKVLayer` keeps each layer's keys and values in one buffer whose length is the
 filled length rounded up to `chunk` positions, written in place; it grows (one copy) only
