@@ -14,7 +14,9 @@ buffers written in place that grow 128 positions at a time; `"dynamic"`: transfo
 stop string, its own `max_new_tokens`, or abort) is answered at once and dropped from the
 batch and its cache rows; the loop ends when no request is left. Requests that arrive
 meanwhile wait for the next micro-batch (no joining a running batch: that would need
-per-row cache offsets).
+per-row cache offsets). Grouped-query models with SDPA attention decode through
+`packed_decode_sdpa` (agentrl/rollout/backends/decode_attention.py): the query heads of a
+group attend to their key/value head without copies of the cache.
 
 Sampling is per row inside one micro-batch, so requests with different parameters share
 a forward pass: each row has its own temperature, top-k, top-p, min-p, stop ids and
@@ -53,6 +55,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from agentrl.rollout.backends.base import BackendError, GenerationOutput
+from agentrl.rollout.backends.decode_attention import use_packed_decode_attention
 from agentrl.rollout.backends.kv_cache import KV_CACHES, make_kv_cache
 
 logger = logging.getLogger(__name__)
@@ -195,6 +198,8 @@ class HFBackend:
             raise ValueError(f"kv_cache must be one of {', '.join(KV_CACHES)}, got {kv_cache!r}")
         self.kv_cache = kv_cache
         self.model = model
+        # grouped-query SDPA models decode without repeated keys/values (decode_attention.py)
+        self.packed_decode_attention = use_packed_decode_attention(model)
         self.tokenizer = tokenizer
         self.max_num_seqs = max_num_seqs if max_num_seqs is not None else sys.maxsize
         self.batch_wait_s = batch_wait_s

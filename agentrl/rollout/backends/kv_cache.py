@@ -111,8 +111,11 @@ if DynamicLayer is not None:
                 self.values = self.values[indices, ...]
 
         def reset(self) -> None:
+            # the buffers are dropped, not zeroed: transformers releases differ here (5.17
+            # zeroes a DynamicLayer's tensors, 5.24 drops them); the next update starts afresh
             self.length = 0
-            super().reset()
+            self.keys = self.values = None
+            self.is_initialized = False
 
 
 def chunked_kv_cache(config: Any, chunk: int = DEFAULT_CHUNK) -> DynamicCache:

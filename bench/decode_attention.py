@@ -1,0 +1,135 @@
+"""Decode time of the hf engine on a grouped-query model: the packed decode attention
+(agentrl/rollout/backends/decode_attention.py: a group's query heads attend to their
+key/value head, no copies) against transformers' own SDPA path, each in a fresh process.
+
+    python bench/decode_attention.py                              # 32 x 256 greedy tokens
+    python bench/decode_attention.py --rows 8 --tokens 32         # quick check
+
+The model is a Qwen2 built from a config with Qwen2.5-0.5B's attention layout (14 query
+heads, 2 key/value heads, head dim 64) and a small body (``--layers``, ``--intermediate``),
+random weights, agentrl's tiny tokenizer. Each process runs ``--generations`` identical
+greedy micro-batches of ``--rows`` requests x ``--tokens`` tokens (EOS ignored). On
+transformers releases whose SDPA path repeats keys and values per query head during decode
+(5.17 and 5.20 checked; 5.24 packs itself) the reference pays for the copies; on 5.24 both
+paths should take the same time. It prints one JSON line: ``time_ratio`` (packed over
+transformers' path, steady medians), ``same_tokens`` (the greedy tokens are identical), each
+path's seconds and the versions. Run it alone on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+PATHS = ("packed", "transformers")
+
+
+def run_path(path: str, args: argparse.Namespace) -> dict:
+    """One attention path's numbers, in this process."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from agentrl.models.tiny import train_tiny_tokenizer
+    from agentrl.rollout.backends.hf import HFBackend
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    tokenizer = train_tiny_tokenizer()
+    config = Qwen2Config(
+        vocab_size=-(-len(tokenizer) // 64) * 64, hidden_size=args.heads * args.head_dim,
+        intermediate_size=args.intermediate, num_hidden_layers=args.layers,
+        num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+        max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    config._attn_implementation = "sdpa"
+    model = Qwen2ForCausalLM(config).eval()
+    backend = HFBackend(model, tokenizer, max_num_seqs=args.rows, seed=args.seed)
+    if path == "transformers":
+        model.set_attn_implementation("sdpa")
+    rng = torch.Generator().manual_seed(args.seed)
+    prompts = [
+        torch.randint(10, len(tokenizer), (int(torch.randint(8, 64, (1,), generator=rng)),),
+                      generator=rng).tolist()
+        for _ in range(args.rows)
+    ]
+    params = {"temperature": 0.0, "max_new_tokens": args.tokens, "ignore_eos": True}
+
+    async def generate() -> list[list[int]]:
+        outs = await asyncio.gather(
+            *(backend.generate(p, params, f"r{i}") for i, p in enumerate(prompts))
+        )
+        return [o.output_ids for o in outs]
+
+    seconds, tokens = [], []
+    for _ in range(args.generations):
+        start = time.perf_counter()
+        tokens = asyncio.run(generate())
+        seconds.append(time.perf_counter() - start)
+    steady = statistics.median(seconds[1:])
+    return {
+        "path": path,
+        "attn_implementation": model.config._attn_implementation,
+        "steady_s": steady,
+        "steady_s_range": [min(seconds[1:]), max(seconds[1:])],
+        "seconds": seconds,
+        "tokens": tokens,
+    }
+
+
+def _in_fresh_process(path: str, argv: list[str]) -> dict:
+    cmd = [sys.executable, __file__, "--path", path, *argv]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=3600)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=32, help="requests per micro-batch")
+    parser.add_argument("--tokens", type=int, default=256, help="tokens per request")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=14, help="query heads")
+    parser.add_argument("--kv-heads", type=int, default=2, help="key/value heads")
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--intermediate", type=int, default=1024, help="MLP width")
+    parser.add_argument("--generations", type=int, default=3, help=">= 2: first + steady")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--path", choices=PATHS, help=argparse.SUPPRESS)  # a child's path
+    args = parser.parse_args(argv)
+    if args.generations < 2:
+        parser.error(f"--generations must be >= 2 (a first and a steady one), got {args.generations}")
+    if args.heads % args.kv_heads:
+        parser.error(f"--heads ({args.heads}) must be a multiple of --kv-heads ({args.kv_heads})")
+    if args.path:
+        print(json.dumps(run_path(args.path, args)))
+        return 0
+    raw = sys.argv[1:] if argv is None else argv
+    results = {path: _in_fresh_process(path, raw) for path in PATHS}
+    new, old = results["packed"], results["transformers"]
+    import torch
+    import transformers
+
+    report = {
+        "time_ratio": round(new["steady_s"] / old["steady_s"], 4),
+        "same_tokens": new.pop("tokens") == old.pop("tokens"),
+        "packed": new,
+        "transformers": old,
+        "settings": {k: getattr(args, k) for k in ("rows", "tokens", "layers", "heads",
+                                                   "kv_heads", "head_dim", "intermediate",
+                                                   "generations", "threads", "seed")},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": transformers.__version__},
+    }
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
