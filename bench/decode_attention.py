@@ -7,7 +7,7 @@ key/value head, no copies) against transformers' own SDPA path, each in a fresh 
 
 The model is a Qwen2 built from a config with Qwen2.5-0.5B's attention layout (14 query
 heads, 2 key/value heads, head dim 64) and a small body (``--layers``, ``--intermediate``),
-random weights, agentrl's tiny tokenizer. Each process runs ``--generations`` identical
+random weights, agentrl's tiny tokenizer; bf16 on a GPU, fp32 on the CPU. Each process runs ``--generations`` identical
 greedy micro-batches of ``--rows`` requests x ``--tokens`` tokens (EOS ignored). On
 transformers releases whose SDPA path repeats keys and values per query head during decode
 (5.17 and 5.20 checked; 5.24 packs itself) the reference pays for the copies; on 5.24 both
@@ -49,7 +49,9 @@ def run_path(path: str, args: argparse.Namespace) -> dict:
         eos_token_id=tokenizer.eos_token_id,
     )
     config._attn_implementation = "sdpa"
-    model = Qwen2ForCausalLM(config).eval()
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    model = Qwen2ForCausalLM(config).eval().to(device=device, dtype=dtype)
     backend = HFBackend(model, tokenizer, max_num_seqs=args.rows, seed=args.seed)
     if path == "transformers":
         model.set_attn_implementation("sdpa")
@@ -75,6 +77,8 @@ def run_path(path: str, args: argparse.Namespace) -> dict:
     steady = statistics.median(seconds[1:])
     return {
         "path": path,
+        "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
+        "dtype": str(dtype).removeprefix("torch."),
         "attn_implementation": model.config._attn_implementation,
         "steady_s": steady,
         "steady_s_range": [min(seconds[1:]), max(seconds[1:])],
@@ -100,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--intermediate", type=int, default=1024, help="MLP width")
     parser.add_argument("--generations", type=int, default=3, help=">= 2: first + steady")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--device", help="default: cuda if available (bf16), else cpu (fp32)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--path", choices=PATHS, help=argparse.SUPPRESS)  # a child's path
     args = parser.parse_args(argv)

@@ -249,6 +249,7 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
             metrics = trainer.train_step(next(batches))
             engine = {
                 "kv_cache": worker.rollout.backend.kv_cache,  # what the engine really used
+                "attention": worker.rollout.backend.model.config._attn_implementation,
                 "batches": stats.num_batches - before[0],
                 "batch_sizes": stats.batch_sizes[before[0]:],
                 "decode_steps": stats.decode_steps - before[1],

@@ -24,7 +24,7 @@ def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def test_every_bench_script_is_listed():
     assert {"repeat.py", "grpo_step.py", "async_vs_sync.py", "rollout_async_vs_sync.py",
-            "update_memory.py", "kv_cache.py"} <= set(
+            "update_memory.py", "kv_cache.py", "decode_attention.py"} <= set(
         SCRIPTS)
     assert "latency_calculator" in HELPERS
 
@@ -80,6 +80,32 @@ def test_the_kv_cache_bench_runs_each_cache_in_its_own_process():
     assert line["chunked"]["kv_layer"] == "ChunkedKVLayer"
     assert line["dynamic"]["kv_layer"] == "DynamicLayer"  # the reference really ran
     assert line["chunked"]["tokens_per_generation"] == line["dynamic"]["tokens_per_generation"] == 160
+
+
+@pytest.mark.slow
+def test_the_decode_attention_bench_runs_both_paths_in_their_own_processes():
+    done = _run("bench/decode_attention.py", "--rows", "4", "--tokens", "12", "--layers", "1",
+                "--heads", "4", "--kv-heads", "2", "--head-dim", "8", "--intermediate", "32",
+                "--generations", "2")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert line["same_tokens"] is True and line["time_ratio"] > 0
+    assert line["packed"]["attn_implementation"] == "agentrl_packed_sdpa"
+    assert line["transformers"]["attn_implementation"] == "sdpa"  # the reference really ran
+
+
+@pytest.mark.slow
+def test_the_gpu_step_bench_records_the_engine_it_really_ran(tmp_path):
+    out = tmp_path / "step.json"
+    done = _run("bench/gpu_step.py", "--shape", "nano", "--prompts", "2", "--n", "2",
+                "--prompt-length", "256", "--response-length", "8", "--warmup", "1",
+                "--steps", "1", "--configs", "resident", "--kv-cache", "dynamic",
+                "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    resident = json.loads(out.read_text())["resident"]
+    assert [e["kv_cache"] for e in resident["engine"]] == ["dynamic"]
+    assert [e["attention"] for e in resident["engine"]] == ["agentrl_packed_sdpa"]  # 4 heads / 2
+    assert resident["rollout_log_probs_diff_max"] < 1e-5  # engine and trainer agree (fp32)
 
 
 def _blackjack_report(with_21: bool) -> dict:

@@ -54,7 +54,9 @@ def test_load_model_applies_overrides_and_checkpointing(tiny_model_dir):
         ),
         AutoModelForCausalLM,
     )
-    assert model.config.attention_dropout == 0.25 and model.is_activation_checkpointing
+    assert model.config.attention_dropout == 0.25
+    # transformers 5.24 names it is_activation_checkpointing, earlier releases is_gradient_...
+    assert getattr(model, "is_activation_checkpointing", None) or model.is_gradient_checkpointing
     with pytest.raises(ValueError, match="override_config.no_such_field: the model config has no"):
         load_model(
             _model_cfg(tiny_model_dir, override_config={"no_such_field": 1}), AutoModelForCausalLM
