@@ -21,11 +21,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import time
+
+from fresh_process import in_fresh_processes, versions
 
 PATHS = ("packed", "transformers")
 
@@ -87,12 +87,6 @@ def run_path(path: str, args: argparse.Namespace) -> dict:
     }
 
 
-def _in_fresh_process(path: str, argv: list[str]) -> dict:
-    cmd = [sys.executable, __file__, "--path", path, *argv]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=3600)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=32, help="requests per micro-batch")
@@ -116,11 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_path(args.path, args)))
         return 0
     raw = sys.argv[1:] if argv is None else argv
-    results = {path: _in_fresh_process(path, raw) for path in PATHS}
+    results = in_fresh_processes(__file__, "--path", PATHS, raw)
     new, old = results["packed"], results["transformers"]
-    import torch
-    import transformers
-
     report = {
         "time_ratio": round(new["steady_s"] / old["steady_s"], 4),
         "same_tokens": new.pop("tokens") == old.pop("tokens"),
@@ -129,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {k: getattr(args, k) for k in ("rows", "tokens", "layers", "heads",
                                                    "kv_heads", "head_dim", "intermediate",
                                                    "generations", "threads", "seed")},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": transformers.__version__},
+        "versions": versions(),
     }
     print(json.dumps(report))
     return 0

@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from fresh_process import in_fresh_processes, versions
 
 from agentrl.rollout.backends.base import KV_CACHES
 
@@ -79,12 +79,6 @@ def run_cache(cache: str, args: argparse.Namespace) -> dict:
     }
 
 
-def _in_fresh_process(cache: str, argv: list[str]) -> dict:
-    cmd = [sys.executable, __file__, "--cache", cache, *argv]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=3600)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="small", help="agentrl.models.tiny size")
@@ -101,11 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_cache(args.cache, args)))
         return 0
     raw = sys.argv[1:] if argv is None else argv
-    results = {cache: _in_fresh_process(cache, raw) for cache in KV_CACHES}
+    results = in_fresh_processes(__file__, "--cache", KV_CACHES, raw)
     new, old = results["chunked"], results["dynamic"]
-    import torch
-    import transformers
-
     report = {
         "first_ratio": round(new["first_ratio"], 4),
         "dynamic_first_ratio": round(old["first_ratio"], 4),
@@ -116,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         "dynamic": old,
         "settings": {k: getattr(args, k) for k in ("size", "rows", "tokens", "generations",
                                                    "threads", "seed")},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": transformers.__version__},
+        "versions": versions(),
     }
     print(json.dumps(report))
     return 0

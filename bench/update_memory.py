@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import statistics
-import subprocess
 import sys
 import time
+
+from fresh_process import in_fresh_processes, versions
 
 PATHS = ("new", "old")
 
@@ -120,23 +120,6 @@ def run_path(path: str, args: argparse.Namespace) -> dict:
     }
 
 
-def _child(path: str, argv: list[str]) -> dict:
-    cmd = [sys.executable, __file__, "--path", path, *argv]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=3600)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _versions() -> dict:
-    import torch
-    import transformers
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=8, help="sequences per micro-batch")
@@ -153,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_path(args.path, args)))
         return 0
     raw = sys.argv[1:] if argv is None else argv
-    results = {path: _child(path, raw) for path in PATHS}
+    results = in_fresh_processes(__file__, "--path", PATHS, raw)
     new, old = results["new"], results["old"]
     report = {
         "peak_ratio": round(new["peak_rss_gb"] / old["peak_rss_gb"], 4),
@@ -165,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             k: getattr(args, k)
             for k in ("rows", "length", "vocab", "hidden", "layers", "repeats", "threads")
         },
-        "versions": _versions(),
+        "versions": versions(),
     }
     print(json.dumps(report))
     return 0

@@ -26,7 +26,27 @@ def test_every_bench_script_is_listed():
     assert {"repeat.py", "grpo_step.py", "async_vs_sync.py", "rollout_async_vs_sync.py",
             "update_memory.py", "kv_cache.py", "decode_attention.py"} <= set(
         SCRIPTS)
-    assert "latency_calculator" in HELPERS
+    assert {"latency_calculator", "fresh_process"} <= set(HELPERS)
+
+
+def test_fresh_processes_return_each_variants_line_in_order_and_name_a_failure(tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from fresh_process import in_fresh_processes
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    script = tmp_path / "child.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "if sys.argv[2] == 'bad': sys.exit('no such variant: bad')\n"
+        "print('noise')\n"
+        "print(json.dumps({'variant': sys.argv[2], 'pid': os.getpid(), 'rest': sys.argv[3:]}))\n"
+    )
+    got = in_fresh_processes(str(script), "--v", ["a", "b"], ["--x", "1"])
+    assert list(got) == ["a", "b"] and got["a"]["rest"] == ["--x", "1"]
+    assert got["a"]["pid"] != got["b"]["pid"]  # one process each
+    with pytest.raises(RuntimeError, match="no such variant: bad"):
+        in_fresh_processes(str(script), "--v", ["a", "bad"], [])
 
 
 @pytest.mark.slow
