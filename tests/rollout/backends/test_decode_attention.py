@@ -110,17 +110,19 @@ def test_only_sdpa_grouped_query_models_are_switched():
     assert plain.config._attn_implementation == "sdpa"
 
 
-def test_left_padded_decoding_matches_eager_attention():
-    """The switched model's padded batch decode: same greedy tokens and scores (1e-5) as the
-    same weights under eager attention (which repeats keys/values), so the padding mask
-    reaches the packed path."""
+@pytest.mark.parametrize("padded", [True, False])
+def test_batch_decoding_matches_eager_attention(padded):
+    """The switched model's batch decode, left-padded or not (transformers may then drop the
+    mask): same greedy tokens and scores (1e-5) as the same weights under eager attention
+    (which repeats keys/values), so the padding mask reaches the packed path."""
     model = _gqa_model()
     eager = copy.deepcopy(model)
     eager.set_attn_implementation("eager")
     assert use_packed_decode_attention(model)
     ids = torch.randint(3, 128, (3, 12), generator=torch.Generator().manual_seed(3))
     mask = torch.ones(3, 12, dtype=torch.long)
-    mask[0, :5], mask[1, :2] = 0, 0
+    if padded:
+        mask[0, :5], mask[1, :2] = 0, 0
     kwargs = {"attention_mask": mask, "max_new_tokens": 24, "do_sample": False,
               "output_scores": True, "return_dict_in_generate": True, "pad_token_id": 0}  # fmt: skip
     got, want = model.generate(ids, **kwargs), eager.generate(ids, **kwargs)
