@@ -91,7 +91,9 @@ if DynamicLayer is not None:
         def get_seq_length(self) -> int:
             return self.length
 
-        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        def get_mask_sizes(self, query_length: int | torch.Tensor) -> tuple[int, int]:
+            if isinstance(query_length, torch.Tensor):  # transformers 4.x: the cache_position
+                query_length = query_length.shape[0]
             capacity = self.keys.shape[-2] if self.is_initialized else 0
             return max(capacity, _round_up(self.length + query_length, self.chunk)), 0
 

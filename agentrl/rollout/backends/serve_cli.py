@@ -108,8 +108,13 @@ def run(args: argparse.Namespace) -> int:
     if args.max_num_seqs < 1:
         logger.error("--max-num-seqs must be >= 1, got %d", args.max_num_seqs)
         return 2
-    die_with_parent()
     tokenizer_path = args.tokenizer or args.model
+    for path in {args.model, tokenizer_path}:
+        # a path, not a hub id, that does not exist (hub clients differ in what they raise)
+        if (os.path.isabs(path) or path.startswith(".")) and not os.path.exists(path):
+            logger.error("cannot load %s: no such file or directory", path)
+            return 1
+    die_with_parent()
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             tokenizer_path, trust_remote_code=args.trust_remote_code

@@ -27,6 +27,7 @@ def test_buffer_grows_a_chunk_at_a_time_and_is_written_in_place():
     assert values[:, :, :3].eq(-1).all()
     buffer = layer.keys.data_ptr()
     assert layer.get_mask_sizes(1) == (4, 0)  # the 4th position still fits
+    assert layer.get_mask_sizes(torch.tensor([3])) == (4, 0)  # 4.x passes the cache_position
     keys, _ = layer.update(kv(2, 1, 2.0), kv(2, 1, -2.0))
     assert layer.keys.data_ptr() == buffer  # no new tensor while the chunk has room
     assert keys[:, :, 3].eq(2).all() and layer.get_seq_length() == 4

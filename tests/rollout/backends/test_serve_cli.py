@@ -43,5 +43,8 @@ def test_defaults_and_sglang_style_aliases():
 
 def test_errors_return_nonzero_without_serving(tmp_path, tiny_model_dir, caplog):
     assert serve_cli.run(parse("--model", str(tmp_path / "missing"))) == 1
+    assert f"cannot load {tmp_path / 'missing'}: no such file or directory" in caplog.text
+    assert serve_cli.run(parse("--model", str(tiny_model_dir), "--tokenizer", "./nowhere")) == 1
+    assert "cannot load ./nowhere" in caplog.text
     assert serve_cli.run(parse("--model", str(tiny_model_dir), "--max-num-seqs", "0")) == 2
     assert "--max-num-seqs must be >= 1" in caplog.text
