@@ -3,8 +3,8 @@
 A grouped-query model (Qwen2.5-0.5B: 14 query heads share 2 key/value heads, 7 per group)
 decodes one token per step. transformers' SDPA path calls
 `scaled_dot_product_attention(..., enable_gqa=True)` only when there is no attention
-mask; the hf engine always has one (left-padded prompts), so releases up to 5.23 copy
-each layer's keys and values once per query head (`repeat_kv`) at every decode step: a
+mask; the hf engine always has one (left-padded prompts), so releases before 5.24 (4.57,
+5.17 and 5.20 read) copy each layer's keys and values once per query head (`repeat_kv`) at every decode step: a
 (batch x heads x cached length x head_dim) tensor per layer, twice, read again by the
 kernel. On CPU, one Qwen2.5-0.5B-shaped layer at 64 x 1,024 cached positions takes about
 225 ms that way and 4 ms without the copies (2 cores, torch 2.13).
@@ -27,7 +27,9 @@ import logging
 from typing import Any
 
 import torch
+from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 logger = logging.getLogger(__name__)
 
@@ -78,27 +80,15 @@ def use_packed_decode_attention(model: torch.nn.Module) -> bool:
     """Make `model` (an SDPA grouped-query causal LM) decode with `packed_decode_sdpa`.
 
     Returns False and changes nothing for other attention implementations (eager, flash,
-    flex), models without key/value groups, and transformers releases without the
-    attention-function registry. The function is registered under `ATTENTION_NAME` with
-    SDPA's mask builder, so the model builds the masks it built before."""
+    flex) and models without key/value groups. The function is registered under
+    `ATTENTION_NAME` with SDPA's mask builder, so the model builds the masks it built
+    before."""
     config = getattr(model, "config", None)
     if getattr(config, "_attn_implementation", None) != "sdpa" or not _grouped(model):
         return False
-    try:
-        from transformers import AttentionInterface
-    except ImportError:  # pragma: no cover - transformers < 4.48
-        return False
     AttentionInterface.register(ATTENTION_NAME, packed_decode_sdpa)
-    try:  # transformers >= 4.53 builds masks per implementation
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-    except ImportError:  # pragma: no cover - older releases build SDPA-style masks anyway
-        pass
-    else:
-        AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation(ATTENTION_NAME)
-    else:  # pragma: no cover - transformers < 4.54
-        config._attn_implementation = ATTENTION_NAME
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+    model.set_attn_implementation(ATTENTION_NAME)
     used = config._attn_implementation == ATTENTION_NAME
     if not used:  # pragma: no cover - a model class that refuses a dynamic switch
         logger.warning("hf backend: %s kept its attention implementation", type(model).__name__)
