@@ -4,9 +4,9 @@ A grouped-query model (Qwen2.5-0.5B: 14 query heads share 2 key/value heads, 7 p
 decodes one token per step. transformers' SDPA path calls
 `scaled_dot_product_attention(..., enable_gqa=True)` only when there is no attention
 mask; the hf engine always has one (left-padded prompts), so releases before 5.24 (4.57,
-5.17 and 5.20 read) copy each layer's keys and values once per query head (`repeat_kv`) at every decode step: a
-(batch x heads x cached length x head_dim) tensor per layer, twice, read again by the
-kernel. On CPU, one Qwen2.5-0.5B-shaped layer at 64 x 1,024 cached positions takes about
+5.17 and 5.20 read) copy each layer's keys and values once per query head (`repeat_kv`)
+at every decode step: a (batch x heads x cached length x head_dim) tensor per layer,
+twice, read again by the kernel. On CPU, one Qwen2.5-0.5B-shaped layer at 64 x 1,024 cached positions takes about
 225 ms that way and 4 ms without the copies (2 cores, torch 2.13).
 
 `packed_decode_sdpa` runs a one-token step on the key/value heads themselves: the
