@@ -7,10 +7,11 @@ key/value head, no copies) against transformers' own SDPA path, each in a fresh 
 
 The model is a Qwen2 built from a config with Qwen2.5-0.5B's attention layout (14 query
 heads, 2 key/value heads, head dim 64) and a small body (``--layers``, ``--intermediate``),
-random weights, agentrl's tiny tokenizer; bf16 on a GPU, fp32 on the CPU. Each process runs ``--generations`` identical
-greedy micro-batches of ``--rows`` requests x ``--tokens`` tokens (EOS ignored). On
-transformers releases whose SDPA path repeats keys and values per query head during decode
-(5.17 and 5.20 checked; 5.24 packs itself) the reference pays for the copies; on 5.24 both
+random weights, agentrl's tiny tokenizer; bf16 on a GPU, fp32 on the CPU. Each process
+runs ``--generations`` identical greedy micro-batches of ``--rows`` requests x ``--tokens``
+tokens (EOS ignored; bench/engine_timing.py). On transformers releases whose SDPA path
+repeats keys and values per query head during decode (4.57, 5.17 and 5.20 read; 5.24
+packs itself) the reference pays for the copies; on 5.24 both
 paths should take the same time. It prints one JSON line: ``time_ratio`` (packed over
 transformers' path, steady medians), ``same_tokens`` (the greedy tokens are identical), each
 path's seconds and the versions. Run it alone on the machine.
@@ -19,11 +20,8 @@ path's seconds and the versions. Run it alone on the machine.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import statistics
 import sys
-import time
 
 from fresh_process import in_fresh_processes, versions
 
@@ -33,6 +31,7 @@ PATHS = ("packed", "transformers")
 def run_path(path: str, args: argparse.Namespace) -> dict:
     """One attention path's numbers, in this process."""
     import torch
+    from engine_timing import random_prompts, time_generations
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from agentrl.models.tiny import train_tiny_tokenizer
@@ -55,35 +54,16 @@ def run_path(path: str, args: argparse.Namespace) -> dict:
     backend = HFBackend(model, tokenizer, max_num_seqs=args.rows, seed=args.seed)
     if path == "transformers":
         model.set_attn_implementation("sdpa")
-    rng = torch.Generator().manual_seed(args.seed)
-    prompts = [
-        torch.randint(10, len(tokenizer), (int(torch.randint(8, 64, (1,), generator=rng)),),
-                      generator=rng).tolist()
-        for _ in range(args.rows)
-    ]
+    prompts = random_prompts(args.rows, len(tokenizer), args.seed)
     params = {"temperature": 0.0, "max_new_tokens": args.tokens, "ignore_eos": True}
-
-    async def generate() -> list[list[int]]:
-        outs = await asyncio.gather(
-            *(backend.generate(p, params, f"r{i}") for i, p in enumerate(prompts))
-        )
-        return [o.output_ids for o in outs]
-
-    seconds, tokens = [], []
-    for _ in range(args.generations):
-        start = time.perf_counter()
-        tokens = asyncio.run(generate())
-        seconds.append(time.perf_counter() - start)
-    steady = statistics.median(seconds[1:])
+    outputs, timing = time_generations(backend, prompts, params, args.generations)
     return {
         "path": path,
         "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
         "dtype": str(dtype).removeprefix("torch."),
         "attn_implementation": model.config._attn_implementation,
-        "steady_s": steady,
-        "steady_s_range": [min(seconds[1:]), max(seconds[1:])],
-        "seconds": seconds,
-        "tokens": tokens,
+        **timing,
+        "tokens": [o.output_ids for o in outputs],
     }
 
 

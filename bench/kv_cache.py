@@ -20,12 +20,9 @@ machine: timings taken beside another job are wrong.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import statistics
 import sys
 import tempfile
-import time
 
 from fresh_process import in_fresh_processes, versions
 
@@ -35,6 +32,7 @@ from agentrl.rollout.backends.base import KV_CACHES
 def run_cache(cache: str, args: argparse.Namespace) -> dict:
     """One cache's numbers, in this process."""
     import torch
+    from engine_timing import random_prompts, time_generations
 
     from agentrl.models.tiny import make_tiny_model
     from agentrl.rollout.backends.hf import HFBackend
@@ -45,36 +43,14 @@ def run_cache(cache: str, args: argparse.Namespace) -> dict:
     model_dir = make_tiny_model(tempfile.mkdtemp(prefix="bench-kv-"), size=args.size, seed=0)
     backend = HFBackend.from_pretrained(model_dir, max_num_seqs=args.rows, seed=args.seed,
                                         kv_cache=cache)
-    rng = torch.Generator().manual_seed(args.seed)
-    vocab = backend.vocab_size
-    prompts = [
-        torch.randint(10, vocab, (int(torch.randint(8, 64, (1,), generator=rng)),),
-                      generator=rng).tolist()
-        for _ in range(args.rows)
-    ]
+    prompts = random_prompts(args.rows, backend.vocab_size, args.seed)
     params = {"temperature": 1.0, "max_new_tokens": args.tokens, "ignore_eos": True}
-
-    async def generate() -> int:
-        outs = await asyncio.gather(
-            *(backend.generate(p, params, f"r{i}") for i, p in enumerate(prompts))
-        )
-        return sum(len(o.output_ids) for o in outs)
-
-    seconds, tokens = [], 0
-    for _ in range(args.generations):
-        start = time.perf_counter()
-        tokens = asyncio.run(generate())
-        seconds.append(time.perf_counter() - start)
-    steady = statistics.median(seconds[1:])
+    outputs, timing = time_generations(backend, prompts, params, args.generations)
     return {
         "cache": cache,
         "kv_layer": type(make_kv_cache(backend.model.config, cache).layers[0]).__name__,
-        "first_s": seconds[0],
-        "steady_s": steady,
-        "steady_s_range": [min(seconds[1:]), max(seconds[1:])],
-        "first_ratio": seconds[0] / steady,
-        "seconds": seconds,
-        "tokens_per_generation": tokens,
+        **timing,
+        "tokens_per_generation": sum(len(o.output_ids) for o in outputs),
         "peak_rss_gb": peak_rss_bytes() / 2**30,
     }
 

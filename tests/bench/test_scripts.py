@@ -26,7 +26,7 @@ def test_every_bench_script_is_listed():
     assert {"repeat.py", "grpo_step.py", "async_vs_sync.py", "rollout_async_vs_sync.py",
             "update_memory.py", "kv_cache.py", "decode_attention.py"} <= set(
         SCRIPTS)
-    assert {"latency_calculator", "fresh_process"} <= set(HELPERS)
+    assert {"latency_calculator", "fresh_process", "engine_timing"} <= set(HELPERS)
 
 
 def test_fresh_processes_return_each_variants_line_in_order_and_name_a_failure(tmp_path):

@@ -167,7 +167,8 @@ class HFBackend:
     """`GenerationBackend` over an in-process transformers causal LM (see module docstring).
 
     Args:
-        model: a causal LM (kept as is: the same object is updated by `update_weights`).
+        model: a causal LM (the same object is updated by `update_weights`; a grouped-query
+            SDPA model is switched to `packed_decode_sdpa`, decode_attention.py).
         tokenizer: its tokenizer (decoding, pad id, EOS id).
         max_num_seqs: the largest micro-batch; None: every request waiting joins the batch
             (the batch adapts to the live requests).

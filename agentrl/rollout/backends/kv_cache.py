@@ -14,8 +14,8 @@ filled length rounded up to `chunk` positions, written in place; it grows (one c
 when a chunk fills. Attention sees the whole buffer: the positions not yet written lie
 beyond every query's position, so the causal mask hides them, and transformers pads the
 2-D attention mask with zeros to the buffer's length. Every tensor of a decode step (keys,
-values, the mask) keeps one shape for `chunk` steps, so the
-allocator reuses the same blocks, and the per-step copy of the whole cache is gone.
+values, the mask) keeps one shape for `chunk` steps, so the allocator reuses the same
+blocks, and the per-step copy of the whole cache is gone.
 
 Greedy tokens are the same as with `DynamicCache`; log-probs agree to float rounding
 (attention sums over a few more, masked, positions).
