@@ -1,6 +1,6 @@
 """The quickstart's learning table: `agentrl quickstart` with every seed given (0-9 by
 default), one after another (each alone on the machine), and the targets checked on every
-seed. Rows are ordered best first: the worst seed is the last row, and named last.
+seed. Rows are ordered worst first: the worst seed is the first row, and named last.
 
     python bench/quickstart_seeds.py                       # seeds 0-9, outputs/quickstart_seeds/
     python bench/quickstart_seeds.py --seeds 0 --out-dir /tmp/qs   # one seed
@@ -245,10 +245,10 @@ def table(reports: dict[int, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def worst_last(reports: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """The reports ordered by held-out accuracy after GRPO, best first: the worst seed is
-    the table's last row."""
-    return dict(sorted(reports.items(), key=lambda kv: -kv[1]["eval_rl"]["accuracy"]))
+def worst_first(reports: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The reports ordered by held-out accuracy after GRPO, worst first (ties keep the
+    order the seeds were given): the worst seed is the table's first row."""
+    return dict(sorted(reports.items(), key=lambda kv: kv[1]["eval_rl"]["accuracy"]))
 
 
 def summary_line(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -289,12 +289,12 @@ def main() -> int:
     args = parser.parse_args()
     default = "quickstart_seeds" if args.task == "calculator" else f"{args.task}_seeds"
     out_dir = args.out_dir or Path("outputs") / default
-    reports = worst_last({seed: run_seed(out_dir, args.task, seed, args.rerun, args.agent_function)
+    reports = worst_first({seed: run_seed(out_dir, args.task, seed, args.rerun, args.agent_function)
                           for seed in args.seeds})  # fmt: skip
-    worst, last = next(reversed(reports.items()))
+    worst, first = next(iter(reports.items()))
     sys.stdout.write(
         table(reports) + "\n\n" + "\n".join(check(reports, args.task)) + "\n"
-        f"worst seed: {worst} (after GRPO {_pm(last['eval_rl'])})\n"
+        f"worst seed: {worst} (after GRPO {_pm(first['eval_rl'])})\n"
         + json.dumps(summary_line(reports)) + "\n"
     )
     return 0

@@ -156,3 +156,21 @@ def test_the_seeds_table_shows_the_hit_rate_on_21_when_every_report_has_it():
     # an older report without hit_rate_21: the column is left out, not filled with a guess
     mixed = quickstart_seeds.table({10: _blackjack_report(True), 2: _blackjack_report(False)})
     assert "on 21" not in mixed and mixed.count("1.00 -> 0.00 (1.00)") == 6
+
+
+def test_the_seeds_table_puts_the_worst_seed_first():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import quickstart_seeds
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    reports = {}
+    for seed, acc in [(3, 0.9), (1, 0.5), (7, 0.7), (4, 0.5)]:
+        report = _blackjack_report(True)
+        report["eval_rl"] = report["eval_rl"] | {"accuracy": acc}
+        reports[seed] = report
+    ordered = quickstart_seeds.worst_first(reports)
+    assert list(ordered) == [1, 4, 7, 3]  # worst first; a tie keeps the order given
+    rows = [line for line in quickstart_seeds.table(ordered).splitlines()
+            if line.startswith("| ") and line[2].isdigit()]  # fmt: skip
+    assert [int(r.split("|")[1]) for r in rows[:4]] == [1, 4, 7, 3]  # the main table's rows
