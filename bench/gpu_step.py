@@ -23,6 +23,13 @@ dynamic`` runs the hf engine with transformers' ``DynamicCache`` instead of its 
 one (``rollout.engine_kwargs.kv_cache``; bench/kv_cache.py), to compare first steps on the
 same machine.
 
+Every stage also records ``gpu_util`` (NVML's utilisation, the share of time a kernel ran,
+sampled every 50 ms; the summary's ``gpu_util_pct`` per stage and
+``generate_gpu_util_per_step``): a stage far below 100% is bound by the host, not the GPU.
+``--profile`` adds one more step, not timed, with the old log-probs and the update under
+``torch.profiler``; the summary's ``profile`` gives, per stage, the device's busy seconds
+and the operators with the most self time (bench/stage_profile.py).
+
 **MFU method.** Model FLOPs of the update (no recompute counted: activation checkpointing's
 extra forward is overhead, not model FLOPs) = ``ppo_epochs x sum over trajectories of
 3 x (2 N T + 2 L d T (T + 1))``: ``N`` the parameters used in matrix products (every
@@ -37,6 +44,7 @@ over the gathered bytes (the fp32 master weights, tied weights once).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import random
@@ -49,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from stage_profile import UtilizationSampler, profile_summary
 
 from agentrl.rollout.backends.base import KV_CACHES
 
@@ -137,14 +146,18 @@ def update_flops(data: Any, n_matmul: int, layers: int, attn_dim: int, epochs: i
 
 
 class StageProbe:
-    """Wraps the worker group's methods: per-stage seconds and peak GPU memory, and the
-    batch the update saw (for its FLOPs)."""
+    """Wraps the worker group's methods: per-stage seconds, peak GPU memory and mean GPU
+    utilisation (NVML), and the batch the update saw (for its FLOPs). With ``profiling``
+    set, the ``PROFILED`` stages also run under ``torch.profiler`` (bench/stage_profile.py)
+    and their records gain ``profile``."""
 
     STAGES = ("generate_sequences", "compute_log_prob", "compute_ref_log_prob", "update_actor")
+    PROFILED = ("compute_log_prob", "update_actor")
 
     def __init__(self, group: Any, cuda: bool) -> None:
         self.cuda = cuda
-        self.records: dict[str, dict[str, float]] = {}
+        self.profiling = False
+        self.records: dict[str, dict[str, Any]] = {}
         self.update_batch: Any = None
         for name in self.STAGES:
             setattr(group, name, self._wrap(name, getattr(group, name)))
@@ -157,18 +170,30 @@ class StageProbe:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 before = torch.cuda.memory_allocated()
-            started = time.perf_counter()
-            out = method(data, *args, **kwargs)
-            if self.cuda:
-                torch.cuda.synchronize()
-            record = {"s": time.perf_counter() - started}
+            profiler = self._profiler() if self.profiling and name in self.PROFILED else None
+            with UtilizationSampler() as utilization, profiler or contextlib.nullcontext():
+                started = time.perf_counter()
+                out = method(data, *args, **kwargs)
+                if self.cuda:
+                    torch.cuda.synchronize()
+                seconds = time.perf_counter() - started
+            record: dict[str, Any] = {"s": seconds}
             if self.cuda:
                 record["allocated_before_gib"] = before / 2**30
                 record["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+                record["gpu_util"] = utilization.summary()
+            if profiler is not None:
+                record["profile"] = profile_summary(profiler, seconds)
             self.records[name] = record
             return out
 
         return probed
+
+    def _profiler(self) -> Any:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        return torch.profiler.profile(activities=activities)
 
 
 def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path, out: Path) -> dict:
@@ -240,7 +265,9 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
         )
         probe = StageProbe(trainer.actor_rollout_wg, cuda)
         batches = trainer.batches()
-        for step in range(args.warmup + args.steps):
+        profiled: list[dict] = []  # --profile: one more step, under the profiler, not timed
+        for step in range(args.warmup + args.steps + int(args.profile)):
+            probe.profiling = step >= args.warmup + args.steps
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             trainer.global_steps += 1  # as fit() does: steps count from 1
@@ -276,10 +303,18 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
                         ", ".join(f"{k} {v['s']:.1f}" for k, v in probe.records.items()),
                         json.dumps({k: v for k, v in engine.items() if k != "batch_sizes"})
                         + f" batch sizes {engine['batch_sizes'][:8]}")
-            (steps if step >= args.warmup else warmup).append(record)
+            if probe.profiling:
+                profiled.append(record)
+            else:
+                (steps if step >= args.warmup else warmup).append(record)
         resume = check_resume(trainer, batches) if args.check_resume else None
     summary = summarise(name, steps, sync_bytes, n_matmul, args)
     summary |= first_steps(warmup + steps, steps)
+    if profiled:
+        summary["profile"] = {
+            "step_s": profiled[0]["step_s"],
+            "stages": {st: r["profile"] for st, r in profiled[0]["stages"].items() if "profile" in r},
+        }
     if resume is not None:
         summary["resume"] = resume
     return summary
@@ -322,6 +357,9 @@ def first_steps(every: list[dict], steady: list[dict]) -> dict[str, Any]:
         "first_step_ratio": every[0]["step_s"] / steady_s,
         "step_s_per_step": [s["step_s"] for s in every],
         "generate_s_per_step": [s["stages"]["generate_sequences"]["s"] for s in every],
+        "generate_gpu_util_per_step": [
+            (s["stages"]["generate_sequences"].get("gpu_util") or {}).get("mean_pct") for s in every
+        ],
     }
 
 
@@ -358,6 +396,10 @@ def summarise(name: str, steps: list[dict], sync_bytes: int, n_matmul: int,
             for s in steps
         ],
     }
+    utilization = {st: [s["stages"][st].get("gpu_util") for s in steps] for st in steps[0]["stages"]}
+    if all(u is not None for per_step in utilization.values() for u in per_step):
+        out["gpu_util_pct"] = {st: statistics.fmean(u["mean_pct"] for u in per_step)
+                               for st, per_step in utilization.items()}  # fmt: skip
     if "peak_gib" in steps[0]["stages"].get("update_actor", {}):
         out["peak_gib"] = {st: max(s["stages"][st]["peak_gib"] for s in steps)
                            for st in steps[0]["stages"]}
@@ -400,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-cache", default="chunked", choices=KV_CACHES,
                         help="rollout.engine_kwargs.kv_cache: the hf engine's chunked cache or "
                              "transformers' DynamicCache (issue 27's first-step reference)")
+    parser.add_argument("--profile", action="store_true",
+                        help="one more step after the timed ones with the old log-probs and "
+                             "the update under torch.profiler: device busy time, top operators")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="also write the JSON here")
     args = parser.parse_args(argv)

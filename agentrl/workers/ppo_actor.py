@@ -61,22 +61,28 @@ def micro_batched_forward(
     model: torch.nn.Module, data: DataProto, batching: MicroBatching, forward: Any
 ) -> list[torch.Tensor]:
     """Run ``forward(model, micro_batch) -> tuple of (b, R) tensors`` over the micro-batches
-    and put the rows back in ``data``'s order; returns one (B, R) tensor per output."""
-    outputs: list[torch.Tensor] | None = None
+    and put the rows back in ``data``'s order; returns one (B, R) CPU tensor per output.
+
+    The results stay on the model's device until the last micro-batch and come to the host
+    in one transfer per output: no host sync between micro-batches."""
     device = model_device(model)  # batches arrive on the CPU; each micro-batch moves alone
+    rows_done: list[int] = []
+    results: list[tuple[torch.Tensor, ...]] = []
     for rows in plan_micro_batches(data, batching):
         if len(rows) == 0:  # keeps the ranks' collectives aligned; the result is unused
             forward(model, data[[0]].to(device).batch)
             continue
-        results = forward(model, data[rows].to(device).batch)
-        if outputs is None:
-            shape = (len(data), results[0].shape[1])
-            outputs = [torch.zeros(shape, dtype=r.dtype) for r in results]
-        index = torch.as_tensor(rows)
-        for out, result in zip(outputs, results, strict=True):
-            out[index] = result.detach().cpu()
-    if outputs is None:
+        results.append(tuple(r.detach() for r in forward(model, data[rows].to(device).batch)))
+        rows_done.extend(rows)
+    if not results:
         raise ValueError("cannot compute log-probs of an empty batch")
+    index = torch.as_tensor(rows_done)
+    outputs = []
+    for parts in zip(*results, strict=True):
+        gathered = torch.cat(parts).cpu()  # (rows done, R): the pass's one transfer
+        out = torch.zeros((len(data), gathered.shape[1]), dtype=gathered.dtype)
+        out[index] = gathered
+        outputs.append(out)
     return outputs
 
 

@@ -26,7 +26,7 @@ def test_every_bench_script_is_listed():
     assert {"repeat.py", "grpo_step.py", "async_vs_sync.py", "rollout_async_vs_sync.py",
             "update_memory.py", "kv_cache.py", "decode_attention.py"} <= set(
         SCRIPTS)
-    assert {"latency_calculator", "fresh_process", "engine_timing"} <= set(HELPERS)
+    assert {"latency_calculator", "fresh_process", "engine_timing", "stage_profile"} <= set(HELPERS)
 
 
 def test_fresh_processes_return_each_variants_line_in_order_and_name_a_failure(tmp_path):
@@ -126,6 +126,23 @@ def test_the_gpu_step_bench_records_the_engine_it_really_ran(tmp_path):
     assert [e["kv_cache"] for e in resident["engine"]] == ["dynamic"]
     assert [e["attention"] for e in resident["engine"]] == ["agentrl_packed_sdpa"]  # 4 heads / 2
     assert resident["rollout_log_probs_diff_max"] < 1e-5  # engine and trainer agree (fp32)
+
+
+@pytest.mark.slow
+def test_the_gpu_step_bench_profiles_one_more_step_without_timing_it(tmp_path):
+    out = tmp_path / "step.json"
+    done = _run("bench/gpu_step.py", "--shape", "nano", "--prompts", "2", "--n", "2",
+                "--prompt-length", "256", "--response-length", "8", "--warmup", "1",
+                "--steps", "1", "--configs", "resident", "--profile", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    resident = json.loads(out.read_text())["resident"]
+    assert len(resident["step_s_per_step"]) == 2  # the profiled step is not among the timed
+    profile = resident["profile"]
+    assert profile["step_s"] > 0 and set(profile["stages"]) == {"compute_log_prob", "update_actor"}
+    update = profile["stages"]["update_actor"]
+    assert update["device_busy_s"] is None and update["top_by"] == "cpu"  # no GPU here
+    assert update["top_ops"] and all(op["ms"] >= 0 and op["calls"] > 0 for op in update["top_ops"])
+    assert "gpu_util_pct" not in resident  # NVML reads a GPU; none here
 
 
 def _blackjack_report(with_21: bool) -> dict:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 from transformers import AutoModelForCausalLM
 
 from agentrl.algos import agg_loss, kl_penalty
 from agentrl.testing.workers import make_trajectory_batch, worker_config
 from agentrl.workers.micro_batch import MicroBatching
-from agentrl.workers.ppo_actor import PPOActor
+from agentrl.workers.ppo_actor import PPOActor, micro_batched_forward
 
 P, R = 12, 20
 
@@ -39,6 +40,39 @@ def test_log_probs_do_not_depend_on_the_micro_batching(tiny_model_dir, batch):
     torch.testing.assert_close(by_two, whole, atol=1e-5, rtol=0)
     torch.testing.assert_close(by_tokens, whole, atol=1e-5, rtol=0)
     assert (entropy[batch.batch["attention_mask"][:, P:].bool()] > 0).all()
+
+
+class _HostCopies(TorchFunctionMode):
+    """Counts ``Tensor.cpu`` calls (on a GPU, each is a host sync)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += func is torch.Tensor.cpu
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_log_prob_pass_reads_its_results_to_the_host_once_not_per_micro_batch(batch):
+    model = torch.nn.Linear(1, 1)  # the device comes from its parameters
+
+    def forward(model, micro):  # two (b, R) outputs that name their rows
+        ids = micro["input_ids"][:, -R:].float()
+        return ids, ids * 2
+
+    expected = batch.batch["input_ids"][:, -R:].float()
+    calls = {}
+    for batching in (MicroBatching(), MicroBatching(micro_batch_size=2),
+                     MicroBatching(micro_batch_size=1),
+                     MicroBatching(use_dynamic_bsz=True, max_token_len=70)):  # fmt: skip
+        with _HostCopies() as copies:
+            first, second = micro_batched_forward(model, batch, batching, forward)
+        calls[batching] = copies.calls
+        assert first.device.type == "cpu" and torch.equal(first, expected)  # rows in order
+        assert torch.equal(second, 2 * expected)
+    # 1 to 8 micro-batches: one copy per output (and the token plan's mask), not per micro-batch
+    assert max(calls.values()) <= 3, calls
 
 
 def test_on_policy_update_metrics_and_a_lower_loss_after(tiny_model_dir, batch):
