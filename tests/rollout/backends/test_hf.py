@@ -336,8 +336,11 @@ def test_update_weights_from_state_dict_in_place(varied_model_dir, prompts):
         torch.testing.assert_close(
             torch.tensor(out.output_log_probs),
             recomputed_log_probs(fresh, prompt, out.output_ids),
-            rtol=1e-5,  # the perturbed weights give log-probs of magnitude ~1-10
-            atol=1e-5,
+            # the perturbed weights give log-probs of magnitude ~1-10; batched decode and a
+            # full forward sum in other orders, and CPUs' kernels differ: 5.7e-5 seen on one
+            # machine of the CI's kind, under 1e-5 on another
+            rtol=1e-4,
+            atol=1e-4,
         )
 
 
