@@ -24,8 +24,9 @@ class UtilizationSampler:
     NVML's GPU utilisation (percent) over the block, or ``None`` where there is no NVML."""
 
     def __init__(self, interval_s: float = 0.05, index: int | None = None) -> None:
+        """``index``: the NVML device; by default the current CUDA device's (None on CPU)."""
         self.interval_s = interval_s
-        self.index = torch.cuda.current_device() if index is None and torch.cuda.is_available() else index
+        self.index = index if index is not None else _current_nvml_index()
         self.samples: list[int] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -56,6 +57,10 @@ class UtilizationSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        if self._handle is not None:
+            import pynvml
+
+            pynvml.nvmlShutdown()  # one per nvmlInit
 
     def summary(self) -> dict[str, float | int] | None:
         if self._handle is None:
@@ -64,6 +69,17 @@ class UtilizationSampler:
             "mean_pct": statistics.fmean(self.samples) if self.samples else float("nan"),
             "samples": len(self.samples),
         }
+
+
+def _current_nvml_index() -> int | None:
+    """NVML's index of the current CUDA device (they differ under CUDA_VISIBLE_DEVICES)."""
+    if not torch.cuda.is_available():
+        return None
+    device = torch.cuda.current_device()
+    try:
+        return torch.cuda._get_nvml_device_index(device)
+    except Exception:  # a torch without the helper, or no NVML: CUDA's own index
+        return device
 
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:

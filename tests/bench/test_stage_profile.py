@@ -49,8 +49,10 @@ def test_utilisation_is_sampled_while_the_block_runs(monkeypatch):
     import types
 
     readings = iter([40, 60] + [50] * 1000)
+    shutdowns = []
     fake = types.SimpleNamespace(
         nvmlInit=lambda: None,
+        nvmlShutdown=lambda: shutdowns.append(1),
         nvmlDeviceGetHandleByIndex=lambda index: ("gpu", index),
         nvmlDeviceGetUtilizationRates=lambda handle: types.SimpleNamespace(gpu=next(readings)),
     )
@@ -63,3 +65,4 @@ def test_utilisation_is_sampled_while_the_block_runs(monkeypatch):
     assert summary["samples"] == len(sampler.samples) >= 3
     assert sampler.samples[:3] == [40, 60, 50]
     assert summary["mean_pct"] == sum(sampler.samples) / len(sampler.samples)
+    assert shutdowns == [1]  # NVML released once the block ends
