@@ -89,7 +89,9 @@ def test_a_short_run_is_scored_by_reasoning_gym(tmp_path):
     assert sum((r["tool_calls"] or {}).get("calculator", 0) for r in rows) > 0
     tool_turns = [m["content"] for r in rows for m in r["messages"] if m["role"] == "tool"]
     assert tool_turns and all(t.strip() for t in tool_turns)
-    assert {r["score"] for r in rows} <= {0.0, 0.5, 1.0}
+    # reasoning-gym's own scores: 1 for the exact answer, len(oracle) / len(answer) when the
+    # answer holds the oracle (partial credit: 0.5 and 0.667 both seen), else 0
+    assert all(0.0 <= r["score"] <= 1.0 for r in rows)
     # every held-out score is reasoning-gym's own for the final answer
     test = pd.read_parquet(out / "data" / "test.parquet")
     evaluated = [json.loads(line) for line in (out / "eval_rl.jsonl").read_text().splitlines()]
