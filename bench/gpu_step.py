@@ -201,6 +201,7 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
     from agentrl.trainer.ppo_trainer import PPOTrainer
 
     n_traj = args.prompts * args.n
+    unprofiled = args.warmup + args.steps  # then, with --profile, one step under the profiler
     overrides = [
         f"actor_rollout_ref.model.path={model_dir}",
         f"data.train_files={data}",
@@ -227,7 +228,7 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
         "trainer.n_gpus_per_node=1",
         "trainer.nnodes=1",
         "trainer.worker_group=in_process",
-        f"trainer.total_training_steps={args.warmup + args.steps + int(args.profile)}",
+        f"trainer.total_training_steps={unprofiled + int(args.profile)}",
         "trainer.logger=[]",
         "trainer.save_freq=-1",
         "trainer.test_freq=-1",
@@ -266,8 +267,8 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
         probe = StageProbe(trainer.actor_rollout_wg, cuda)
         batches = trainer.batches()
         profiled: list[dict] = []  # --profile: one more step, under the profiler, not timed
-        for step in range(args.warmup + args.steps + int(args.profile)):
-            probe.profiling = step >= args.warmup + args.steps
+        for step in range(unprofiled + int(args.profile)):
+            probe.profiling = step >= unprofiled
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             trainer.global_steps += 1  # as fit() does: steps count from 1

@@ -4,10 +4,12 @@ config key once broke it with nothing to notice)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +17,15 @@ ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted((ROOT / "bench").glob("*.py"))
 SCRIPTS = [p.name for p in FILES if '__name__ == "__main__"' in p.read_text()]
 HELPERS = [p.stem for p in FILES if p.name not in SCRIPTS]  # modules the scripts import
+
+
+def _bench_module(name: str) -> Any:
+    """A module of bench/ (scripts import their helpers from beside them)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
 
 
 def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -30,11 +41,7 @@ def test_every_bench_script_is_listed():
 
 
 def test_fresh_processes_return_each_variants_line_in_order_and_name_a_failure(tmp_path):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from fresh_process import in_fresh_processes
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    in_fresh_processes = _bench_module("fresh_process").in_fresh_processes
     script = tmp_path / "child.py"
     script.write_text(
         "import json, os, sys\n"
@@ -159,11 +166,7 @@ def _blackjack_report(with_21: bool) -> dict:
 
 
 def test_the_seeds_table_shows_the_hit_rate_on_21_when_every_report_has_it():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import quickstart_seeds
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    quickstart_seeds = _bench_module("quickstart_seeds")
     both = quickstart_seeds.table({10: _blackjack_report(True), 11: _blackjack_report(True)})
     header = next(line for line in both.splitlines() if "hit rate on 11 or less" in line)
     assert "| on 21 |" in header
@@ -176,11 +179,7 @@ def test_the_seeds_table_shows_the_hit_rate_on_21_when_every_report_has_it():
 
 
 def test_the_seeds_table_puts_the_worst_seed_first():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import quickstart_seeds
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    quickstart_seeds = _bench_module("quickstart_seeds")
     reports = {}
     for seed, acc in [(3, 0.9), (1, 0.5), (7, 0.7), (4, 0.5)]:
         report = _blackjack_report(True)
