@@ -68,8 +68,10 @@ def check_generate_config(cfg: DictConfig) -> None:
         problems.append("data.path must name the parquet file(s) to roll out")
     if not cfg.data.output_path:
         problems.append("data.output_path must name the jsonl file to write")
-    if cfg.actor_rollout_ref.rollout.name == "hf" and not cfg.actor_rollout_ref.model.path:
-        problems.append("actor_rollout_ref.model.path must name the model (rollout.name=hf)")
+    rollout = cfg.actor_rollout_ref.rollout
+    if not cfg.actor_rollout_ref.model.path and not rollout.server_urls:
+        problems.append("actor_rollout_ref.model.path must name the model (or "
+                        "actor_rollout_ref.rollout.server_urls the servers that serve it)")
     if problems:
         raise ConfigError(problems)
 

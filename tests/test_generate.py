@@ -145,7 +145,8 @@ def test_config_problems_are_reported(tmp_path, capsys):
     assert err.value.problems == [
         "data.path must name the parquet file(s) to roll out",
         "data.output_path must name the jsonl file to write",
-        "actor_rollout_ref.model.path must name the model (rollout.name=hf)",
+        "actor_rollout_ref.model.path must name the model (or "
+        "actor_rollout_ref.rollout.server_urls the servers that serve it)",
     ]
     parser = argparse.ArgumentParser()
     add_arguments(parser)

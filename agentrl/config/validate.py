@@ -308,26 +308,18 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     if rollout.engine_class and rollout.agent_function:
         problems.append("actor_rollout_ref.rollout.engine_class replaces the rollout engine; "
                         "agent mode (agent_function) runs no engine: set one of them")
-    if rollout.name == "hf" and rollout.engine_kwargs:
-        from agentrl.rollout.backends.base import (
-            HF_ENGINE_KWARGS,
-            KV_CACHES,
-            unknown_hf_engine_kwargs,
-        )
+    from agentrl.rollout.backends.registry import backend_plugin, backend_problems
 
-        unknown = unknown_hf_engine_kwargs(rollout.engine_kwargs)
-        if unknown:
-            problems.append(f"actor_rollout_ref.rollout.engine_kwargs has {_show(unknown)}: not "
-                            f"keys of the hf engine (those are {_show(HF_ENGINE_KWARGS)})")
-        kv_cache = rollout.engine_kwargs.get("kv_cache", "chunked")
-        if kv_cache not in KV_CACHES:
-            problems.append(f"actor_rollout_ref.rollout.engine_kwargs.kv_cache is {kv_cache!r}; "
-                            f"choose one of {_show(KV_CACHES)}")
-    if rollout.engine_workers > 1 and rollout.name != "sglang":
+    rollout_dict = OmegaConf.to_container(rollout, resolve=True)
+    backend_issues = backend_problems(rollout_dict)
+    problems += backend_issues
+    if (not backend_issues and rollout.engine_workers > 1 and not rollout.server_urls
+            and not backend_plugin(rollout.name).launches_servers):
         problems.append(
             f"actor_rollout_ref.rollout.engine_workers is {rollout.engine_workers} but "
             f"rollout.name is {rollout.name}: engine workers reach the inference servers over "
-            "HTTP (name=sglang; agentrl serve on CPU); the hf engine lives in the trainer")
+            "HTTP (sglang or vllm, or server_urls of agentrl serve); the hf engine lives in "
+            "the trainer")
     problems += _mode_problems(cfg)
     val_kwargs = rollout.val_kwargs
     greedy = not val_kwargs.do_sample or val_kwargs.temperature == 0
@@ -436,13 +428,14 @@ def component_choices() -> dict[str, tuple[Any, ...]]:
     the component checks the same list when built without a config. Components above it
     (the trainer) import their lists from here instead (`LOGGERS`)."""
     from agentrl.algos.rollout_correction import RATIO_LEVELS
-    from agentrl.rollout.backends.base import BACKENDS, LOAD_BALANCE
+    from agentrl.rollout.backends.base import LOAD_BALANCE
+    from agentrl.rollout.backends.verify import VERIFY_MODES
     from agentrl.rollout.request import SANITY_CHECK_MODES
 
     return {
         "actor_rollout_ref.actor.policy_loss.rollout_is": (None, *RATIO_LEVELS),
         "actor_rollout_ref.actor.policy_loss.rollout_rs": (None, *RATIO_LEVELS),
-        "actor_rollout_ref.rollout.name": BACKENDS,
+        "actor_rollout_ref.rollout.verify_weights": VERIFY_MODES,
         "actor_rollout_ref.rollout.load_balance": LOAD_BALANCE,
         "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": SANITY_CHECK_MODES,
     }

@@ -151,7 +151,8 @@ def bucketed_sync_rank(
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
 
-    from agentrl.rollout.backends.hf import HFBackend
+    from agentrl.config import load_config
+    from agentrl.rollout.backends.factory import create_backend, prompt_scorer
     from agentrl.workers.checkpoint import export_hf
     from agentrl.workers.fsdp import device_mesh, full_state_dict, iter_full_weights, shard_model
 
@@ -164,7 +165,9 @@ def bucketed_sync_rank(
         with torch.no_grad():
             for param in actor.parameters():  # each rank changes its own shard
                 param.mul_(1.5).add_(0.01)
-        engine = HFBackend.from_pretrained(model_dir, device="cpu")
+        rollout = load_config(overrides=["actor_rollout_ref.rollout.engine_kwargs.device=cpu"])
+        # the default backend (the embedded engine), as a rollout builds it
+        engine = create_backend(rollout.actor_rollout_ref.rollout, model_dir, None)
         earlier: list[weakref.ref] = []
         alive, sizes, names = [], [], []
         largest = 0
@@ -191,10 +194,8 @@ def bucketed_sync_rank(
             result["export_equal"] = all(torch.equal(loaded[k], v) for k, v in expected.items())
             result["export_shards"] = len(list(export.glob("model-*-of-*.safetensors")))
             if serve_url is not None:
-                from agentrl.rollout.backends.sglang import SGLangBackend
-
                 async def push() -> None:
-                    client = SGLangBackend([serve_url], request_timeout=60)
+                    client = prompt_scorer([serve_url], 60)  # an agentrl serve client
                     try:
                         await client.update_weights(str(export), weight_version="1")
                     finally:

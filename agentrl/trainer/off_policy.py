@@ -4,9 +4,11 @@
     trainer = create_trainer(cfg)      # PPOTrainer for sync, OffPolicyTrainer otherwise
     history = trainer.fit(); trainer.close()
 
-The rollout runs on inference servers of its own: ``agentrl serve`` processes launched here
-for ``rollout.name=hf`` (the embedded engine, one process per server), SGLang servers for
-``sglang`` (launched, or ``server_urls``). A ``RolloutProducer`` (producer.py) drives
+The rollout runs on inference servers of its own, which the backend's plugin launches
+(agentrl/rollout/backends/registry.py): ``agentrl serve`` processes for ``rollout.name=hf``
+(the embedded engine, one process per server), SGLang or vLLM servers for ``sglang`` and
+``vllm``; or the servers at ``server_urls``. The workers' rollout keeps its backend name and
+gets the servers' URLs, so its plugin builds HTTP clients of them. A ``RolloutProducer`` (producer.py) drives
 them from a process of its own (a Ray actor, producer_host.py) and keeps generating while
 the actor trains in its workers; this process pushes it the loader's batches as its throttle
 allows. The actor's workers reach the same servers for validation and weight sync. A step:
@@ -126,11 +128,10 @@ class ProducerBatchSource:
         """Start the inference servers and point the workers' rollout at them."""
         rollout = OmegaConf.to_container(self.config.actor_rollout_ref.rollout, resolve=True)
         urls = self._start_servers(rollout)
-        if rollout["name"] != "sglang" or not rollout["server_urls"]:
-            logger.info("%s: the workers reach the rollout servers over HTTP: their "
-                        "actor_rollout_ref.rollout.name is sglang (was %s), server_urls %s",
+        if not rollout["server_urls"]:
+            logger.info("%s: the workers reach the %s rollout servers over HTTP: %s",
                         self.mode, rollout["name"], ", ".join(urls))
-        rollout.update(name="sglang", server_urls=urls, control_urls=[], free_cache_engine=False)
+        rollout.update(server_urls=urls, control_urls=[], free_cache_engine=False)
         trainer.worker_config = with_rollout(trainer.worker_config, rollout)
         self._rollout = rollout
 
@@ -159,10 +160,10 @@ class ProducerBatchSource:
     def _start_servers(self, rollout: dict[str, Any]) -> list[str]:
         from agentrl.rollout.backends.factory import server_launcher
 
-        if rollout["name"] == "sglang" and rollout["server_urls"]:
+        if rollout["server_urls"]:
             return list(rollout["server_urls"])
         model, env = self.config.actor_rollout_ref.model, None
-        if rollout["name"] == "hf" and not torch.cuda.is_available():
+        if not torch.cuda.is_available():  # servers and trainer share the CPU cores
             server_threads, trainer_threads = cpu_split(int(rollout["num_servers"] or 1))
             env = {"OMP_NUM_THREADS": str(server_threads)}
             self._threads_before = torch.get_num_threads()  # restored by closing

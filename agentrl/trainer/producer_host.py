@@ -8,9 +8,9 @@
 
 The actor builds an agent worker's engine (``agentrl.rollout.sharded.EngineWorker``: the
 tokenizer, an inference-backend client of the rollout servers, ``rollout`` being the plain
-rollout config with ``name=sglang`` and their URLs, the configured tools and interactions,
-an ``AsyncRolloutEngine`` on a ``LoopThread``) and a ``RolloutProducer`` over it
-(producer.py). In
+rollout config with the servers' URLs (its backend's plugin builds HTTP clients of them),
+the configured tools and interactions, an ``AsyncRolloutEngine`` on a ``LoopThread``) and a
+``RolloutProducer`` over it (producer.py). In
 its own process the agent loop's Python work never holds the trainer's interpreter lock. The
 actor is threaded (``max_concurrency``), so ``stacks`` answers while a ``take_batch`` waits:
 the trainer's hang watchdog reports this process's threads and tasks through it.

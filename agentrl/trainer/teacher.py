@@ -32,8 +32,6 @@ class RemoteTeacher:
 
     def __init__(self, teacher_cfg: Any, student_tokenizer: Any = None,
                  backend: Any = None) -> None:
-        from agentrl.rollout.backends.sglang import SGLangBackend
-
         if student_tokenizer is not None:  # the servers score the student's token ids
             from agentrl.models.tokenizer import check_same_tokenizer
 
@@ -44,11 +42,13 @@ class RemoteTeacher:
         self.max_concurrency = int(teacher_cfg.get("max_concurrency") or 32)
         timeout = float(teacher_cfg.get("request_timeout") or 300.0)
         urls = list(teacher_cfg.server_urls)
-        self.backend = backend or self.loop.run(self._client(SGLangBackend, urls, timeout))
+        self.backend = backend or self.loop.run(self._client(urls, timeout))
 
     @staticmethod
-    async def _client(cls: Any, urls: list[str], timeout: float) -> Any:
-        return cls(urls, request_timeout=timeout)  # built on the loop it serves
+    async def _client(urls: list[str], timeout: float) -> Any:
+        from agentrl.rollout.backends.factory import prompt_scorer
+
+        return prompt_scorer(urls, timeout)  # built on the loop it serves
 
     def compute_teacher_log_prob(self, data: DataProto) -> DataProto:
         """`teacher_log_prob` (B, R): the teacher's log-probs of each response token (0 at

@@ -305,7 +305,8 @@ class ActorRolloutRefWorker(Worker):
         actor = self._require(self.actor, "the actor")
         with self.actor_residency.on_device():
             self.rollout.update_weights(actor.model, self.global_step)
-        return {"timing/weight_sync_s": time.perf_counter() - started}
+        return {"timing/weight_sync_s": time.perf_counter() - started,
+                "rollout/weights_verified": float(self.rollout.weights_verified)}
 
     @register(Dispatch.ONE_TO_ALL)
     def full_state_dict(self, which: str = "actor") -> dict[str, torch.Tensor]:

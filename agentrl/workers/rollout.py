@@ -10,22 +10,30 @@ backend and the engine kind the config asks for (the in-process engine or a user
 interactions; their coroutines run on one event-loop thread of this worker, so loop-bound
 clients (the hf batching task, httpx) live in a single loop.
 
-Weight sync, by backend:
+Weight sync, by how the backend takes weights (its ``weight_sync``, asked of it, never
+of its name; agentrl/rollout/backends/registry.py):
 
-- ``hf`` (embedded, its own unsharded copy): every rank gathers the full weights from FSDP
-  one bucket at a time (``rollout.update_weights_bucket_megabytes``; a tensor larger than
-  that is a bucket of its own) and the backend copies each bucket into its model in place
+- ``tensors`` (an engine in this process with its own unsharded copy, e.g. ``hf``): every
+  rank gathers the full weights from FSDP one bucket at a time
+  (``rollout.update_weights_bucket_megabytes``; a tensor larger than that is a bucket of its
+  own) and the backend copies each bucket into its model in place
   (``update_weights(bucket)``), so no rank ever holds the whole model gathered.
-- ``sglang``: the weights are written as a Hugging Face directory, one safetensors shard
-  per bucket (gathered bucket by bucket like ``hf``), and the servers load it
-  (``/update_weights_from_disk``); then every rank waits at a barrier. With ``server_urls``
-  rank 0 writes and tells every server; with servers the ranks launched (``server_urls``
-  empty: ``rollout_servers.launch_rank_servers``, on each rank's own GPUs) each rank that
-  launched servers tells its own, reading the copy in ``rollout.weights_dir`` (a directory
-  every node mounts, written once) or, when that is null, its node's (written by the node's
-  first rank): ``rollout_servers.plan_disk_sync``. The colocated
-  ``/update_weights_from_tensor`` and NCCL broadcast paths are designed in docs/workers.md.
-- any other backend: gets the full state dict like ``hf``.
+- ``disk`` (servers: ``sglang``, ``vllm``, ``agentrl serve``): the weights are written as a
+  Hugging Face directory, one safetensors shard per bucket (gathered bucket by bucket), and
+  the servers load it; then every rank waits at a barrier. With ``server_urls`` rank 0
+  writes and tells every server; with servers the ranks launched (``server_urls`` empty and
+  a backend that ``launches_servers``: ``rollout_servers.launch_rank_servers``, on each
+  rank's own GPUs) each rank that launched servers tells its own, reading the copy in
+  ``rollout.weights_dir`` (a directory every node mounts, written once) or, when that is
+  null, its node's (written by the node's first rank): ``rollout_servers.plan_disk_sync``.
+- ``state_dict`` (a user's backend that does not say): the full state dict at once.
+
+After every sync (``rollout.verify_weights``: ``every_sync``, ``first_sync`` or ``off``) the
+backend checks that what it holds is what was sent (``verify_weights``: the hf engine compares
+its tensors, servers answer per-tensor checksums); a mismatch raises
+``WeightMismatchError`` naming the server and the first tensor that differs, and
+``weights_verified`` (read by the trainer as ``rollout/weights_verified``) counts the servers
+verified by the last sync.
 
 On a GPU the engine's memory is released after generation (``rollout.free_cache_engine``)
 and resumed before the next weight sync, so training has the GPU to itself (sleep/wake).
@@ -42,6 +50,8 @@ import torch
 import torch.distributed as dist
 
 from agentrl.protocol import DataProto
+from agentrl.rollout.backends.registry import backend_plugin, weight_sync_of
+from agentrl.rollout.backends.verify import verify_after_sync
 from agentrl.utils.aio import LoopThread
 from agentrl.utils.plain_config import plain_config
 from agentrl.workers.fsdp import full_state_dict, iter_full_weights
@@ -79,9 +89,9 @@ class HybridRollout:
         self.loop = LoopThread()
         rollout_cfg = plain_config(config.rollout)
         servers = None
-        if rollout_cfg.name == "sglang" and not rollout_cfg.server_urls:
+        if backend_plugin(rollout_cfg.name).launches_servers and not rollout_cfg.server_urls:
             servers = launch_rank_servers(rollout_cfg, config.model.path, tokenizer)
-        self.disk_sync: DiskSync | None = None  # how weights reach sglang servers
+        self.disk_sync: DiskSync | None = None  # how weights reach servers by disk
         self.weights_dir: Path | None = None
         try:
             self.rollout = build_rollout(
@@ -94,7 +104,8 @@ class HybridRollout:
             self.rollout_cfg = self.rollout.config  # resolved, read-only
             self.backend = self.rollout.backend
             self.engine = self.rollout.engine
-            if self.kind == "sglang":
+            self.weight_sync = weight_sync_of(self.backend)
+            if self.weight_sync == "disk":
                 self.disk_sync = plan_disk_sync(
                     weights_dir if weights_dir is not None else self.rollout_cfg.weights_dir,
                     launched=servers is not None, owner=servers is not None and servers.owner,
@@ -106,6 +117,8 @@ class HybridRollout:
             self.loop.close()
             raise
         self.awake = True
+        self.weights_verified = 0  # servers the last sync verified (rollout/weights_verified)
+        self._syncs = 0
         # sleep after generation only where there is device memory to give back
         self.release_after_generation = bool(
             self.rollout_cfg.free_cache_engine and torch.cuda.is_available()
@@ -115,16 +128,6 @@ class HybridRollout:
     def engine_kind(self) -> str:
         """``engine``, ``sharded`` or ``agent`` (``rollout_assembly.ENGINE_KINDS``)."""
         return self.rollout.kind
-
-    @property
-    def kind(self) -> str:
-        """``hf``, ``sglang`` or ``other`` (a user's backend)."""
-        from agentrl.rollout.backends.hf import HFBackend
-        from agentrl.rollout.backends.sglang import SGLangBackend
-
-        if isinstance(self.backend, HFBackend):
-            return "hf"
-        return "sglang" if isinstance(self.backend, SGLangBackend) else "other"
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Roll out ``prompts``; the engine is woken first and put to sleep after on GPU."""
@@ -145,37 +148,51 @@ class HybridRollout:
         """Give the backend the current weights of the sharded ``model`` (a collective)."""
         self._wake()
         version = str(step)
-        if self.kind == "sglang":
-            self._update_from_disk(model, version)
-            return
-        if self.kind == "hf":
+        self._syncs += 1
+        verify = verify_after_sync(self.rollout_cfg.verify_weights, self._syncs)
+        if self.weight_sync == "disk":
+            self.weights_verified = self._update_from_disk(model, version, verify)
+        elif self.weight_sync == "tensors":
+            verified = True
             # bucket by bucket: never the whole model gathered at once on a rank
             for bucket in iter_full_weights(model, self._bucket_bytes()):
                 self.loop.run(self.backend.update_weights(bucket, weight_version=version))
+                if verify:
+                    verified = self.loop.run(self.backend.verify_weights(bucket)) and verified
                 del bucket
+            self.weights_verified = int(verify and verified)
         else:
-            self.loop.run(self.backend.update_weights(full_state_dict(model)))
-        logger.info(
-            "rank %d: rollout weights synced (%s backend, step %s)", _rank(), self.kind, version
-        )
+            state = full_state_dict(model)
+            self.loop.run(self.backend.update_weights(state))
+            verifier = getattr(self.backend, "verify_weights", None)
+            self.weights_verified = int(self.loop.run(verifier(state))) if (
+                verify and verifier is not None) else 0
+        logger.info("rank %d: rollout weights synced (%s sync, step %s, %d verified)", _rank(),
+                    self.weight_sync, version, self.weights_verified)  # fmt: skip
 
     def _bucket_bytes(self) -> int:
         return int(self.rollout_cfg.update_weights_bucket_megabytes) << 20
 
-    def _update_from_disk(self, model: torch.nn.Module, version: str) -> None:
+    def _update_from_disk(self, model: torch.nn.Module, version: str, verify: bool) -> int:
+        """Write the weights, have this rank's servers load them (and verify them); returns
+        the servers verified."""
         from agentrl.workers.checkpoint import export_hf
 
         sync = self.disk_sync
         target = sync.directory / f"step_{version}"
         # a collective; a writer writes one shard per bucket, never holding the whole model
         export_hf(target, model, bucket_bytes=self._bucket_bytes(), writer=sync.writes)
+        verified = 0
         if sync.sends:
             self.loop.run(self.backend.update_weights(str(target), weight_version=version))
+            if verify:
+                verified = self.loop.run(self.backend.verify_weights(str(target)))
         if sync.writes:
             for old in sync.directory.glob("step_*"):
                 if old != target:
                     shutil.rmtree(old, ignore_errors=True)
         _barrier()  # no rank generates before every server has the new weights
+        return verified
 
     def close(self) -> None:
         """Stop the engine workers, the backend (and servers it launched), the loop thread."""

@@ -151,16 +151,18 @@ def build_rollout(
 
 
 def _sharded_engine(rollout: PlainConfig, model: Any, backend: Any, chat_kwargs: dict) -> Any:
-    """`engine_workers` engines in Ray actors, each with its own SGLang client of `backend`'s
-    servers (launched by `create_backend` when `server_urls` was empty) and its own tools."""
-    from agentrl.rollout.backends.sglang import SGLangBackend
+    """`engine_workers` engines in Ray actors, each with its own HTTP client of `backend`'s
+    servers (launched by `create_backend` when `server_urls` was empty; the workers' clients
+    come from the same backend plugin) and its own tools."""
     from agentrl.rollout.sharded import ShardedRolloutEngine
 
-    if not isinstance(backend, SGLangBackend):
-        raise ValueError("actor_rollout_ref.rollout.engine_workers > 1 needs rollout.name="
-                         "sglang: the engine workers reach the inference servers over HTTP")
-    workers_rollout = plain_config({**rollout, "server_urls": list(backend.server_urls),
-                                    "control_urls": list(backend.control_urls)})
+    urls = list(getattr(backend, "server_urls", None) or [])
+    if not urls:
+        raise ValueError("actor_rollout_ref.rollout.engine_workers > 1 needs a backend with "
+                         "inference servers (rollout.name sglang or vllm, or server_urls): the "
+                         "engine workers reach them over HTTP")
+    workers_rollout = plain_config({**rollout, "server_urls": urls,
+                                    "control_urls": list(getattr(backend, "control_urls", urls))})
     return ShardedRolloutEngine(
         int(rollout.engine_workers),
         workers_rollout,

@@ -62,7 +62,7 @@ def test_hf_backend_gets_the_state_dict_in_place(varied_model_dir):
     tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
     rollout = HybridRollout(_config(varied_model_dir), tokenizer)
     try:
-        assert rollout.kind == "hf"
+        assert rollout.weight_sync == "tensors"
         trained = _perturbed(varied_model_dir)
         rollout.update_weights(trained, step=7)
         assert rollout.backend.weight_version == "7"
@@ -96,7 +96,7 @@ def test_sglang_servers_load_the_exported_directory(varied_model_dir, tmp_path):
         )
         rollout = HybridRollout(config, tokenizer, weights_dir=tmp_path / "weights")
         try:
-            assert rollout.kind == "sglang"
+            assert rollout.weight_sync == "disk"
             original = AutoModelForCausalLM.from_pretrained(varied_model_dir)
             before = rollout.generate_sequences(_prompts())
             assert all(

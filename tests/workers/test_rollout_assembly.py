@@ -90,7 +90,7 @@ def test_agent_mode_is_built_from_the_agent_function_and_reports_each_sample(tin
 
 
 def test_a_sharded_rollout_needs_http_servers(tiny_tokenizer):
-    with pytest.raises(ValueError, match="engine_workers > 1 needs rollout.name=sglang"):
+    with pytest.raises(ValueError, match="engine_workers > 1 needs a backend with inference servers"):
         build_rollout(_actor_rollout_ref("engine_workers=2", "name=sglang"), tiny_tokenizer,
                       backend=ScriptedBackend(tiny_tokenizer, {}))
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-BACKENDS = ("hf", "sglang")  # rollout.name
 HF_ENGINE_KWARGS = ("batch_wait_s", "seed", "device", "kv_cache")  # rollout.engine_kwargs of hf
 KV_CACHES = ("chunked", "dynamic")  # the hf engine's kv_cache (agentrl/rollout/backends/kv_cache.py)
 

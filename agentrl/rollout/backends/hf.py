@@ -54,11 +54,20 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from agentrl.rollout.backends.base import BackendError, GenerationOutput
+from agentrl.rollout.backends.base import (
+    HF_ENGINE_KWARGS,
+    BackendError,
+    GenerationOutput,
+    unknown_hf_engine_kwargs,
+)
 from agentrl.rollout.backends.decode_attention import use_packed_decode_attention
 from agentrl.rollout.backends.kv_cache import KV_CACHES, make_kv_cache
+from agentrl.rollout.backends.registry import BACKEND_PLUGINS, BackendPlugin
+from agentrl.rollout.backends.verify import WeightMismatchError
 
 logger = logging.getLogger(__name__)
+
+SERVE_MAX_NUM_SEQS = 4096  # rollout.max_num_seqs null in agentrl serve: every waiting request joins a batch
 
 _GREEDY_EPS = 1e-6  # temperatures below this mean greedy, as in SGLang
 # SGLang sampling params the hf backend does not implement (rejected with a clear error)
@@ -181,6 +190,7 @@ class HFBackend:
     # The rollout engine generates in waves with this backend unless rollout.deterministic
     # is false: its micro-batches are formed by arrival, so timing would change the samples.
     deterministic_by_default = True
+    weight_sync = "tensors"  # takes state-dict buckets in place (registry.WEIGHT_SYNCS)
 
     def __init__(
         self,
@@ -330,6 +340,19 @@ class HFBackend:
             "a state dict" if isinstance(source, Mapping) else source,
             self.weight_version,
         )
+
+    async def verify_weights(self, source: Mapping[str, torch.Tensor]) -> int:
+        """Check that the model holds every tensor of ``source`` (a state dict or bucket it
+        was sent) exactly; returns 1 (this engine verified) or raises
+        ``WeightMismatchError`` naming the first tensor that differs."""
+        held = self.model.state_dict()
+        for name, expected in source.items():
+            tensor = held.get(name)
+            if tensor is None:
+                raise WeightMismatchError("hf (in process)", name, "the model has no such tensor")
+            if not torch.equal(tensor.cpu(), expected.to(tensor.dtype).cpu()):
+                raise WeightMismatchError("hf (in process)", name)
+        return 1
 
     async def release_memory(self) -> None:
         """On CUDA, move the weights to the CPU and free the cache (colocated training).
@@ -717,4 +740,78 @@ def _resolve(future: asyncio.Future, result: Any) -> None:
         future.set_result(result)
 
 
-__all__ = ["BatchStats", "HFBackend", "SamplingParams", "load_weights_in_place", "read_weights_dir"]
+@BACKEND_PLUGINS.register("hf")
+class HFPlugin(BackendPlugin):
+    """``rollout.name: hf``: the embedded engine in this process (``HFBackend``; with
+    ``model`` it generates with that very module, the trainer's, colocated), or, with
+    ``server_urls``, clients of ``agentrl serve`` servers of it (SGLang's API: the off-policy
+    modes launch those with ``launcher``)."""
+
+    name = "hf"
+
+    def config_problems(self, rollout: Mapping[str, Any]) -> list[str]:
+        kwargs = dict(rollout.get("engine_kwargs") or {})
+        problems = []
+        unknown = unknown_hf_engine_kwargs(kwargs)
+        if unknown:
+            problems.append(f"actor_rollout_ref.rollout.engine_kwargs has {', '.join(unknown)}: "
+                            f"not keys of the hf engine (those are "
+                            f"{', '.join(HF_ENGINE_KWARGS)})")
+        kv_cache = kwargs.get("kv_cache", "chunked")
+        if kv_cache not in KV_CACHES:
+            problems.append(f"actor_rollout_ref.rollout.engine_kwargs.kv_cache is {kv_cache!r}; "
+                            f"choose one of {', '.join(KV_CACHES)}")
+        return problems
+
+    def create(self, rollout: Mapping[str, Any], model_path: str | None, tokenizer: Any, *,
+               model: Any = None, seed: int | None = None, gpus: Any = None) -> Any:  # fmt: skip
+        if rollout.get("server_urls"):
+            return self.client(rollout, rollout["server_urls"], tokenizer)
+        kwargs = dict(rollout["engine_kwargs"] or {})
+        if seed is not None:
+            kwargs.setdefault("seed", seed)
+        options = {"max_num_seqs": rollout["max_num_seqs"],
+                   "max_model_len": rollout["max_model_len"]}
+        device = kwargs.pop("device", None)
+        if model is not None:
+            return HFBackend(model, tokenizer, **options, **kwargs)
+        if not model_path:
+            raise ValueError("the hf backend needs actor_rollout_ref.model.path (or a model)")
+        return HFBackend.from_pretrained(model_path, tokenizer, device=device,
+                                         dtype=rollout["dtype"], **options, **kwargs)
+
+    def client(self, rollout: Mapping[str, Any], urls: Any, tokenizer: Any,
+               **kwargs: Any) -> Any:  # fmt: skip
+        from agentrl.rollout.backends.sglang import sglang_client
+
+        return sglang_client(rollout, urls, tokenizer, **kwargs)  # agentrl serve: SGLang's API
+
+    def launcher(self, rollout: Mapping[str, Any], model_path: str, *, seed: int | None = None,
+                 trust_remote_code: bool = False, env: dict[str, str] | None = None,
+                 host: str = "127.0.0.1", gpus: Any = None) -> Any:  # fmt: skip
+        """``agentrl serve`` servers of the policy (its engine keys as the server's flags)."""
+        from agentrl.rollout.backends.launcher import ServerLauncher
+
+        problems = self.config_problems(rollout)
+        if problems:
+            raise ValueError("; ".join(problems))
+        kwargs = dict(rollout["engine_kwargs"] or {})
+        wait = kwargs.get("batch_wait_s")
+        server_args = {
+            "max_num_seqs": rollout["max_num_seqs"] or SERVE_MAX_NUM_SEQS,
+            "seed": kwargs.get("seed", seed),
+            "device": kwargs.get("device"),
+            "dtype": rollout["dtype"] if torch.cuda.is_available() else None,
+            "context_length": rollout["max_model_len"],
+            "batch_wait_ms": None if wait is None else float(wait) * 1000,
+            "kv_cache": kwargs.get("kv_cache"),
+            "trust_remote_code": trust_remote_code,
+        }
+        python = rollout.get("server_python") or sys.executable
+        return ServerLauncher(model_path, int(rollout["num_servers"] or 1),
+                              command=(python, "-m", "agentrl.rollout.backends.serve_cli"),
+                              server_args=server_args, ready_timeout=rollout["launch_timeout"],
+                              env=env, host=host)  # fmt: skip
+
+
+__all__ = ["BatchStats", "HFBackend", "HFPlugin", "SamplingParams", "load_weights_in_place", "read_weights_dir"]

@@ -28,13 +28,14 @@ import contextlib
 import logging
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ import httpx
 logger = logging.getLogger(__name__)
 
 SGLANG_COMMAND = (sys.executable, "-m", "sglang.launch_server")
+SERVER_PYTHON_KEY = "actor_rollout_ref.rollout.server_python"
 _LOG_TAIL_CHARS = 3000
 
 
@@ -123,6 +125,9 @@ class ServerLauncher:
         poll_interval: seconds between readiness polls.
         log_dir: where the server logs go; None -> a new temporary directory.
         env: extra environment variables for the servers.
+        model_flag: the flag that names the model (`--model` for vLLM).
+        health_path: the route that answers 200 once a server generates (`/health` for
+            vLLM).
     """
 
     def __init__(
@@ -140,6 +145,8 @@ class ServerLauncher:
         poll_interval: float = 2.0,
         log_dir: str | os.PathLike | None = None,
         env: dict[str, str] | None = None,
+        model_flag: str = "--model-path",
+        health_path: str = "/health_generate",
     ) -> None:
         if num_servers < 1:
             raise ValueError(f"num_servers must be >= 1, got {num_servers}")
@@ -167,6 +174,8 @@ class ServerLauncher:
             Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="agentrl-servers-"))
         )
         self.env = dict(env or {})
+        self.model_flag = model_flag
+        self.health_path = health_path
         self.servers: list[ServerProcess] = []
 
     @property
@@ -177,7 +186,7 @@ class ServerLauncher:
         """The command line of the server on `port`."""
         return [
             *self.command,
-            "--model-path",
+            self.model_flag,
             self.model_path,
             "--host",
             self.host,
@@ -263,7 +272,7 @@ class ServerLauncher:
                             f"starting; log {server.log_path}:\n"
                             f"{server.log_tail()}"
                         )
-                    if _ready(client, server.url):
+                    if _ready(client, server.url + self.health_path):
                         pending.remove(server)
                 if not pending:
                     return
@@ -278,9 +287,52 @@ class ServerLauncher:
 
 def _ready(client: httpx.Client, url: str) -> bool:
     try:
-        return client.get(url + "/health_generate").status_code == 200
+        return client.get(url).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def server_python(rollout: Mapping[str, Any]) -> str:
+    """The interpreter servers run under: ``rollout.server_python`` (checked to exist and
+    run), or this process's."""
+    python = rollout.get("server_python")
+    if not python:
+        return sys.executable
+    found = shutil.which(str(python))
+    if found is None or not os.access(found, os.X_OK):
+        raise ValueError(f"{SERVER_PYTHON_KEY}={python!r} is not an interpreter that can be "
+                         "run (no such executable file)")
+    return found
+
+
+def gpu_server_launcher(
+    rollout: Mapping[str, Any], model_path: str, module_args: Sequence[str],
+    server_args: dict[str, Any], *, env: dict[str, str] | None = None,
+    host: str = "127.0.0.1", gpus: Sequence[str] | None = None,
+    model_flag: str = "--model-path", health_path: str = "/health_generate",
+) -> ServerLauncher:  # fmt: skip
+    """A launcher of an engine's GPU servers from ``rollout`` (``actor_rollout_ref.rollout``):
+    ``launch_command`` or ``server_python module_args``; ``tensor_model_parallel_size`` GPUs
+    each out of ``gpus`` (None: the ones this process sees); ``num_servers`` null -> as many
+    as they hold (1 without GPUs); ``engine_kwargs`` added to ``server_args`` as flags."""
+    import torch
+
+    tp = int(rollout["tensor_model_parallel_size"])
+    if gpus is None and torch.cuda.is_available():  # the GPUs this process sees
+        gpus = (visible_gpus() or [str(i) for i in range(torch.cuda.device_count())])[
+            : torch.cuda.device_count()
+        ]
+    num_servers = rollout["num_servers"]
+    if num_servers is None:
+        num_servers = max(1, len(gpus) // tp) if gpus else 1
+    command = rollout["launch_command"] or (server_python(rollout), *module_args)
+    return ServerLauncher(
+        model_path, int(num_servers),
+        server_args={**server_args, **(rollout["engine_kwargs"] or {})},
+        command=command, gpus_per_server=tp if gpus else 0, gpus=gpus,
+        ready_timeout=rollout["launch_timeout"], env=env, host=host,
+        model_flag=model_flag, health_path=health_path,
+    )  # fmt: skip
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
@@ -294,6 +346,8 @@ __all__ = [
     "ServerLauncher",
     "ServerProcess",
     "free_port",
+    "gpu_server_launcher",
+    "server_python",
     "free_ports",
     "server_flags",
     "visible_gpus",

@@ -328,6 +328,19 @@ def create_app(
             }
         )
 
+    @app.api_route("/get_weights_by_name", methods=["GET", "POST"])
+    async def get_weights_by_name(request: Request) -> JSONResponse:
+        """SGLang's route: the first ``truncate_size`` rows of the named tensor (what the
+        trainer's weight verification reads, agentrl/rollout/backends/verify.py)."""
+        body = await _json_object(request)
+        name = str(body.get("name") or "")
+        tensor = backend.model.state_dict().get(name)
+        if tensor is None:
+            return JSONResponse({"success": False, "message": f"no weight named {name!r}"},
+                                status_code=400)  # fmt: skip
+        rows = int(body.get("truncate_size") or 100)
+        return JSONResponse(tensor.detach()[:rows].float().cpu().tolist())
+
     @app.post("/update_weights_from_tensor")
     async def update_weights_from_tensor() -> JSONResponse:
         message = (

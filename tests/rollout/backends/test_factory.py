@@ -69,8 +69,8 @@ def test_sglang_client_on_given_urls(tiny_tokenizer):
 
 
 def test_unknown_backend_name_is_an_error(tiny_tokenizer):
-    with pytest.raises(ValueError, match="must be one of \\('hf', 'sglang'\\), got 'vllm'"):
-        create_backend({"name": "vllm"}, "/m", tiny_tokenizer)
+    with pytest.raises(ValueError, match="rollout.name is 'vlm'; choose one of hf, sglang, vllm"):
+        create_backend({"name": "vlm"}, "/m", tiny_tokenizer)
 
 
 def test_sglang_without_urls_launches_servers_and_stops_them(tiny_model_dir, tiny_tokenizer):

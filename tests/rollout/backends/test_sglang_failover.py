@@ -24,6 +24,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from agentrl.rollout.backends import servers as servers_module
 from agentrl.rollout.backends import sglang as sglang_module
 from agentrl.rollout.backends.base import BackendError
 from agentrl.rollout.backends.hf import HFBackend
@@ -233,7 +234,7 @@ def test_weight_sync_skips_a_dead_server_and_checks_each_version(caplog, monkeyp
 
 
 def test_a_dead_server_rejoins_after_the_cool_down_only_with_the_current_weights(monkeypatch):
-    monkeypatch.setattr(sglang_module, "_MIN_PROBE_GAP", 0.05)
+    monkeypatch.setattr(servers_module, "_MIN_PROBE_GAP", 0.05)
     port = free_port()
     gone = f"http://127.0.0.1:{port}"
     with scripted_servers(1) as [(good, _)]:
@@ -262,7 +263,7 @@ def test_a_dead_server_rejoins_after_the_cool_down_only_with_the_current_weights
 
 
 def test_a_server_that_missed_a_tensor_update_stays_out(monkeypatch):
-    monkeypatch.setattr(sglang_module, "_MIN_PROBE_GAP", 0.05)
+    monkeypatch.setattr(servers_module, "_MIN_PROBE_GAP", 0.05)
     monkeypatch.setattr(sglang_module, "serialize_named_tensors", lambda bucket: "b64")
     with scripted_servers(2) as [(a, _), (b, script_b)]:
         backend = SGLangBackend([a, b], server_cooldown_s=0, **FAST)
