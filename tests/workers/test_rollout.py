@@ -66,6 +66,7 @@ def test_hf_backend_gets_the_state_dict_in_place(varied_model_dir):
         trained = _perturbed(varied_model_dir)
         rollout.update_weights(trained, step=7)
         assert rollout.backend.weight_version == "7"
+        assert rollout.weights_verified == 1  # every_sync by default
         engine_weights = rollout.backend.model.state_dict()
         assert all(torch.equal(engine_weights[k], v) for k, v in trained.state_dict().items())
         out = rollout.generate_sequences(_prompts())
@@ -108,6 +109,7 @@ def test_sglang_servers_load_the_exported_directory(varied_model_dir, tmp_path):
 
             trained = _perturbed(varied_model_dir)
             rollout.update_weights(trained, step=1)
+            assert rollout.weights_verified == 1  # the one server, through /get_weights_by_name
             rollout.update_weights(trained, step=2)
             assert [p.name for p in (tmp_path / "weights").iterdir()] == ["step_2"]
             assert server_backend.weight_version == "2"
@@ -163,3 +165,38 @@ def test_engine_workers_roll_out_from_the_same_servers(varied_model_dir, tmp_pat
                 response_tokens(after), greedy_continuations(trained, after, R), strict=True))
         finally:
             rollout.close()
+
+
+@pytest.mark.parametrize("mode, verified", [("first_sync", [1, 0]), ("off", [0, 0])])
+def test_verify_weights_modes(varied_model_dir, mode, verified):
+    tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
+    config = _config(varied_model_dir, f"actor_rollout_ref.rollout.verify_weights={mode}")
+    rollout = HybridRollout(config, tokenizer)
+    try:
+        trained = _perturbed(varied_model_dir)
+        seen = []
+        for step in (1, 2):
+            rollout.update_weights(trained, step=step)
+            seen.append(rollout.weights_verified)
+        assert seen == verified
+    finally:
+        rollout.close()
+
+
+def test_a_run_stops_when_the_engine_does_not_hold_the_weights(tmp_path, monkeypatch):
+    """One tensor of the engine goes wrong after its update: the run stops, naming it."""
+    from agentrl.rollout.backends.hf import HFBackend
+    from agentrl.rollout.backends.verify import WeightMismatchError
+    from agentrl.smoke import run_smoke
+
+    update = HFBackend.update_weights
+
+    async def corrupting_update(self, source, weight_version=None):
+        await update(self, source, weight_version)
+        if "model.norm.weight" in source:
+            with torch.no_grad():
+                self.model.model.norm.weight[0] += 0.5
+
+    monkeypatch.setattr(HFBackend, "update_weights", corrupting_update)
+    with pytest.raises(WeightMismatchError, match="tensor 'model.norm.weight' differs"):
+        run_smoke(tmp_path, steps=1, seed=0)
