@@ -255,7 +255,7 @@ def create_app(
         call_id = f"{session.session_id}-{uuid.uuid4().hex[:8]}"
         out = await backend.generate(list(segment.token_ids), params, call_id)
         content = segment.add_model_output(renderer, list(out.output_ids), out.output_log_probs,
-                                           out.weight_version)  # fmt: skip
+                                           out.token_weight_versions)  # fmt: skip
         content, stop_sequence = _cut_at_stop(content, stops)
         stopped = stop_sequence is not None
         parsed = (get_tool_parser(tool_format, schemas).parse(content)

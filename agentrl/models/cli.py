@@ -11,17 +11,22 @@ from agentrl.models.tiny import TINY_SIZES, make_tiny_model
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out_dir", help="directory to write the Hugging Face model to")
     parser.add_argument("--size", default="tiny", choices=sorted(TINY_SIZES),
-                        help="model size: nano ~0.34M, tiny ~0.8M, small ~5M, medium ~21M, large ~31M params")
+                        help="model size (parameters, attention head width): nano 0.20M (16), "
+                             "tiny 0.85M (32), small 4.4M (64), medium 18.7M (64), large 30.4M "
+                             "(72); vLLM's CPU build serves head widths 32 and 64, not 16 or 72")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--vocab-size", type=int, default=4096,
                         help="upper bound of the BPE vocabulary (default 4096)")
     parser.add_argument("--chat-template", default="qwen25", choices=sorted(CHAT_TEMPLATES),
                         help="tool rendering: qwen25 (JSON schemas) or compact_tools (one line)")
+    parser.add_argument("--untied", action="store_true",
+                        help="give the output layer its own weights (tied to the embeddings by "
+                             "default); vLLM's CPU build reloads only untied output layers")
 
 
 def run(args: argparse.Namespace) -> int:
     make_tiny_model(args.out_dir, size=args.size, seed=args.seed, vocab_size=args.vocab_size,
-                    chat_template=args.chat_template)
+                    chat_template=args.chat_template, tie_word_embeddings=not args.untied)
     return 0
 
 

@@ -58,8 +58,8 @@ class TinySize:
     num_key_value_heads: int
 
 
-# name -> shape. Parameters with a 4096-token embedding (tied): nano 0.34M, tiny 0.8M, small 5M,
-# medium 21M, large 31M (the tiny tokenizer has ~2K tokens: nano is 0.2M as built).
+# name -> shape. Parameters as built (the tiny tokenizer's ~2K-token embedding, tied): nano
+# 0.20M, tiny 0.85M, small 4.4M, medium 18.7M, large 30.4M.
 TINY_SIZES: dict[str, TinySize] = {
     "nano": TinySize(64, 128, 2, 4, 2),  # the CPU quickstart's model
     "tiny": TinySize(128, 384, 3, 4, 2),
@@ -159,7 +159,8 @@ def train_tiny_tokenizer(vocab_size: int = 4096, corpus_lines: int = 20000) -> (
 
 
 def build_tiny_config(size: str, vocab_size: int, pad_token_id: int, eos_token_id: int,
-                      max_position_embeddings: int = 4096) -> Qwen2Config:
+                      max_position_embeddings: int = 4096,
+                      tie_word_embeddings: bool = True) -> Qwen2Config:  # fmt: skip
     """A Qwen2 config of the named size (see TINY_SIZES)."""
     if size not in TINY_SIZES:
         raise ValueError(f"unknown tiny model size {size!r}; choose one of {sorted(TINY_SIZES)}")
@@ -172,7 +173,7 @@ def build_tiny_config(size: str, vocab_size: int, pad_token_id: int, eos_token_i
         num_attention_heads=shape.num_attention_heads,
         num_key_value_heads=shape.num_key_value_heads,
         max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_word_embeddings,
         rope_theta=10000.0,
         rms_norm_eps=1e-6,
         bos_token_id=pad_token_id,
@@ -183,11 +184,13 @@ def build_tiny_config(size: str, vocab_size: int, pad_token_id: int, eos_token_i
 
 
 def make_tiny_model(out_dir: str | Path, size: str = "tiny", seed: int = 0,
-                    vocab_size: int = 4096, chat_template: str = "qwen25") -> Path:
+                    vocab_size: int = 4096, chat_template: str = "qwen25",
+                    tie_word_embeddings: bool = True) -> Path:  # fmt: skip
     """Write a tiny Qwen2 model + tokenizer directory to `out_dir` and return its path.
 
     `chat_template`: `qwen25` (Qwen2.5's tool rendering) or `compact_tools` (the tools as
-    one short line; agentrl/models/chat_template.py). Deterministic: the same arguments
+    one short line; agentrl/models/chat_template.py). `tie_word_embeddings` false gives the
+    output layer its own weights (what vLLM's CPU build needs to reload them: docs/backends.md). Deterministic: the same arguments
     give byte-identical weights and the same tokenizer on every machine.
     """
     if chat_template not in CHAT_TEMPLATES:
@@ -203,7 +206,8 @@ def make_tiny_model(out_dir: str | Path, size: str = "tiny", seed: int = 0,
     padded_vocab = -(-len(tokenizer) // 64) * 64
     im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
-    config = build_tiny_config(size, padded_vocab, pad_token_id=pad_id, eos_token_id=im_end_id)
+    config = build_tiny_config(size, padded_vocab, pad_token_id=pad_id, eos_token_id=im_end_id,
+                               tie_word_embeddings=tie_word_embeddings)
     generator_state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)

@@ -415,7 +415,7 @@ class AsyncRolloutEngine:
             return
         req.metrics.assistant_turns += 1
         content = req.add_model_output(
-            self.renderer, out.output_ids, out.output_log_probs, out.weight_version
+            self.renderer, out.output_ids, out.output_log_probs, out.token_weight_versions
         )
         parsed = (
             self.parser.parse(content)

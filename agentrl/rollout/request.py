@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -156,7 +157,7 @@ class AsyncRolloutRequest(TokenTrajectory):
     # ------------------------------------------------------------------ the trajectory
 
     def append(self, ids: list[int], loss_mask: int, log_probs: list[float] | None = None,
-               weight_version: int = -1) -> None:  # fmt: skip
+               weight_version: int | Sequence[int] = -1) -> None:  # fmt: skip
         """`TokenTrajectory.append`; an error names the request."""
         try:
             super().append(ids, loss_mask, log_probs, weight_version)

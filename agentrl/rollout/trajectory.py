@@ -15,6 +15,7 @@ added and a trajectory cut in one place:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agentrl.models.chat import ChatRenderer
@@ -44,26 +45,32 @@ class TokenTrajectory:
         ids: list[int],
         loss_mask: int,
         log_probs: list[float] | None = None,
-        weight_version: int = -1,
+        weight_version: int | Sequence[int] = -1,
     ) -> None:
         """Append tokens to every aligned list (log-probs 0.0 where none are given; the
-        policy version that produced them, -1 for tokens no model wrote)."""
+        policy version that produced them, one for all or one per token, -1 for tokens no
+        model wrote)."""
         if log_probs is not None and len(log_probs) != len(ids):
             raise ValueError(f"{len(log_probs)} log-probs for {len(ids)} tokens")
+        if not isinstance(weight_version, int) and len(weight_version) != len(ids):
+            raise ValueError(f"{len(weight_version)} weight versions for {len(ids)} tokens")
         start = len(self.input_ids)
         self.input_ids.extend(ids)
         self.attention_mask.extend([1] * len(ids))
         self.position_ids.extend(range(start, start + len(ids)))
         self.loss_mask.extend([loss_mask] * len(ids))
         self.rollout_log_probs.extend(log_probs if log_probs is not None else [0.0] * len(ids))
-        self.weight_versions.extend([weight_version] * len(ids))
+        if isinstance(weight_version, int):
+            self.weight_versions.extend([weight_version] * len(ids))
+        else:
+            self.weight_versions.extend(int(v) for v in weight_version)
 
     def add_model_output(
         self,
         renderer: ChatRenderer,
         output_ids: list[int],
         log_probs: list[float] | None,
-        weight_version: int = -1,
+        weight_version: int | Sequence[int] = -1,
     ) -> str:
         """Append a model turn's exact ids (loss mask 1) with the policy version that wrote
         them; return its content text (without the end-of-turn markup the model wrote,

@@ -30,7 +30,8 @@ of its name; agentrl/rollout/backends/registry.py):
 
 After every sync (``rollout.verify_weights``: ``every_sync``, ``first_sync`` or ``off``) the
 backend checks that what it holds is what was sent (``verify_weights``: the hf engine compares
-its tensors, servers answer per-tensor checksums); a mismatch raises
+its tensors; servers answer per-tensor checksums and score a probe sequence whose log-probs
+must equal the trainer's, agentrl/rollout/backends/verify.py); a mismatch raises
 ``WeightMismatchError`` naming the server and the first tensor that differs, and
 ``weights_verified`` (read by the trainer as ``rollout/weights_verified``) counts the servers
 verified by the last sync.
@@ -183,16 +184,31 @@ class HybridRollout:
         # a collective; a writer writes one shard per bucket, never holding the whole model
         export_hf(target, model, bucket_bytes=self._bucket_bytes(), writer=sync.writes)
         verified = 0
+        probe = self._probe(model) if verify else None  # a collective forward
         if sync.sends:
             self.loop.run(self.backend.update_weights(str(target), weight_version=version))
             if verify:
-                verified = self.loop.run(self.backend.verify_weights(str(target)))
+                verified = self.loop.run(self.backend.verify_weights(str(target), probe))
         if sync.writes:
             for old in sync.directory.glob("step_*"):
                 if old != target:
                     shutil.rmtree(old, ignore_errors=True)
         _barrier()  # no rank generates before every server has the new weights
         return verified
+
+    def _probe(self, model: torch.nn.Module) -> Any:
+        """The trainer's log-probs of the probe sequence under the weights it sends (every
+        rank runs the forward: the sharded model gathers its layers)."""
+        from agentrl.rollout.backends.verify import Probe, probe_ids, probe_tolerance
+
+        ids = probe_ids(int(model.config.vocab_size))
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids], device=device), use_cache=False).logits
+        log_probs = torch.log_softmax(logits[0, :-1].float(), -1)  # (T - 1, V)
+        chosen = log_probs.gather(1, torch.tensor(ids[1:], device=device)[:, None])[:, 0]
+        return Probe(ids, chosen.cpu().tolist(),
+                     probe_tolerance(getattr(self.backend, "weights_dtype", None)))
 
     def close(self) -> None:
         """Stop the engine workers, the backend (and servers it launched), the loop thread."""

@@ -185,8 +185,8 @@ def test_verify_weights_modes(varied_model_dir, mode, verified):
 
 def test_a_run_stops_when_the_engine_does_not_hold_the_weights(tmp_path, monkeypatch):
     """One tensor of the engine goes wrong after its update: the run stops, naming it."""
+    from agentrl.distributed.worker import WorkerError
     from agentrl.rollout.backends.hf import HFBackend
-    from agentrl.rollout.backends.verify import WeightMismatchError
     from agentrl.smoke import run_smoke
 
     update = HFBackend.update_weights
@@ -198,5 +198,8 @@ def test_a_run_stops_when_the_engine_does_not_hold_the_weights(tmp_path, monkeyp
                 self.model.model.norm.weight[0] += 0.5
 
     monkeypatch.setattr(HFBackend, "update_weights", corrupting_update)
-    with pytest.raises(WeightMismatchError, match="tensor 'model.norm.weight' differs"):
+    with pytest.raises(WorkerError, match="WeightMismatchError: rollout server hf \\(in process\\) "
+                                          "does not hold the weights it was sent: tensor "
+                                          "'model.norm.weight' differs"):
         run_smoke(tmp_path, steps=1, seed=0)
+    assert not (tmp_path / "global_step_1").exists()  # it stopped before a checkpoint

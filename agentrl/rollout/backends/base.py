@@ -52,6 +52,16 @@ class GenerationOutput:
         except (TypeError, ValueError):
             return -1
 
+    @property
+    def token_weight_versions(self) -> int | list[int]:
+        """The policy version of each output id when the backend reports one per token
+        (``meta_info["token_weight_versions"]``: vLLM, where an update in the middle of a
+        request splits it), else `weight_version` for them all."""
+        per_token = self.meta_info.get("token_weight_versions")
+        if per_token is None or len(per_token) != len(self.output_ids):
+            return self.weight_version
+        return [int(v) for v in per_token]
+
     def __post_init__(self) -> None:
         if self.finish_reason not in ("stop", "length", "abort"):
             raise ValueError(f"finish_reason must be stop, length or abort, got "

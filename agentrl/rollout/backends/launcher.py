@@ -278,7 +278,8 @@ class ServerLauncher:
                     return
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"servers not ready after {self.ready_timeout:.0f}s: "
+                        f"servers not ready after {self.ready_timeout:.0f}s "
+                        "(actor_rollout_ref.rollout.launch_timeout): "
                         f"{[s.url for s in pending]}; log of the first:\n"
                         f"{pending[0].log_tail()}"
                     )

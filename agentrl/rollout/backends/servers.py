@@ -293,17 +293,31 @@ class ServerBackend:
         if weight_version is not None:
             await self._check_versions(weight_version)
 
-    async def verify_weights(self, source: str | os.PathLike) -> int:
+    async def verify_weights(self, source: str | os.PathLike, probe: Any = None) -> int:
         """Check every live control server holds the weights of directory `source`
-        (`ServerAPI.verify_server`, compared exactly after casting to `weights_dtype`); returns the servers verified, or raises
-        `WeightMismatchError` naming the server and the first tensor that differs."""
+        (`ServerAPI.verify_server`, compared exactly after casting to `weights_dtype`) and,
+        with `probe` (a `verify.Probe`), scores the probe sequence as the trainer does;
+        returns the servers verified, or raises `WeightMismatchError` naming the server and
+        the first tensor that differs."""
         import torch
 
         dtype = getattr(torch, self.weights_dtype) if self.weights_dtype else None
         urls = self.pool.live(self.control_urls)
-        await asyncio.gather(*(self.api.verify_server(self._request, u, os.fspath(source), dtype)
+        await asyncio.gather(*(self._verify_server(u, os.fspath(source), dtype, probe)
                                for u in urls))  # fmt: skip
         return len(urls)
+
+    async def _verify_server(self, url: str, source: str, dtype: Any, probe: Any) -> None:
+        from agentrl.rollout.backends.verify import WeightMismatchError
+
+        await self.api.verify_server(self._request, url, source, dtype)
+        if probe is None:
+            return
+        payload = self.api.prompt_log_probs_payload(list(probe.input_ids), "agentrl-verify")
+        body = await self._request("POST", url + self.api.generate_path, payload)
+        why = probe.mismatch(self.api.parse_prompt_log_probs(body))
+        if why is not None:
+            raise WeightMismatchError(url, None, why)
 
     async def release_memory(self, tags: list[str] | None = None) -> None:
         """Give the servers' memory back (SGLang: `/release_memory_occupation`, needs

@@ -16,8 +16,11 @@ How each backend checks (its own ``verify_weights``):
   A server that computes in another dtype than the one written (bf16 on a GPU) is compared
   with the written values cast to that dtype, so the check stays exact.
 
-A mismatch raises ``WeightMismatchError`` naming the server and the first tensor that
-differs, which stops the run: training on weights the engine does not hold would train a
+Servers also score a fixed probe sequence (``Probe``) and their log-probs must equal the
+trainer's own on the weights it sent (to 1e-3 in fp32): this catches what no checksum can
+show, e.g. vLLM's CPU build keeps a tied output layer it prepacked when the embeddings are
+reloaded. A mismatch raises ``WeightMismatchError`` naming the server and the first tensor
+that differs (or the probe token that shows it), which stops the run: training on weights the engine does not hold would train a
 policy nobody sampled from.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +37,54 @@ VERIFY_ROWS = 4  # rows (first dimension) of each tensor /get_weights_by_name an
 
 
 class WeightMismatchError(RuntimeError):
-    """A server does not hold the weights it was sent."""
+    """A server does not hold the weights it was sent; ``tensor`` None: its output on the
+    probe sequence shows it, though no tensor checksum did."""
 
-    def __init__(self, server: str, tensor: str, detail: str = "") -> None:
+    def __init__(self, server: str, tensor: str | None, detail: str = "") -> None:
         self.server, self.tensor = server, tensor
+        what = (f"tensor {tensor!r} differs" if tensor is not None
+                else "its log-probs of the probe sequence differ from the trainer's")
         super().__init__(f"rollout server {server} does not hold the weights it was sent: "
-                         f"tensor {tensor!r} differs{': ' + detail if detail else ''} "
+                         f"{what}{': ' + detail if detail else ''} "
                          "(actor_rollout_ref.rollout.verify_weights)")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A fixed token sequence and the trainer's log-probs of its tokens 1.. under the weights
+    it sent: a server whose own log-probs differ by more than ``tolerance`` does not hold
+    them, whatever its checksums say (a tensor the server cannot show, e.g. an output layer
+    its CPU kernels prepacked, is caught this way)."""
+
+    input_ids: list[int]
+    log_probs: list[float]
+    tolerance: float
+
+    def mismatch(self, got: list[float]) -> str | None:
+        """Why ``got`` (a server's log-probs of the same tokens) is not this, or None."""
+        if len(got) != len(self.log_probs):
+            return f"{len(got)} log-probs for {len(self.log_probs)} tokens"
+        worst = max(range(len(got)), key=lambda i: abs(got[i] - self.log_probs[i]))
+        diff = abs(got[worst] - self.log_probs[worst])
+        if diff > self.tolerance:
+            return (f"token {worst + 1}: {got[worst]:.6f} on the server, "
+                    f"{self.log_probs[worst]:.6f} in the trainer (tolerance {self.tolerance:g})")
+        return None
+
+
+PROBE_LENGTH = 32  # tokens of the probe sequence
+PROBE_TOLERANCE = {"float32": 1e-3}  # |log-prob| difference; any other dtype: 0.5
+
+
+def probe_ids(vocab_size: int, length: int = PROBE_LENGTH) -> list[int]:
+    """The probe sequence: fixed ids spread over the vocabulary."""
+    return [(7919 * i + 13) % vocab_size for i in range(length)]
+
+
+def probe_tolerance(dtype: str | None) -> float:
+    """How far a server's log-probs may be from the trainer's when both hold the same
+    weights: fp32 servers agree to ~1e-6 (measured); bf16 ones round every layer."""
+    return PROBE_TOLERANCE.get(dtype or "float32", 0.5)
 
 
 def verify_after_sync(mode: str, sync_number: int) -> bool:
@@ -108,12 +153,16 @@ def _flatten(values: Any) -> list[float]:
 
 
 __all__ = [
+    "PROBE_LENGTH",
+    "Probe",
     "VERIFY_MODES",
     "VERIFY_ROWS",
     "WeightMismatchError",
     "first_prefix_mismatch",
     "iter_directory_tensors",
     "prefix_values",
+    "probe_ids",
+    "probe_tolerance",
     "tensor_digest",
     "verify_after_sync",
 ]

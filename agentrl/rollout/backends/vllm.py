@@ -66,6 +66,8 @@ STACKED = (("qkv_proj", ("q_proj", "k_proj", "v_proj")), ("gate_up_proj", ("gate
 _GENERATE_ID_PREFIX = "generate-tokens-"  # the server's id of a /inference/v1/generate call
 _NO_VERSION = "default"  # what a server reports before any update_weight_version
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+# head sizes vLLM 0.32's CPU attention takes (v1/attention/backends/cpu_attn.py)
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
 class VLLMAPI(ServerAPI):
@@ -84,6 +86,16 @@ class VLLMAPI(ServerAPI):
 
     def parse_generate(self, body: Any, tokenizer: Any) -> GenerationOutput:
         return parse_generate_tokens(body, tokenizer)
+
+    def prompt_log_probs_payload(self, input_ids: list[int], request_id: str) -> dict[str, Any]:
+        """vLLM's `prompt_logprobs: 0`: each prompt token's own log-prob (one output token,
+        not used)."""
+        return {"request_id": request_id, "token_ids": [int(t) for t in input_ids],
+                "sampling_params": {"max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}}
+
+    def parse_prompt_log_probs(self, body: Any) -> list[float]:
+        entries = body["prompt_logprobs"][1:]  # the first token has none
+        return [float(next(iter(entry.values()))["logprob"]) for entry in entries]
 
     def abort_call(self, request_id: str | None) -> tuple[str, dict[str, Any]]:
         if request_id is None:
@@ -298,6 +310,12 @@ class VLLMPlugin(BackendPlugin):
                              "(or set actor_rollout_ref.rollout.server_urls)")
         launcher = self.launcher(rollout, model_path, seed=seed, gpus=gpus)
         urls = launcher.start()
+        try:
+            for url in urls:  # the policy before any update is version 0, as in the hf engine
+                _post_sync(url + "/update_weight_version", {"new_version": "0"})
+        except Exception:
+            launcher.stop()
+            raise
         return self.client(rollout, urls, tokenizer, control_urls=None, on_close=launcher.stop)
 
     def client(self, rollout: Mapping[str, Any], urls: Sequence[str], tokenizer: Any,
@@ -312,6 +330,8 @@ class VLLMPlugin(BackendPlugin):
         from agentrl.rollout.backends.launcher import gpu_server_launcher
 
         on_gpu = torch.cuda.is_available()
+        if not on_gpu:
+            check_cpu_head_size(model_path)
         server_env = {"VLLM_SERVER_DEV_MODE": "1", **(env or {})}
         if not on_gpu:
             server_env.setdefault("VLLM_CPU_KVCACHE_SPACE",
@@ -338,11 +358,38 @@ class VLLMPlugin(BackendPlugin):
                                    health_path="/health")  # fmt: skip
 
 
+def check_cpu_head_size(model_path: str) -> None:
+    """Refuse, before any server starts, a model whose attention head size vLLM's CPU
+    attention does not take (its engine would die at the first request)."""
+    import json
+
+    config_file = os.path.join(model_path, "config.json")
+    if not os.path.isfile(config_file):
+        return  # a hub name or another layout: vLLM says what it thinks
+    with open(config_file) as handle:
+        config = json.load(handle)
+    heads = config.get("num_attention_heads")
+    head_dim = config.get("head_dim") or (config["hidden_size"] // heads if heads else None)
+    if head_dim is not None and head_dim not in CPU_HEAD_SIZES:
+        raise ValueError(
+            f"actor_rollout_ref.model.path={model_path} has attention heads of size {head_dim}, "
+            f"which vLLM's CPU attention cannot serve (it takes "
+            f"{', '.join(map(str, CPU_HEAD_SIZES))}); use another model, e.g. "
+            "agentrl make-tiny-model --size tiny or small, or rollout.name=hf")
+
+
+def _post_sync(url: str, body: dict[str, Any]) -> None:
+    import httpx
+
+    httpx.post(url, json=body, timeout=30).raise_for_status()
+
+
 __all__ = [
     "SERVED_MODEL_NAME",
     "VLLMAPI",
     "VLLMBackend",
     "VLLMPlugin",
+    "check_cpu_head_size",
     "expected_checksums",
     "parse_generate_tokens",
     "server_checksums",

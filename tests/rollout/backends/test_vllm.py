@@ -1,0 +1,392 @@
+"""The vllm backend: its request and reply shapes (no server), then real vLLM servers.
+
+The tests marked `vllm` start vLLM's CPU build from `.venv-vllm` (scripts/setup_vllm_env.sh;
+another interpreter with AGENTRL_VLLM_PYTHON). Without it they skip, unless
+AGENTRL_REQUIRE_VLLM=1 (CI) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agentrl.config import load_config
+from agentrl.rollout.backends.registry import backend_plugin
+from agentrl.rollout.backends.verify import (
+    Probe,
+    WeightMismatchError,
+    probe_ids,
+    probe_tolerance,
+)
+from agentrl.rollout.backends.vllm import (
+    CPU_HEAD_SIZES,
+    EMPTY_DIGEST,
+    VLLMAPI,
+    check_cpu_head_size,
+    expected_checksums,
+    parse_generate_tokens,
+    server_checksums,
+    token_versions,
+    vllm_sampling_params,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+# ---------------------------------------------------------------- shapes, no server
+
+
+def test_sampling_params_in_vllms_names():
+    params = vllm_sampling_params({"max_new_tokens": 8, "temperature": 0.5, "top_k": -1,
+                                   "stop_token_ids": [7], "no_stop_trim": True, "seed": 3},
+                                  return_logprob=True)  # fmt: skip
+    assert params == {"max_tokens": 8, "temperature": 0.5, "top_p": 1.0, "top_k": -1, "n": 1,
+                      "skip_special_tokens": False, "logprobs": 0, "stop_token_ids": [7],
+                      "seed": 3}  # fmt: skip
+    with pytest.raises(ValueError, match="no sampling parameter\\(s\\) \\['frequency'\\]"):
+        vllm_sampling_params({"max_new_tokens": 1, "frequency": 2}, True)
+    payload = VLLMAPI().generate_payload([1, 2], {"max_new_tokens": 4}, "r-t0-a0", False)
+    assert payload["request_id"] == "r-t0-a0" and payload["token_ids"] == [1, 2]
+    assert "logprobs" not in payload["sampling_params"]
+
+
+def test_a_reply_becomes_ids_log_probs_and_a_version_per_token(tiny_tokenizer):
+    body = {"request_id": "generate-tokens-r1", "choices": [{
+        "index": 0, "finish_reason": "stop", "stop_reason": 9, "token_ids": [5, 6, 7, 9],
+        "weight_versions": [{"version": "3", "start": 0, "end": 2},
+                            {"version": "4", "start": 2, "end": 4}],
+        "logprobs": {"content": [{"token_id": t, "logprob": -0.5 * t} for t in (5, 6, 7, 9)]},
+    }]}
+    out = parse_generate_tokens(body, tiny_tokenizer)
+    assert out.output_ids == [5, 6, 7, 9] and out.finish_reason == "stop"
+    assert out.output_log_probs == [-2.5, -3.0, -3.5, -4.5]
+    assert out.token_weight_versions == [3, 3, 4, 4] and out.weight_version == 4
+    assert out.text == tiny_tokenizer.decode([5, 6, 7, 9], skip_special_tokens=False)
+    assert token_versions([{"version": "default", "start": 0, "end": 3}], 3) == [-1, -1, -1]
+    body["choices"][0]["finish_reason"] = "nope"
+    with pytest.raises(ValueError, match="unknown finish_reason 'nope'"):
+        parse_generate_tokens(body)
+
+
+def test_abort_names_the_servers_id_of_the_request():
+    assert VLLMAPI().abort_call("s1-t0-a0") == (
+        "/abort_requests", {"request_ids": ["generate-tokens-s1-t0-a0"]})
+    assert VLLMAPI().abort_call(None) == ("/abort_requests", {})
+    assert VLLMAPI().parse_version({"weight_version": "default"}) is None
+    assert VLLMAPI().parse_version({"weight_version": "12"}) == "12"
+
+
+def _digest(tensor: torch.Tensor) -> str:
+    return hashlib.sha256(tensor.contiguous().view(-1).view(torch.uint8).numpy()).hexdigest()
+
+
+def test_expected_checksums_fuse_projections_as_vllm_loads_them(tiny_model_dir):
+    tensors = load_file(next(Path(tiny_model_dir).glob("*.safetensors")))
+    digests = expected_checksums(tiny_model_dir, names={"model.embed_tokens.weight"})
+    prefix = "model.layers.0."
+    qkv = torch.cat([tensors[prefix + f"self_attn.{p}_proj.weight"] for p in "qkv"], 0)
+    assert digests[prefix + "self_attn.qkv_proj.weight"] == _digest(qkv)
+    gate_up = torch.cat([tensors[prefix + f"mlp.{p}_proj.weight"] for p in ("gate", "up")], 0)
+    assert digests[prefix + "mlp.gate_up_proj.weight"] == _digest(gate_up)
+    assert prefix + "self_attn.q_proj.weight" not in digests
+    assert "lm_head.weight" not in digests  # tied: vLLM holds the embeddings only
+    norm = tensors["model.norm.weight"]
+    assert digests["model.norm.weight"] == _digest(norm)
+    as_bf16 = expected_checksums(tiny_model_dir, torch.bfloat16)
+    assert as_bf16["model.norm.weight"] == _digest(norm.to(torch.bfloat16))
+
+
+def test_server_checksums_take_rank_zero_and_see_tensor_parallelism():
+    held, tp = server_checksums({"checksums": {"dp0:pp0:pcp0:tp0:a.weight": "x",
+                                               "dp0:pp0:pcp0:tp1:a.weight": "y"}})
+    assert held == {"a.weight": "x"} and tp
+    held, tp = server_checksums({"checksums": {"dp0:pp0:pcp0:tp0:a.weight": EMPTY_DIGEST}})
+    assert held == {"a.weight": EMPTY_DIGEST} and not tp
+
+
+def test_a_head_size_the_cpu_attention_refuses_is_named(tmp_path):
+    from agentrl.models.tiny import make_tiny_model
+
+    nano = make_tiny_model(tmp_path / "nano", size="nano", seed=0)
+    with pytest.raises(ValueError, match=f"model.path={nano} has attention heads of size 16"):
+        check_cpu_head_size(str(nano))
+    tiny = make_tiny_model(tmp_path / "tiny", size="tiny", seed=0)
+    check_cpu_head_size(str(tiny))  # 32 wide: served
+    assert 32 in CPU_HEAD_SIZES and 16 not in CPU_HEAD_SIZES
+
+
+def _rollout(*overrides: str) -> dict:
+    from omegaconf import OmegaConf
+
+    cfg = load_config(overrides=["actor_rollout_ref.rollout.name=vllm", *overrides])
+    return OmegaConf.to_container(cfg.actor_rollout_ref.rollout, resolve=True)
+
+
+def test_a_wrong_server_python_is_named_before_anything_starts(tiny_model_dir):
+    rollout = _rollout("actor_rollout_ref.rollout.server_python=/nowhere/python")
+    with pytest.raises(ValueError, match="rollout.server_python='/nowhere/python' is not an "
+                                         "interpreter that can be run"):
+        backend_plugin("vllm").launcher(rollout, str(tiny_model_dir))
+
+
+def test_the_launcher_runs_vllms_server_module_with_its_flags(tiny_model_dir):
+    rollout = _rollout(f"actor_rollout_ref.rollout.server_python={sys.executable}",
+                       "actor_rollout_ref.rollout.num_servers=2",
+                       "+actor_rollout_ref.rollout.engine_kwargs.logprobs_mode=processed_logprobs")
+    launcher = backend_plugin("vllm").launcher(rollout, str(tiny_model_dir), seed=5)
+    argv = launcher.argv(8000)
+    assert argv[:5] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
+                        str(tiny_model_dir)]
+    flags = " ".join(argv)
+    for flag in ("--enable-scale-out", "--served-model-name agentrl-policy", "--seed 5",
+                 "--dtype float32", "--enforce-eager", "--logprobs-mode processed_logprobs"):
+        assert flag in flags
+    assert launcher.num_servers == 2 and launcher.health_path == "/health"
+    assert launcher.env["VLLM_SERVER_DEV_MODE"] == "1"
+
+
+# ---------------------------------------------------------------- real vLLM servers
+
+
+def vllm_python() -> str:
+    python = os.environ.get("AGENTRL_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
+    if not Path(python).exists():
+        message = f"no vLLM environment at {python} (bash scripts/setup_vllm_env.sh)"
+        if os.environ.get("AGENTRL_REQUIRE_VLLM") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return python
+
+
+@pytest.fixture(scope="module")
+def untied_model_dir(tmp_path_factory) -> Path:
+    """The tiny model with an output layer of its own, its matrices sharpened as the varied
+    model's (vLLM's CPU build does not reload a tied output layer: see the probe test)."""
+    from agentrl.models.tiny import make_tiny_model
+
+    out = make_tiny_model(tmp_path_factory.mktemp("untied"), size="tiny", seed=0,
+                          tie_word_embeddings=False)  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(out)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 2:
+                param.mul_(6.0)
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def vllm_server(varied_model_dir):
+    """One vLLM server of the varied (tied) tiny model, launched by the plugin: (its backend,
+    the rollout config)."""
+    python = vllm_python()
+    rollout = _rollout(f"actor_rollout_ref.rollout.server_python={python}",
+                       "actor_rollout_ref.rollout.launch_timeout=300",
+                       "actor_rollout_ref.rollout.request_timeout=120")
+    tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
+    backend = backend_plugin("vllm").create(rollout, str(varied_model_dir), tokenizer)
+    yield backend, rollout
+    asyncio.run(backend.aclose())
+
+
+def _prompts(tokenizer) -> list[list[int]]:
+    return [tokenizer.encode(t) for t in ("1+2=", "hello there world, how are you",
+                                          "the of and to in is it that for you")]
+
+
+@pytest.mark.vllm
+def test_greedy_ids_and_log_probs_equal_the_hf_engine(vllm_server, varied_model_dir):
+    from agentrl.rollout.backends.hf import HFBackend
+
+    backend, _ = vllm_server
+    tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
+    engine = HFBackend.from_pretrained(varied_model_dir)
+    params = {"max_new_tokens": 24, "temperature": 0.0, "ignore_eos": True}
+
+    async def both(prompt, i):
+        served = await backend.generate(prompt, dict(params), f"greedy{i}-t0-a0")
+        local = await engine.generate(prompt, dict(params), f"greedy{i}")
+        return served, local
+
+    async def run():
+        outs = await asyncio.gather(*(both(p, i) for i, p in enumerate(_prompts(tokenizer))))
+        await engine.aclose()
+        return outs
+
+    for served, local in asyncio.run(run()):
+        assert served.output_ids == local.output_ids
+        assert len(set(served.output_ids)) > 1  # the varied model: a test that can fail
+        diff = max(abs(a - b) for a, b in zip(served.output_log_probs, local.output_log_probs,
+                                              strict=True))  # fmt: skip
+        assert diff < 1e-4
+        assert served.finish_reason == "length" and served.token_weight_versions == [0] * 24
+
+
+def _probe(model) -> Probe:
+    ids = probe_ids(model.config.vocab_size)
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, :-1]
+    chosen = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(ids[1:])[:, None])
+    return Probe(ids, chosen[:, 0].tolist(), probe_tolerance(None))
+
+
+@pytest.mark.vllm
+def test_a_stale_tied_output_layer_is_caught_by_the_probe(vllm_server, varied_model_dir,
+                                                           tmp_path):  # fmt: skip
+    """vLLM 0.32's CPU build prepacks the output layer; reloading weights refreshes the tied
+    embeddings but not that copy. No checksum shows it; the probe's log-probs do."""
+    backend, _ = vllm_server
+    trained = AutoModelForCausalLM.from_pretrained(varied_model_dir)
+    with torch.no_grad():
+        trained.model.embed_tokens.weight.add_(0.05 * torch.randn_like(
+            trained.model.embed_tokens.weight))
+    trained.save_pretrained(tmp_path / "step_1")
+
+    async def run():
+        await backend.update_weights(str(tmp_path / "step_1"), weight_version="1")
+        checksums_only = await backend.verify_weights(str(tmp_path / "step_1"))
+        with pytest.raises(WeightMismatchError) as err:
+            await backend.verify_weights(str(tmp_path / "step_1"), _probe(trained))
+        await backend.update_weights(str(varied_model_dir), weight_version="2")  # as it was
+        return checksums_only, str(err.value)
+
+    checksums_only, message = asyncio.run(run())
+    assert checksums_only == 1
+    assert backend.server_urls[0] in message
+    assert "log-probs of the probe sequence differ from the trainer's" in message
+
+
+@pytest.mark.vllm
+def test_weights_sync_from_disk_are_verified_and_a_corrupt_server_is_named(
+        untied_model_dir, tmp_path):  # fmt: skip
+    python = vllm_python()
+    rollout = _rollout(f"actor_rollout_ref.rollout.server_python={python}",
+                       "actor_rollout_ref.rollout.launch_timeout=300",
+                       "actor_rollout_ref.rollout.request_timeout=120")
+    tokenizer = AutoTokenizer.from_pretrained(untied_model_dir)
+    backend = backend_plugin("vllm").create(rollout, str(untied_model_dir), tokenizer)
+    trained = AutoModelForCausalLM.from_pretrained(untied_model_dir)
+    with torch.no_grad():
+        for param in trained.parameters():
+            param.add_(0.01 * torch.randn_like(param))
+    good = tmp_path / "step_1"
+    trained.save_pretrained(good)
+    bad = tmp_path / "bad"
+    shutil.copytree(good, bad)
+    [shard] = sorted(bad.glob("*.safetensors"))
+    tensors = load_file(shard)
+    tensors["model.layers.1.post_attention_layernorm.weight"][2] += 0.5
+    save_file(tensors, shard, metadata={"format": "pt"})
+    url = backend.server_urls[0]
+    prompt = _prompts(tokenizer)[1]
+
+    async def run():
+        await backend.update_weights(str(good), weight_version="1")
+        verified = await backend.verify_weights(str(good), _probe(trained))
+        out = await backend.generate(prompt, {"max_new_tokens": 8, "temperature": 0.0},
+                                     "sync1-t0-a0")  # fmt: skip
+        # the server loads other weights behind the client's back
+        await backend.api.load_directory(backend._post_control, url, str(bad), "1", True)
+        with pytest.raises(WeightMismatchError) as err:
+            await backend.verify_weights(str(good), _probe(trained))
+        await backend.aclose()
+        return verified, out, str(err.value)
+
+    verified, out, message = asyncio.run(run())
+    assert verified == 1 and out.token_weight_versions == [1] * 8
+    # the served log-probs are the trained model's, not the original's
+    original = AutoModelForCausalLM.from_pretrained(untied_model_dir)
+    ids = torch.tensor([prompt + out.output_ids])
+    for model, close in ((trained, True), (original, False)):
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(prompt) - 1 : -1]
+        expected = torch.log_softmax(logits.float(), -1).gather(
+            1, torch.tensor(out.output_ids)[:, None])[:, 0]
+        diff = (expected - torch.tensor(out.output_log_probs)).abs().max().item()
+        assert (diff < 1e-4) == close, diff
+    assert url in message and "model.layers.1.post_attention_layernorm.weight" in message
+
+
+@pytest.mark.vllm
+def test_abort_ends_a_long_generation(vllm_server, varied_model_dir):
+    backend, _ = vllm_server
+    tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
+
+    async def run():
+        task = asyncio.create_task(backend.generate(
+            _prompts(tokenizer)[0], {"max_new_tokens": 900, "temperature": 1.0,
+                                     "ignore_eos": True}, "long-t0-a0"))  # fmt: skip
+        await asyncio.sleep(1.0)
+        await backend.abort("long-t0-a0")
+        return await asyncio.wait_for(task, 60)
+
+    out = asyncio.run(run())
+    assert out.finish_reason == "abort" and len(out.output_ids) < 900  # ended, not finished
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_two_grpo_steps_through_vllm_sync_and_verify_weights(tmp_path):
+    from agentrl.models.tiny import make_tiny_model
+    from agentrl.smoke import run_smoke
+
+    python = vllm_python()
+    # an output layer of its own: vLLM's CPU build does not reload a tied one (the probe
+    # test above), so verification would rightly stop a run of the tied model
+    make_tiny_model(tmp_path / "model", size="tiny", seed=0, tie_word_embeddings=False)
+    history = run_smoke(tmp_path, steps=2, seed=0, overrides=[
+        "actor_rollout_ref.rollout.name=vllm",
+        f"actor_rollout_ref.rollout.server_python={python}",
+        "actor_rollout_ref.rollout.launch_timeout=300",
+    ])
+    assert [round(m["rollout/weights_verified"]) for m in history] == [1, 1]
+    for m in history:
+        assert m["rollout/requests"] == 16 and m["actor/grad_norm"] > 0
+        assert m["timing/weight_sync_s"] > 0
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_three_servers_one_killed_mid_batch_every_trajectory_completes(varied_model_dir):
+    python = vllm_python()
+    rollout = _rollout(f"actor_rollout_ref.rollout.server_python={python}",
+                       "actor_rollout_ref.rollout.num_servers=3",
+                       "actor_rollout_ref.rollout.launch_timeout=400",
+                       "actor_rollout_ref.rollout.request_timeout=120",
+                       "actor_rollout_ref.rollout.server_cooldown_s=600")
+    tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
+    backend = backend_plugin("vllm").create(rollout, str(varied_model_dir), tokenizer)
+    prompts = _prompts(tokenizer) * 4
+    victim = backend.server_urls[1]
+    launcher_stop = backend._on_close.__self__  # the ServerLauncher that started them
+
+    async def run():
+        calls = [asyncio.create_task(backend.generate(
+            p, {"max_new_tokens": 200, "temperature": 1.0, "ignore_eos": True},
+            f"batch{i}-t0-a0")) for i, p in enumerate(prompts)]  # fmt: skip
+        await asyncio.sleep(1.5)
+        [server] = [s for s in launcher_stop.servers if s.url == victim]
+        os.killpg(server.process.pid, signal.SIGKILL)
+        return await asyncio.wait_for(asyncio.gather(*calls), 300)
+
+    try:
+        outs = asyncio.run(run())
+        metrics = backend.metrics()
+    finally:
+        asyncio.run(backend.aclose())
+    assert len(outs) == 12 and all(len(o.output_ids) == 200 for o in outs)
+    assert all(o.meta_info["server_url"] != victim for o in outs)
+    assert metrics["rollout/servers_lost"] == 1 and metrics["rollout/servers_alive"] == 2
