@@ -26,7 +26,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from agentrl.utils.command import configure_logging, run_command_module
+from agentrl.utils.command import DEBUG_HELP, configure_logging, enable_debug, run_command_module
 
 # command name -> (module implementing it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -56,6 +56,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentrl", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
@@ -71,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     configure_logging(args.log_level)
+    if args.debug:
+        enable_debug()
     module_name, help_text = COMMANDS[args.command]
     module = importlib.import_module(module_name)
     return run_command_module(module, args.command, rest, description=help_text)

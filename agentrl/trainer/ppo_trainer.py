@@ -43,6 +43,7 @@ from agentrl.trainer.batch_source import BatchSource, RolloutInStep, rollout_bat
 from agentrl.trainer.dump import dump_trajectories
 from agentrl.trainer.hang_guard import HangGuard
 from agentrl.trainer.metrics import batch_metrics, compute_timing_metrics, progress_postfix, timer
+from agentrl.trainer.preflight import check_run_inputs
 from agentrl.trainer.scoring import score
 from agentrl.trainer.tracking import Tracking
 from agentrl.trainer.update import update
@@ -66,6 +67,7 @@ class PPOTrainer:
         self.n_workers = worker_setup.n_workers(config)
         if problems := training_problems(config):
             raise ConfigError(problems)
+        check_run_inputs(config)  # data, tools, device: before the tokenizer and any model
         self.resume_from = ckpt.resume_path(config.trainer)  # a bad path fails before workers
         self.tokenizer = load_tokenizer(
             config.data.tokenizer or config.actor_rollout_ref.model.path,
