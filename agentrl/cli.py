@@ -14,6 +14,7 @@ runs, so `agentrl --help` stays fast and one command's heavy imports never slow 
     agentrl quickstart --out-dir outputs/quickstart
     agentrl generate --config X.yaml data.path=IN.parquet data.output_path=OUT.jsonl
     agentrl report RUN_DIR
+    agentrl export CHECKPOINT_DIR --out DIR [--adapter]
     agentrl gateway --model MODEL_DIR --port P [key=value ...]
     agentrl env prepare SPEC --out DIR [--size N] [--test-size M] [--seed S]
     agentrl COMMAND --help
@@ -40,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                    "SFT + GRPO a small model to use a calculator on CPU, with a before/after report"),
     "generate": ("agentrl.generate",
                  "roll out a dataset with tools and interactions (no training), write jsonl"),
+    "export": ("agentrl.trainer.export",
+               "write a run's checkpoint as a Hugging Face model folder with its tokenizer"),
     "report": ("agentrl.report.cli",
                "write RUN_DIR/report.html: training plots and a trajectory viewer"),
     "serve": ("agentrl.rollout.backends.serve_cli",

@@ -226,7 +226,7 @@ class PPOTrainer:
             metrics |= self.val_metrics
         if force_save or last or (trainer.save_freq > 0 and step % trainer.save_freq == 0):
             with self.stage("save_checkpoint", timing):
-                self.save_checkpoint()
+                self.save_checkpoint(final=force_save or last)  # the run's last: + hf_model
         return metrics | compute_timing_metrics(timing)
 
     @contextlib.contextmanager
@@ -248,12 +248,13 @@ class PPOTrainer:
         """`trainer.default_local_dir` as an absolute path (Ray workers have other cwds)."""
         return Path(str(self.config.trainer.default_local_dir)).resolve()
 
-    def save_checkpoint(self, state: dict[str, Any] | None = None) -> Path:
+    def save_checkpoint(self, state: dict[str, Any] | None = None, final: bool = False) -> Path:
         """Checkpoint the models and the driver's `state` (default: now's) as its step
-        (checkpointing.save: atomic, marked latest, old ones rotated)."""
+        (checkpointing.save: atomic, marked latest, old ones rotated); `final`: the run's
+        last, which holds a Hugging Face model too (`trainer.save_hf_model_at_end`)."""
         state = state or self._trainer_state(self.global_steps)
         return ckpt.save(self.checkpoint_root, int(state["global_step"]), self.models, state,
-                         self.config.trainer)  # fmt: skip
+                         self.config.trainer, final=final)  # fmt: skip
 
     def load_checkpoint(self) -> int:
         """Resume per `trainer.resume_mode`: worker states, data loader position and global
