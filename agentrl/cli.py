@@ -14,6 +14,7 @@ runs, so `agentrl --help` stays fast and one command's heavy imports never slow 
     agentrl quickstart --out-dir outputs/quickstart
     agentrl generate --config X.yaml data.path=IN.parquet data.output_path=OUT.jsonl
     agentrl report RUN_DIR
+    agentrl export CHECKPOINT_DIR --out DIR [--adapter]
     agentrl gateway --model MODEL_DIR --port P [key=value ...]
     agentrl env prepare SPEC --out DIR [--size N] [--test-size M] [--seed S]
     agentrl COMMAND --help
@@ -26,7 +27,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from agentrl.utils.command import configure_logging, run_command_module
+from agentrl.utils.command import DEBUG_HELP, configure_logging, enable_debug, run_command_module
 
 # command name -> (module implementing it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -40,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                    "SFT + GRPO a small model to use a calculator on CPU, with a before/after report"),
     "generate": ("agentrl.generate",
                  "roll out a dataset with tools and interactions (no training), write jsonl"),
+    "export": ("agentrl.trainer.export",
+               "write a run's checkpoint as a Hugging Face model folder with its tokenizer"),
     "report": ("agentrl.report.cli",
                "write RUN_DIR/report.html: training plots and a trajectory viewer"),
     "serve": ("agentrl.rollout.backends.serve_cli",
@@ -56,6 +59,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentrl", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
@@ -71,6 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     configure_logging(args.log_level)
+    if args.debug:
+        enable_debug()
     module_name, help_text = COMMANDS[args.command]
     module = importlib.import_module(module_name)
     return run_command_module(module, args.command, rest, description=help_text)

@@ -9,7 +9,9 @@ Two forms are accepted:
 A relative file path is looked up in the current directory first, then in ``base_dir``
 (the directory of the config that names it). Loading the same file twice returns the same
 module, so classes compare equal. With ``expected_base`` the object must be a subclass of it.
-Every failure raises ``PluginLoadError`` naming the path and what went wrong.
+Every failure raises ``PluginLoadError`` naming the path and what went wrong: a module of the
+dotted path that does not exist is named as the missing module (``tools.calculatr`` in
+``tools.calculatr.CalculatorTool``), a missing name gets the module's closest names.
 
 Before importing, the loader installs agentrl's stand-ins for verl's module paths
 (agentrl/verl_compat.py), so a plugin written for verl loads where verl is not installed.
@@ -17,6 +19,7 @@ Before importing, the loader installs agentrl's stand-ins for verl's module path
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -47,9 +50,10 @@ def load_object(
     if ":" in path and (path.rsplit(":", 1)[0].endswith(".py")):
         file_part, attr_path = path.rsplit(":", 1)
         module = _load_file_module(file_part, base_dir, path)
+        missing = None
     else:
-        module, attr_path = _import_longest_module(path)
-    obj = _get_attr_path(module, attr_path, path)
+        module, attr_path, missing = _import_longest_module(path)
+    obj = _get_attr_path(module, attr_path, path, missing)
     if expected_base is not None:
         if not isinstance(obj, type):
             raise PluginLoadError(
@@ -64,8 +68,9 @@ def load_object(
     return obj
 
 
-def _import_longest_module(path: str) -> tuple[ModuleType, str]:
-    """Import the longest importable prefix of a dotted path; return it and the rest."""
+def _import_longest_module(path: str) -> tuple[ModuleType, str, str | None]:
+    """Import the longest importable prefix of a dotted path; return it, the rest, and the
+    longer prefix that is no module (None when the next part is the only thing left)."""
     parts = path.split(".")
     if len(parts) < 2 or not all(p.isidentifier() for p in parts):
         raise PluginLoadError(
@@ -75,7 +80,8 @@ def _import_longest_module(path: str) -> tuple[ModuleType, str]:
     for cut in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:cut])
         try:
-            return importlib.import_module(module_name), ".".join(parts[cut:])
+            missing = ".".join(parts[: cut + 1]) if cut < len(parts) - 1 else None
+            return importlib.import_module(module_name), ".".join(parts[cut:]), missing
         except verl_compat.MissingVerlModule as err:
             raise PluginLoadError(f"cannot import {path!r}: {err}") from err
         except ModuleNotFoundError as err:
@@ -131,15 +137,24 @@ def _load_file_module(file_part: str, base_dir: str | Path | None, path: str) ->
     return module
 
 
-def _get_attr_path(module: ModuleType, attr_path: str, path: str) -> Any:
+def _get_attr_path(module: ModuleType, attr_path: str, path: str,
+                   missing: str | None = None) -> Any:  # fmt: skip
+    """``module.attr_path``; ``missing``: the module the next part would have been."""
     obj: Any = module
-    for name in attr_path.split("."):
+    for i, name in enumerate(attr_path.split(".")):
         if not name.isidentifier():
             raise PluginLoadError(f"{path!r}: {attr_path!r} is not a valid attribute name")
         try:
             obj = getattr(obj, name)
         except AttributeError:
+            if i == 0 and missing is not None:  # `pkg.typo.Name`: the module is what is missing
+                raise PluginLoadError(
+                    f"cannot import {path!r}: no module named {missing!r}") from None
+            close = difflib.get_close_matches(name, [n for n in dir(obj) if not
+                                                     n.startswith("_")], n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise PluginLoadError(
-                f"cannot load {path!r}: module {module.__name__!r} has no attribute {attr_path!r}"
+                f"cannot load {path!r}: module {module.__name__!r} has no attribute "
+                f"{attr_path!r}{hint}"
             ) from None
     return obj

@@ -27,6 +27,10 @@ def test_expected_base_is_checked():
     [
         ("nosuchpkg_xyz.Thing", "cannot import 'nosuchpkg_xyz.Thing'"),
         ("collections.NoSuchName", "module 'collections' has no attribute 'NoSuchName'"),
+        # a module missing inside an existing package is named as the missing module
+        ("tools.calculatr.CalculatorTool",
+         "cannot import 'tools.calculatr.CalculatorTool': no module named 'tools.calculatr'$"),
+        ("collections.OrderDict", "has no attribute 'OrderDict'; did you mean OrderedDict"),
         ("Thing", "is not a plugin path"),
         ("a b.c", "is not a plugin path"),
         ("", "non-empty string"),

@@ -17,6 +17,7 @@ import sys
 from omegaconf import DictConfig
 
 from agentrl.config.loader import ConfigError, config_to_yaml, load_config
+from agentrl.utils.command import report_error
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
     except ConfigError as err:
-        sys.stderr.write(f"{err}\n")
-        return 2
+        return report_error(err)
     sys.stdout.write(config_to_yaml(cfg))
     return 0
 

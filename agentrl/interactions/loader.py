@@ -9,7 +9,9 @@
 the class name without ``Interaction``, lower-cased (``Gsm8kInteraction`` -> ``gsm8k``).
 Classes are loaded with ``agentrl.plugins.load_object`` (relative ``.py`` paths are looked
 up in the current directory, then next to the YAML). Problems raise
-``InteractionConfigError`` naming the entry.
+``InteractionConfigError`` naming the entry. ``import_interaction_classes(path)`` imports the
+classes without building them, each error naming the file and the line of the entry's
+``class_name`` (what a run checks before its workers start).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import yaml
 
 from agentrl.interactions.base import BaseInteraction
 from agentrl.plugins import PluginLoadError, load_object
+from agentrl.utils.yaml_lines import entry_key_lines
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +62,27 @@ def default_name(class_name: str) -> str:
     """``pkg.mod.Gsm8kInteraction`` -> ``gsm8k``."""
     short = class_name.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
     return (short[: -len("Interaction")] if short.endswith("Interaction") else short).lower()
+
+
+def import_interaction_classes(path: str | os.PathLike) -> list[type[BaseInteraction]]:
+    """Import each entry's class of the interaction config file ``path``, building none; a
+    problem raises ``InteractionConfigError`` that begins with ``FILE, line N:``."""
+    entries, base_dir = _read(path)
+    lines = entry_key_lines(path, "interaction", "class_name")
+    classes = []
+    for i, entry in enumerate(entries):
+        where = f"{path}, line {lines[i]}: " if i in lines else f"{path}: "
+        class_name = entry.get("class_name") if isinstance(entry, Mapping) else None
+        if not isinstance(class_name, str) or not class_name:
+            raise InteractionConfigError(f"{where}interaction config entry {i}: 'class_name' "
+                                         "must be a non-empty string")
+        try:
+            classes.append(load_object(class_name, BaseInteraction, base_dir=base_dir))
+        except PluginLoadError as err:
+            raise InteractionConfigError(
+                f"{where}interaction config entry {i} (class_name {class_name!r}): {err}"
+            ) from err
+    return classes
 
 
 def load_interactions(source: str | os.PathLike | Mapping) -> dict[str, BaseInteraction]:

@@ -11,7 +11,9 @@ dicts without importing anything (the dataset renders prompts with them). An ent
 of that server: both functions ask the server for its tools. Both validate the
 same way and raise ``ToolConfigError`` naming the entry (its index and ``class_name``).
 A relative ``path/to/file.py`` in ``class_name`` is looked up in the current directory, then
-next to the YAML file.
+next to the YAML file. ``import_tool_classes`` validates and imports every class without
+building a tool or starting a server, each error naming the YAML file and the line of the
+entry's ``class_name`` (what a run checks before its workers start).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pydantic import ValidationError
 from agentrl.plugins import PluginLoadError, load_object
 from agentrl.tools.base import BaseTool
 from agentrl.tools.schemas import OpenAIFunctionToolSchema
+from agentrl.utils.yaml_lines import entry_key_lines
 
 logger = logging.getLogger(__name__)
 
@@ -178,6 +181,29 @@ def load_tool_schemas(source: ToolConfigSource) -> list[dict[str, Any]]:
     """The OpenAI tool schema dicts of a tool config, in order, without importing the tools."""
     parsed, _ = _parse_all(source)
     return [schema.model_dump(exclude_none=True) for _, _, schema in parsed]
+
+
+def import_tool_classes(path: str | os.PathLike) -> list[type[BaseTool]]:
+    """Validate the tool config file ``path`` and import each entry's class, building no
+    tool; ``type: mcp`` entries are left out (listing their tools starts the server). A
+    problem raises ``ToolConfigError`` that begins with ``FILE, line N:`` (the line of the
+    entry's ``class_name``)."""
+    entries, base_dir = _read_entries(path)
+    lines = entry_key_lines(path, "tools", "class_name")
+    classes = []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, Mapping) and entry.get("type") == "mcp":
+            continue
+        where = f"{path}, line {lines[i]}: " if i in lines else f"{path}: "
+        try:
+            class_name, _, _ = _parse_entry(i, entry)
+        except ToolConfigError as err:
+            raise ToolConfigError(f"{where}{err}") from err
+        try:
+            classes.append(load_object(class_name, BaseTool, base_dir=base_dir))
+        except PluginLoadError as err:
+            raise ToolConfigError(f"{where}{_entry_label(i, entry)}: {err}") from err
+    return classes
 
 
 def load_tools(source: ToolConfigSource) -> dict[str, BaseTool]:

@@ -3,7 +3,8 @@
 verl's layout, under ``trainer.default_local_dir``::
 
     global_step_10/actor/     ActorRolloutRefWorker.save_checkpoint (sharded model, optimizer,
-                              scheduler, RNG; see docs/workers.md)
+                              scheduler, RNG; see docs/workers.md); the run's last one also
+                              actor/huggingface/ (``trainer.save_hf_model_at_end``)
     global_step_10/critic/    CriticWorker.save_checkpoint (PPO with GAE only)
     global_step_10/data.pt    the driver's state: data loader position, global step, KL coef
     latest_checkpointed_iteration.txt   "10", written last, so it names a complete checkpoint
@@ -161,14 +162,18 @@ def rotate(root: str | Path, part: str, keep: int | None) -> list[Path]:
     return removed
 
 
-def save(root: Path, step: int, models: Any, state: dict[str, Any], trainer_config: Any) -> Path:
+def save(root: Path, step: int, models: Any, state: dict[str, Any], trainer_config: Any,
+         final: bool = False) -> Path:  # fmt: skip
     """Write step ``step``: ``global_step_N/{actor,critic,data.pt}`` under a ``.partial`` name
     until complete (``models``: the run's worker groups, ``update.Models``; ``state``: the
-    driver's share), mark it latest, rotate old ones per ``max_{actor,critic}_ckpt_to_keep``."""
+    driver's share), mark it latest, rotate old ones per ``max_{actor,critic}_ckpt_to_keep``.
+    ``final`` (the run's last checkpoint) with ``trainer.save_hf_model_at_end``: the actor's
+    part holds ``huggingface/`` too, whatever ``save_contents`` says."""
     remove_partial(root)
     partial = partial_dir(root, step)
     partial.mkdir(parents=True, exist_ok=True)
-    models.actor_rollout.save_checkpoint(str(partial / "actor"), global_step=step)
+    hf = {"hf_model": True} if final and trainer_config.save_hf_model_at_end else {}
+    models.actor_rollout.save_checkpoint(str(partial / "actor"), global_step=step, **hf)
     if models.critic is not None:
         models.critic.save_checkpoint(str(partial / "critic"), global_step=step)
     save_trainer_state(partial, state)

@@ -6,8 +6,11 @@
 
 Loads the config (agentrl's defaults <- the YAML, composed with Hydra as verl does <-
 the overrides), validates it, then builds a `PPOTrainer`, fits it and closes it. A config
-problem is reported on stderr with exit status 2, before any model loads. The last step's
-main metrics are logged at the end.
+problem, and every problem of the run's inputs that needs no model to find (data files and
+their columns, tool and interaction classes, `trainer.device`: agentrl/trainer/preflight.py),
+is reported on stderr as one message with exit status 2, before any model loads (the
+traceback too with `--debug` or `AGENTRL_DEBUG=1`). The last step's main metrics are logged
+at the end.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from omegaconf import DictConfig
 
 from agentrl.config import ConfigError
 from agentrl.config.cli import add_config_arguments, config_from_args
+from agentrl.utils.command import report_error
 
 if TYPE_CHECKING:
     from agentrl.trainer.ppo_trainer import PPOTrainer
@@ -59,8 +63,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         history = run_train(config_from_args(args))
     except ConfigError as err:
-        sys.stderr.write(f"{err}\n")
-        return 2
+        return report_error(err)
     if history:
         last = history[-1]
         summary = ", ".join(f"{k}={last[k]:.4g}" for k in SUMMARY_KEYS if k in last)

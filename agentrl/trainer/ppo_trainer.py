@@ -43,6 +43,7 @@ from agentrl.trainer.batch_source import BatchSource, RolloutInStep, rollout_bat
 from agentrl.trainer.dump import dump_trajectories
 from agentrl.trainer.hang_guard import HangGuard
 from agentrl.trainer.metrics import batch_metrics, compute_timing_metrics, progress_postfix, timer
+from agentrl.trainer.preflight import check_run_inputs
 from agentrl.trainer.scoring import score
 from agentrl.trainer.tracking import Tracking
 from agentrl.trainer.update import update
@@ -66,6 +67,7 @@ class PPOTrainer:
         self.n_workers = worker_setup.n_workers(config)
         if problems := training_problems(config):
             raise ConfigError(problems)
+        check_run_inputs(config)  # data, tools, device: before the tokenizer and any model
         self.resume_from = ckpt.resume_path(config.trainer)  # a bad path fails before workers
         self.tokenizer = load_tokenizer(
             config.data.tokenizer or config.actor_rollout_ref.model.path,
@@ -224,7 +226,7 @@ class PPOTrainer:
             metrics |= self.val_metrics
         if force_save or last or (trainer.save_freq > 0 and step % trainer.save_freq == 0):
             with self.stage("save_checkpoint", timing):
-                self.save_checkpoint()
+                self.save_checkpoint(final=force_save or last)  # the run's last: + hf_model
         return metrics | compute_timing_metrics(timing)
 
     @contextlib.contextmanager
@@ -246,12 +248,13 @@ class PPOTrainer:
         """`trainer.default_local_dir` as an absolute path (Ray workers have other cwds)."""
         return Path(str(self.config.trainer.default_local_dir)).resolve()
 
-    def save_checkpoint(self, state: dict[str, Any] | None = None) -> Path:
+    def save_checkpoint(self, state: dict[str, Any] | None = None, final: bool = False) -> Path:
         """Checkpoint the models and the driver's `state` (default: now's) as its step
-        (checkpointing.save: atomic, marked latest, old ones rotated)."""
+        (checkpointing.save: atomic, marked latest, old ones rotated); `final`: the run's
+        last, which holds a Hugging Face model too (`trainer.save_hf_model_at_end`)."""
         state = state or self._trainer_state(self.global_steps)
         return ckpt.save(self.checkpoint_root, int(state["global_step"]), self.models, state,
-                         self.config.trainer)  # fmt: skip
+                         self.config.trainer, final=final)  # fmt: skip
 
     def load_checkpoint(self) -> int:
         """Resume per `trainer.resume_mode`: worker states, data loader position and global

@@ -319,17 +319,23 @@ class ActorRolloutRefWorker(Worker):
     # ------------------------------------------------------------------ checkpoints
 
     @register(Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, local_path: str, global_step: int | None = None) -> str:
-        """Sharded model/optimizer, scheduler + RNG (+ an HF export with ``hf_model``)."""
+    def save_checkpoint(
+        self, local_path: str, global_step: int | None = None, hf_model: bool = False
+    ) -> str:
+        """Sharded model/optimizer, scheduler + RNG (+ an HF export with ``hf_model`` in
+        ``save_contents``, or with ``hf_model=True``: the run's last checkpoint)."""
         actor = self._require(self.actor, "the actor")
         step = self.global_step if global_step is None else global_step
+        contents = list(self.config.actor.checkpoint.save_contents)
+        if hf_model and "hf_model" not in contents:
+            contents.append("hf_model")
         with self.actor_residency.on_device(optimizer=True):
             path = checkpoint.save_checkpoint(
                 local_path,
                 actor.model,
                 actor.optimizer,
                 self.lr_scheduler,
-                self.config.actor.checkpoint.save_contents,
+                contents,
                 self.tokenizer,
                 extra_state={"global_step": step},
             )

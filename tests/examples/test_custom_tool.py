@@ -4,6 +4,7 @@ import asyncio
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from agentrl.data.rows import normalize_tools_kwargs
 from agentrl.plugins import load_object
@@ -92,3 +93,36 @@ def test_bad_guess_and_exhausted_game():
     assert bad[2] == {"tool_error": "invalid_arguments"}
     assert outs == ["higher"] * 10 + ["No guesses left."]
     assert reward == 0.0
+
+
+def test_the_example_has_a_scorer_that_pays_the_tools_reward_and_the_answer(tmp_path):
+    compute_score = load_object(f"{EXAMPLE / 'reward.py'}:compute_score")
+    tool = load_tools(CONFIG)["guess_number"]
+    rows = pq.read_table(load_object(f"{EXAMPLE / 'make_data.py'}:write_dataset")(
+        tmp_path / "train.parquet", rows=2, seed=0)).to_pylist()
+    _, found = asyncio.run(play(tool, normalize_tools_kwargs(
+        rows[1]["extra_info"]["tools_kwargs"], "row 1")))
+    assert found == pytest.approx(0.4)  # 7 guesses: 1.0 - 0.1 x 6
+    # what the reward manager hands the score function (agentrl/reward/base.py)
+    extra = {**rows[1]["extra_info"], "rollout_reward_scores": {"guess_number": found}}
+    truth = rows[1]["reward_model"]["ground_truth"]  # "98"
+    assert compute_score("guess_number", "It is 98.", truth, extra) == {
+        "score": pytest.approx(0.7), "found": pytest.approx(0.4), "answered": 1.0}
+    assert compute_score("guess_number", "It is 97.", truth, extra)["score"] == pytest.approx(0.2)
+    assert compute_score("guess_number", "no idea", truth, {})["score"] == 0.0
+    assert compute_score("guess_number", "98", truth, {"rollout_reward_scores": {
+        "guess_number": [0.4, 0.6]}})["score"] == pytest.approx(1.0)
+
+
+def test_the_readme_training_keys_pass_the_checks_and_without_the_scorer_fail(make_config,
+                                                                             tmp_path):  # fmt: skip
+    from agentrl.trainer.preflight import run_input_problems
+
+    data = load_object(f"{EXAMPLE / 'make_data.py'}:write_dataset")(tmp_path / "t.parquet", 8)
+    keys = [f"data.train_files={data}", "actor_rollout_ref.rollout.multi_turn.enable=true",
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={CONFIG}"]
+    assert run_input_problems(make_config(
+        *keys, f"custom_reward_function.path={EXAMPLE / 'reward.py'}",
+        "custom_reward_function.name=compute_score")) == []
+    (problem,) = run_input_problems(make_config(*keys, "custom_reward_function.path=null"))
+    assert "no built-in scorer for data_source 'guess_number'" in problem

@@ -73,3 +73,20 @@ def test_errors_name_the_entry(source, message):
 def test_missing_file(tmp_path):
     with pytest.raises(InteractionConfigError, match="interaction config file not found"):
         load_interactions(tmp_path / "nope.yaml")
+
+
+def test_import_interaction_classes_names_file_and_line(tmp_path):
+    from agentrl.interactions.loader import import_interaction_classes
+
+    config = tmp_path / "interactions.yaml"
+    config.write_text("interaction:\n"
+                      f"  - name: math\n    class_name: {ARITHMETIC}\n"
+                      "  - name: typo\n    class_name: envs.interactions.arithmetc.X\n")
+    with pytest.raises(InteractionConfigError) as err:
+        import_interaction_classes(config)
+    assert str(err.value) == (
+        f"{config}, line 5: interaction config entry 1 (class_name "
+        "'envs.interactions.arithmetc.X'): cannot import 'envs.interactions.arithmetc.X': "
+        "no module named 'envs.interactions.arithmetc'")
+    config.write_text(f"interaction:\n  - class_name: {ARITHMETIC}\n")
+    assert import_interaction_classes(config) == [ArithmeticInteraction]

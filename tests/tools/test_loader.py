@@ -179,3 +179,22 @@ def test_constructor_error_is_named(tmp_path):
         match=r"entry 0 .*constructing the tool raised ValueError: .*retrieval_service_url",
     ):
         load_tools([entry])
+
+
+def test_import_tool_classes_imports_without_building_and_names_file_and_line(tmp_path):
+    from agentrl.tools.loader import import_tool_classes
+
+    path = write_config(tmp_path, [("echo_plugin.py:EchoTool", "echo")])
+    classes = import_tool_classes(path)
+    assert [c.__name__ for c in classes] == ["EchoTool"]
+    # "tools:" is line 1, each entry 12 lines: entry 1's class_name is on line 14
+    path = write_config(tmp_path, [("echo_plugin.py:EchoTool", "echo"),
+                                   ("tools.calculatr.CalculatorTool", "calc")])
+    with pytest.raises(ToolConfigError) as err:
+        import_tool_classes(path)
+    assert str(err.value) == (
+        f"{path}, line 14: tool config entry 1 (class_name 'tools.calculatr.CalculatorTool'): "
+        "cannot import 'tools.calculatr.CalculatorTool': no module named 'tools.calculatr'")
+    path = write_config(tmp_path, [("echo_plugin.py:NotATool", "echo")])
+    with pytest.raises(ToolConfigError, match=r"tools.yaml, line 2: .*is not a subclass of"):
+        import_tool_classes(path)

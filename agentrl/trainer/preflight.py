@@ -1,0 +1,172 @@
+"""What a training run checks before anything heavy: every input problem found without a model.
+
+    check_run_inputs(config)     # raises ConfigError listing every problem; before the tokenizer,
+                                 # the data loaders and the workers (PPOTrainer.__init__)
+
+The checks, each reported as one line of the `ConfigError` that `agentrl train` prints with
+exit status 2 (agentrl/trainer/main.py):
+
+- ``trainer.device=cuda`` where torch sees no CUDA device (unless ``ray_init.address``
+  names a cluster, whose GPU nodes may join later: docs/scale.md);
+- ``data.train_files`` and ``data.val_files`` exist and are parquet files with the
+  ``data.prompt_key`` column and, when the reward is computed from the rows (no learned
+  reward model, no agent function: agentrl/reward/base.py), the ``data.reward_fn_key``
+  column and ``reward_model`` with ``ground_truth`` in the first rows; with the built-in
+  scorers (no ``custom_reward_function.path``), every ``data_source`` of those rows must have
+  one (agentrl/reward/score). Only the schema and the first ``SAMPLE_ROWS`` rows are read;
+- the classes of ``multi_turn.tool_config_path`` and ``multi_turn.interaction_config_path``
+  import (a missing module named as one, with the YAML file and the line of the
+  ``class_name``), and ``custom_reward_function.path`` loads.
+
+The trainer layer is the one that may import the data, reward, tool and interaction code
+these checks need (docs/architecture.md); the config layer below cannot.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, ListConfig
+
+from agentrl.config import ConfigError
+
+SAMPLE_ROWS = 64  # rows read from the start of each data file for the per-row checks
+# the reward managers that score rows with `compute_score` (the built-in scorers by default)
+SCORING_MANAGERS = ("naive", "dapo", "batch")
+
+
+def check_run_inputs(config: DictConfig) -> None:
+    """Raise `ConfigError` listing every problem `run_input_problems` finds."""
+    if problems := run_input_problems(config):
+        raise ConfigError(problems)
+
+
+def run_input_problems(config: DictConfig) -> list[str]:
+    """Every problem of the run's inputs that can be found without a model (see the module
+    docstring); empty when there is none."""
+    problems = device_problems(config)
+    problems += plugin_problems(config)  # first: importing a tool may register a data source
+    problems += data_problems(config)
+    return problems
+
+
+def device_problems(config: DictConfig) -> list[str]:
+    """``trainer.device=cuda`` without CUDA on a machine that runs the whole job."""
+    if config.trainer.device != "cuda" or config.ray_init.address is not None:
+        return []
+    if torch.cuda.is_available():
+        return []
+    build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build"
+    return [f"trainer.device is cuda but torch finds no CUDA device on this machine (torch "
+            f"{torch.__version__}, {build}); use trainer.device=cpu or auto"]
+
+
+def plugin_problems(config: DictConfig) -> list[str]:
+    """Tool and interaction classes that do not import; a custom reward function that does
+    not load."""
+    from agentrl.interactions.loader import InteractionConfigError, import_interaction_classes
+    from agentrl.reward.loader import get_custom_reward_fn
+    from agentrl.tools.loader import ToolConfigError, import_tool_classes
+
+    problems = []
+    multi_turn = config.actor_rollout_ref.rollout.multi_turn
+    key = "actor_rollout_ref.rollout.multi_turn"
+    if multi_turn.tool_config_path:
+        try:
+            import_tool_classes(str(multi_turn.tool_config_path))
+        except ToolConfigError as err:
+            problems.append(f"{key}.tool_config_path: {err}")
+    if multi_turn.interaction_config_path:
+        try:
+            import_interaction_classes(str(multi_turn.interaction_config_path))
+        except InteractionConfigError as err:
+            problems.append(f"{key}.interaction_config_path: {err}")
+    if config.custom_reward_function.path:
+        try:
+            get_custom_reward_fn(config.custom_reward_function)
+        except (ImportError, TypeError) as err:
+            problems.append(f"custom_reward_function: {err}")
+    return problems
+
+
+def scores_rows(config: DictConfig) -> bool:
+    """Whether the reward is computed from the data rows (``reward_model.ground_truth``, the
+    ``reward_fn_key`` column): not when a learned reward model or an agent function gives
+    it (``rm_scores``, agentrl/reward/base.py)."""
+    return not (config.reward_model.enable or config.actor_rollout_ref.rollout.agent_function)
+
+
+def uses_builtin_scorers(config: DictConfig) -> bool:
+    """Whether rows are scored by ``default_compute_score`` (by ``data_source``)."""
+    return (scores_rows(config) and not config.custom_reward_function.path
+            and not config.reward_model.judge.enable
+            and config.reward_model.reward_manager in SCORING_MANAGERS)
+
+
+def data_problems(config: DictConfig) -> list[str]:
+    """Missing data files, and columns the config or the reward needs that they lack."""
+    problems = []
+    for key in ("data.train_files", "data.val_files"):
+        for path in _files(config.data[key.split(".", 1)[1]]):
+            problems += _file_problems(key, path, config)
+    return problems
+
+
+def _files(value: Any) -> list[Path]:
+    if not value:
+        return []
+    items = list(value) if isinstance(value, (list, tuple, ListConfig)) else [value]
+    return [Path(os.path.expanduser(str(item))) for item in items]
+
+
+def _file_problems(key: str, path: Path, config: DictConfig) -> list[str]:
+    import pyarrow.parquet as pq
+
+    if not path.exists():
+        return [f"{key}: {path} does not exist"]
+    if not path.is_file():
+        return [f"{key}: {path} is not a file (a parquet file is needed)"]
+    try:
+        parquet = pq.ParquetFile(path)
+    except Exception as err:  # pyarrow raises several kinds for a file that is not parquet
+        return [f"{key}: {path} is not a parquet file ({type(err).__name__}: {err})"]
+    columns = set(parquet.schema_arrow.names)
+    data = config.data
+    needed = {str(data.prompt_key): "data.prompt_key"}
+    if scores_rows(config):
+        needed[str(data.reward_fn_key)] = "data.reward_fn_key, the reward's data source"
+        needed["reward_model"] = "the reward reads reward_model.ground_truth"
+    missing = [f"'{name}' ({why})" for name, why in needed.items() if name not in columns]
+    if missing:
+        return [f"{key}: {path} has no column {', '.join(missing)}; its columns: "
+                f"{', '.join(sorted(columns))}"]
+    if not scores_rows(config):
+        return []
+    rows = _first_rows(parquet, [str(data.reward_fn_key), "reward_model"])
+    for i, row in enumerate(rows):
+        reward_model = row["reward_model"]
+        if not isinstance(reward_model, Mapping) or "ground_truth" not in reward_model:
+            return [f"{key}: {path} row {i}: reward_model must be a mapping with "
+                    f"'ground_truth' (the reward reads it), got {reward_model!r}"]
+    if uses_builtin_scorers(config):
+        from agentrl.reward.score import has_scorer
+
+        sources = sorted({str(row[data.reward_fn_key]) for row in rows})
+        unknown = [s for s in sources if not has_scorer(s)]
+        if unknown:
+            return [f"{key}: {path}: no built-in scorer for {data.reward_fn_key} "
+                    f"{', '.join(map(repr, unknown))}; set custom_reward_function.path (a "
+                    "compute_score of your own) or register one with agentrl.reward.score."
+                    "register_data_source (docs/rewards.md)"]
+    return []
+
+
+def _first_rows(parquet: Any, columns: list[str]) -> list[dict[str, Any]]:
+    """The first `SAMPLE_ROWS` rows of `columns` as Python dicts."""
+    for batch in parquet.iter_batches(batch_size=SAMPLE_ROWS, columns=columns):
+        return batch.to_pylist()
+    return []
