@@ -438,12 +438,14 @@ def component_choices() -> dict[str, tuple[Any, ...]]:
     from agentrl.algos.rollout_correction import RATIO_LEVELS
     from agentrl.rollout.backends.base import BACKENDS, LOAD_BALANCE
     from agentrl.rollout.request import SANITY_CHECK_MODES
+    from agentrl.utils.infra import ON_INFRA_ERROR
 
     return {
         "actor_rollout_ref.actor.policy_loss.rollout_is": (None, *RATIO_LEVELS),
         "actor_rollout_ref.actor.policy_loss.rollout_rs": (None, *RATIO_LEVELS),
         "actor_rollout_ref.rollout.name": BACKENDS,
         "actor_rollout_ref.rollout.load_balance": LOAD_BALANCE,
+        "actor_rollout_ref.rollout.on_infra_error": ON_INFRA_ERROR,
         "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": SANITY_CHECK_MODES,
     }
 
