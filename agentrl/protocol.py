@@ -52,6 +52,10 @@ STEP_REWARDS_KEY = "step_rewards"
 # judge that timed out or answered garbage): the trainer takes the sample out of its group's
 # statistics and trains nothing on it, as a failed rollout (agentrl/trainer/scoring.py).
 SCORE_FAILED_KEY = "score_failed"
+# An infrastructure failure (agentrl/utils/infra.py) of a sample: the rollout's per-row column
+# (None or {"kind": ..., "error": ...}), a tool's metrics key and a score function's dict
+# result key (the reason) all carry this name; `rollout.on_infra_error` says what it does.
+INFRA_ERROR_KEY = "infra_error"
 
 __all__ = ["DataProto", "to_object_array"]
 

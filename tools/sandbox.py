@@ -28,7 +28,9 @@ verl's ``enable_global_rate_limit`` is accepted and ignored (the limit is per pr
 Metrics of every call: ``sandbox_timeout`` and ``sandbox_error`` (0/1: the run hit its time
 limit / did not succeed, whatever the reason), ``sandbox_execution_time_s``; when the sandbox
 itself failed (unreachable, HTTP error, bad answer, SandboxError) also ``tool_error`` naming
-the kind. Nothing is raised. The ``httpx.AsyncClient`` is created lazily on first use (one per
+the kind, and ``infra_error`` when it was the sandbox's failure (unreachable, timed out,
+429/5xx, not JSON, SandboxError), not the code's: an infrastructure failure that
+``rollout.on_infra_error`` keeps out of training (docs/rollout.md). Nothing is raised. The ``httpx.AsyncClient`` is created lazily on first use (one per
 event loop) and closed by ``aclose()``.
 """
 
@@ -192,6 +194,8 @@ class SandboxTool(BaseTool):
         except HTTPCallError as err:
             logger.warning("sandbox call failed: %s", err)
             metrics = {"tool_error": err.kind, "sandbox_error": 1, "sandbox_timeout": 0}
+            if err.infra:  # the sandbox failed, not the model's code (agentrl/utils/infra.py)
+                metrics["infra_error"] = f"sandbox call failed: {err}"
             return ToolResponse(text=f"Error: sandbox call failed: {err}"), 0.0, metrics
         run = body.get("run_result") or {}
         metrics: dict[str, Any] = {
@@ -201,6 +205,7 @@ class SandboxTool(BaseTool):
         }
         if body.get("status") == "SandboxError":
             metrics["tool_error"] = "sandbox_error"
+            metrics["infra_error"] = f"the sandbox failed: {body.get('message') or 'SandboxError'}"
         return ToolResponse(text=format_run(body, self.max_output_chars)), 0.0, metrics
 
     async def calc_reward(self, instance_id: str, **kwargs: Any) -> float:

@@ -23,7 +23,9 @@ Tool config keys:
     retry_backoff_max       cap on one retry delay (8)
 
 A dead or failing server gives the model an ``Error: ...`` text and
-``metrics["tool_error"]``; nothing is raised. ``calc_reward`` is 0.0: scoring the answer is
+``metrics["tool_error"]``; nothing is raised. When the retriever itself failed (unreachable,
+timed out, 429/5xx, an answer that is not JSON) the metrics also carry ``infra_error``: an
+infrastructure failure, not the model's (``rollout.on_infra_error``, docs/rollout.md). ``calc_reward`` is 0.0: scoring the answer is
 the reward function's job. The ``httpx.AsyncClient`` is created lazily on first use (one per
 event loop) and closed by ``aclose()``.
 """
@@ -184,6 +186,8 @@ class SearchTool(BaseTool):
         except HTTPCallError as err:
             logger.warning("search failed: %s", err)
             metrics = {"tool_error": err.kind, "search_queries": len(queries)}
+            if err.infra:  # the retriever failed, not the model (agentrl/utils/infra.py)
+                metrics["infra_error"] = f"search failed: {err}"
             return ToolResponse(text=f"Error: search failed: {err}"), 0.0, metrics
         blocks = [format_documents(docs) or "No results found." for docs in results]
         metrics = {

@@ -17,6 +17,7 @@ from agentrl.algos.advantage import (
     distill_metrics,
     get_adv_estimator_fn,
     register_adv_est,
+    thin_group_rows,
 )
 from agentrl.algos.core import (
     LOSS_AGG_MODES,
@@ -74,5 +75,6 @@ __all__ = [
     "masked_whiten",
     "policy_loss_settings",
     "register_adv_est",
+    "thin_group_rows",
     "register_policy_loss",
 ]

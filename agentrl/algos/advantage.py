@@ -385,6 +385,28 @@ def distill_metrics(data: Any) -> dict[str, float]:
             "distill/teacher_logprob": float(teacher.mean())}
 
 
+def thin_group_rows(index: Any, valid: np.ndarray, min_valid: int = 2) -> np.ndarray:
+    """(B,) bool: the valid rows of the groups left too thin to train once their invalid
+    rows leave them: groups (rows sharing a uid in ``index``) with at least one row not
+    ``valid`` and fewer than ``min_valid`` valid rows. A group that lost nothing is never
+    thin (n = 1 stays trainable). The caller takes the invalid rows out of their groups
+    (a uid of their own, a zero response mask), so a group's statistics are those of its
+    valid rows alone, and drops these rows too (an estimate from one sample is no group
+    estimate: GRPO would give it its raw score)."""
+    valid = np.asarray(valid, dtype=bool)
+    if len(index) != valid.shape[0]:
+        raise ValueError(f"index has {len(index)} entries but valid has {valid.shape[0]}")
+    groups: dict[Any, list[int]] = {}
+    for row, uid in enumerate(index):
+        groups.setdefault(uid, []).append(row)
+    thin = np.zeros(valid.shape[0], dtype=bool)
+    for rows in groups.values():
+        kept = [r for r in rows if valid[r]]
+        if len(kept) < len(rows) and len(kept) < min_valid:
+            thin[kept] = True
+    return thin
+
+
 def compute_response_mask(data: Any) -> torch.Tensor:
     """The response part of the attention mask: ``attention_mask[:, -R:]`` (B, R)."""
     response_length = data.batch["responses"].shape[-1]

@@ -431,12 +431,14 @@ def component_choices() -> dict[str, tuple[Any, ...]]:
     from agentrl.rollout.backends.base import LOAD_BALANCE
     from agentrl.rollout.backends.verify import VERIFY_MODES
     from agentrl.rollout.request import SANITY_CHECK_MODES
+    from agentrl.utils.infra import ON_INFRA_ERROR
 
     return {
         "actor_rollout_ref.actor.policy_loss.rollout_is": (None, *RATIO_LEVELS),
         "actor_rollout_ref.actor.policy_loss.rollout_rs": (None, *RATIO_LEVELS),
         "actor_rollout_ref.rollout.verify_weights": VERIFY_MODES,
         "actor_rollout_ref.rollout.load_balance": LOAD_BALANCE,
+        "actor_rollout_ref.rollout.on_infra_error": ON_INFRA_ERROR,
         "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": SANITY_CHECK_MODES,
     }
 

@@ -8,5 +8,6 @@ rollout engine drives it (`actor_rollout_ref.rollout.multi_turn.interaction_conf
 
 from agentrl.interactions.base import BaseInteraction
 from agentrl.interactions.loader import InteractionConfigError, load_interactions
+from agentrl.utils.infra import InfraError
 
-__all__ = ["BaseInteraction", "InteractionConfigError", "load_interactions"]
+__all__ = ["BaseInteraction", "InfraError", "InteractionConfigError", "load_interactions"]

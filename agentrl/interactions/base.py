@@ -15,6 +15,11 @@ each ``score`` is appended to the sample's ``reward_scores["user_turn_rewards"]`
 ``name`` picks the interaction of the interaction config (see ``load_interactions``).
 One object serves every trajectory, so per-trajectory state lives in
 ``self._instance_dict`` keyed by instance id, like a tool's.
+
+An exception from any method ends the trajectory FAILED. Raise ``InfraError`` (from
+``agentrl.interactions``) when the environment, not the model, failed (its server is down,
+it crashed); timeouts and connection errors count as such by themselves
+(agentrl/utils/infra.py). Those never train as the model's (``rollout.on_infra_error``).
 """
 
 from __future__ import annotations

@@ -9,9 +9,12 @@ See docs/rewards.md.
 
 from agentrl.reward.base import (
     REWARD_MANAGERS,
+    SCORE_ERROR_KEY,
+    SCORER_KIND,
     RewardManager,
     RewardScoreError,
     Sample,
+    ScoreFailure,
     get_reward_manager_cls,
     register_reward_manager,
 )
@@ -25,19 +28,24 @@ from agentrl.reward.score import (
     register_data_source,
     register_data_source_prefix,
 )
+from agentrl.utils.infra import InfraError
 
 __all__ = [
     "REWARD_MANAGERS",
     "SCORERS",
+    "SCORE_ERROR_KEY",
+    "SCORER_KIND",
     "has_scorer",
     "register_data_source_prefix",
     "BatchRewardManager",
     "JudgeRewardManager",
     "DAPORewardManager",
+    "InfraError",
     "NaiveRewardManager",
     "RewardManager",
     "RewardScoreError",
     "Sample",
+    "ScoreFailure",
     "default_compute_score",
     "get_custom_reward_fn",
     "get_reward_manager_cls",

@@ -30,6 +30,18 @@ When the batch has ``rm_scores`` (``reward_model.enable``: a learned reward mode
 agentrl/workers/reward_model.py), they are the reward, as in verl: ``compute_score`` is not
 called.
 
+A score function that raises on a sample does not stop the run (docs/rewards.md, "When
+scoring fails"): the managers put a ``ScoreFailure`` in its place and the sample scores 0.
+When the exception is an infrastructure failure (``InfraError``, a timeout, a connection
+error: agentrl/utils/infra.py), or the function returned a dict with ``infra_error`` (the
+reason), the sample's extra info carries ``infra_error`` (kind ``scorer``) and the trainer
+treats it per ``rollout.on_infra_error``; any other exception is the model output's doing (a
+scorer raising on an odd answer): the sample scores 0 and trains as such, its extra info
+carries ``score_error`` (the exception) and it is counted in ``reward/score_failed`` and
+``reward/score_failed/<data_source>``. A data source without a score function, a result
+count that does not match, or a result that is neither a number nor a dict with ``score``
+are configuration errors: ``RewardScoreError``.
+
 Subclasses implement ``score(samples)`` and may override ``shape_reward``. Register them by
 name with ``register_reward_manager``.
 """
@@ -44,9 +56,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.protocol import STEP_REWARDS_KEY  # noqa: F401 - re-exported
+from agentrl.protocol import (
+    INFRA_ERROR_KEY,
+    STEP_REWARDS_KEY,  # noqa: F401 - re-exported
+)
 from agentrl.reward.score import default_compute_score
-from agentrl.utils.registry import Registry
+from agentrl.utils.infra import is_infra_error
+from agentrl.utils.registry import Registry, UnknownNameError
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +95,30 @@ def get_reward_manager_cls(name: str) -> type:
 
 
 class RewardScoreError(RuntimeError):
-    """A score function failed or returned something unusable; names the sample."""
+    """A score function cannot score at all (no scorer for a data source) or returned
+    something unusable; names the sample."""
+
+
+# the extra-info key of a sample whose score function raised (not an infrastructure failure)
+SCORE_ERROR_KEY = "score_error"
+SCORER_KIND = "scorer"  # the infra_error kind of a score function's infrastructure failure
+
+
+@dataclass(frozen=True)
+class ScoreFailure:
+    """What a manager's ``score`` returns for a sample whose score function raised."""
+
+    error: str  # "<sample and data source>: <exception type>: <message>"
+    infra: bool  # an infrastructure failure (agentrl/utils/infra.py), not the model's
+
+    @classmethod
+    def of(cls, err: Exception, where: str) -> ScoreFailure:
+        """The failure of ``err``; an unknown data source is a configuration error and
+        raises ``RewardScoreError`` instead."""
+        if isinstance(err, UnknownNameError):
+            raise RewardScoreError(f"compute_score failed on {where}: {err}") from err
+        logger.debug("compute_score raised on %s", where, exc_info=err)
+        return cls(f"{where}: {type(err).__name__}: {err}", is_infra_error(err))
 
 
 @dataclass(frozen=True)
@@ -154,8 +193,14 @@ class RewardManager:
         infos: list[dict[str, Any]] = []
         has_tool_rewards = "reward_scores" in data.non_tensor_batch
         for sample, result in zip(samples, results, strict=True):
-            score, info = self._split(sample, result)
+            if isinstance(result, ScoreFailure):  # scores 0; the trainer sees why (module doc)
+                score, info, failure = 0.0, {}, result
+            else:
+                (score, info), failure = self._split(sample, result), None
             reward = self.shape_reward(sample, score, info)
+            if failure is not None:
+                key = INFRA_ERROR_KEY if failure.infra else SCORE_ERROR_KEY
+                info[key] = failure.error
             if has_tool_rewards:
                 info["tool_reward"] = sample.tool_reward
                 reward += sample.tool_reward
@@ -168,6 +213,7 @@ class RewardManager:
             for info, total in zip(infos, step.sum(-1).tolist(), strict=True):
                 info["step_reward"] = total
         self._log_examples(data, samples, reward_tensor)
+        _log_failures([r for r in results if isinstance(r, ScoreFailure)], len(results))
         if not return_dict:
             return reward_tensor
         return {"reward_tensor": reward_tensor, "reward_extra_info": _collate(infos)}
@@ -252,6 +298,15 @@ class RewardManager:
                 sample.ground_truth,
                 float(rewards[sample.index].sum()),
             )
+
+
+def _log_failures(failures: list[ScoreFailure], total: int) -> None:
+    """One warning per batch for the samples whose score function raised."""
+    if failures:
+        infra = sum(f.infra for f in failures)
+        logger.warning("compute_score raised on %d of %d samples (%d infrastructure failures, "
+                       "%d scored 0 as the model's); first: %s", len(failures), total, infra,
+                       len(failures) - infra, failures[0].error)
 
 
 def _collate(infos: list[dict[str, Any]]) -> dict[str, list[Any]]:

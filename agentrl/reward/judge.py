@@ -25,7 +25,10 @@ Calls are bounded by ``max_concurrency`` in flight, ``requests_per_minute`` and
 backoff. A sample whose judge still failed (those errors, another 4xx, or a reply the
 parser cannot read) is not scored: its result carries ``score_failed`` with the reason, and
 the trainer takes it out of its group's statistics and trains nothing on it
-(``training/score_failed``), as a failed rollout. The final score is
+(``training/score_failed``), as a failed rollout. When that failure was the judge service's
+(timeouts, lost connections, 429 or 5xx until the retries ran out) the result also carries
+``infra_error`` (kind ``judge``): an infrastructure failure, counted in
+``rollout/infra_failed/judge`` and handled per ``rollout.on_infra_error`` (docs/rewards.md). The final score is
 ``weight * judge + rule_weight * rule`` (``rule``: the data source's ``compute_score``).
 """
 
@@ -43,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.protocol import SCORE_FAILED_KEY
-from agentrl.reward.base import Sample, register_reward_manager
+from agentrl.protocol import INFRA_ERROR_KEY, SCORE_FAILED_KEY
+from agentrl.reward.base import Sample, ScoreFailure, register_reward_manager
 from agentrl.reward.managers import NaiveRewardManager
 from agentrl.utils.aio import run_sync
 from agentrl.utils.answer_tags import extract_answer
@@ -71,7 +74,12 @@ MAX_BACKOFF_S = 8.0
 
 
 class JudgeError(RuntimeError):
-    """The judge could not score a sample (the reason is the message)."""
+    """The judge could not score a sample (the reason is the message); ``infra`` when the
+    judge service failed (agentrl/utils/infra.py), not the sample's reply."""
+
+    def __init__(self, message: str, infra: bool = False) -> None:
+        super().__init__(message)
+        self.infra = infra
 
 
 @dataclass(frozen=True)
@@ -278,7 +286,7 @@ class JudgeClient:
                 last = str(err)
                 if attempt < s.max_retries:
                     await asyncio.sleep(max(min(0.5 * 2**attempt, MAX_BACKOFF_S), err.wait))
-        raise JudgeError(f"{last} (after {s.max_retries} retries)")
+        raise JudgeError(f"{last} (after {s.max_retries} retries)", infra=True)
 
     async def _attempt(self, body: dict[str, Any], tokens: int) -> tuple[float, str]:
         import httpx
@@ -353,23 +361,28 @@ class JudgeRewardManager(NaiveRewardManager):
             results = await asyncio.gather(*(
                 self._one(client, sample, self._messages[sample.index], rule)
                 for sample, rule in zip(samples, rules, strict=True)))
-        failed = sum(SCORE_FAILED_KEY in r for r in results)
+        failed = [r[SCORE_FAILED_KEY] for r in results
+                  if isinstance(r, Mapping) and SCORE_FAILED_KEY in r]  # fmt: skip
         if failed:
             logger.warning("the judge failed on %d of %d samples (they do not train); first: %s",
-                           failed, len(results), next(r[SCORE_FAILED_KEY] for r in results
-                                                      if SCORE_FAILED_KEY in r))
+                           len(failed), len(results), failed[0])
         if client.retries:
             logger.info("judge: %d retries in this batch", client.retries)
         return results
 
     async def _one(self, client: JudgeClient, sample: Sample, messages: Any,
-                   rule: Any) -> dict[str, Any]:  # fmt: skip
+                   rule: Any) -> dict[str, Any] | ScoreFailure:  # fmt: skip
+        if isinstance(rule, ScoreFailure):  # the rule's score function raised
+            return rule
         rule_score = float(rule["score"]) if isinstance(rule, Mapping) else float(rule)
         prompt = render_template(self.settings.prompt_template, prompt_fields(sample, messages))
         try:
             judged, _ = await client.grade(prompt)
         except JudgeError as err:
-            return {"score": 0.0, SCORE_FAILED_KEY: f"judge: {err}", "rule_score": rule_score}
+            failed = {"score": 0.0, SCORE_FAILED_KEY: f"judge: {err}", "rule_score": rule_score}
+            if err.infra:
+                failed[INFRA_ERROR_KEY] = {"kind": "judge", "error": str(err)}
+            return failed
         total = self.settings.weight * judged + self.settings.rule_weight * rule_score
         return {"score": total, "judge_score": judged, "rule_score": rule_score}
 

@@ -10,7 +10,11 @@
   is also reported as ``acc``.
 - ``batch``: one call for the whole batch, ``compute_score(data_sources=[...],
   solution_strs=[...], ground_truths=[...], extra_infos=[...], **reward_kwargs) -> list``;
-  the function may be ``async``.
+  the function may be ``async``. When the call raises an infrastructure failure every
+  sample gets it; when it raises anything else each sample is scored again alone, so only
+  the samples the function raises on fail.
+
+A sample whose score function raised gets a ``ScoreFailure`` (agentrl/reward/base.py).
 """
 
 from __future__ import annotations
@@ -20,7 +24,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.reward.base import RewardManager, RewardScoreError, Sample, register_reward_manager
+from agentrl.reward.base import (
+    RewardManager,
+    RewardScoreError,
+    Sample,
+    ScoreFailure,
+    register_reward_manager,
+)
 from agentrl.reward.score import default_compute_score
 from agentrl.utils.aio import run_sync
 
@@ -43,10 +53,8 @@ class NaiveRewardManager(RewardManager):
                     )
                 )
             except Exception as err:
-                raise RewardScoreError(
-                    f"compute_score failed on sample {s.index} (data_source={s.data_source!r}): "
-                    f"{type(err).__name__}: {err}"
-                ) from err
+                where = f"sample {s.index} (data_source={s.data_source!r})"
+                results.append(ScoreFailure.of(err, where))
         return results
 
 
@@ -146,20 +154,38 @@ class BatchRewardManager(RewardManager):
         self.reward_kwargs = reward_kwargs
 
     def score(self, samples: Sequence[Sample]) -> list[Any]:
-        sources = [s.data_source for s in samples]
         try:
-            results = self.compute_score(
-                data_sources=sources,
-                solution_strs=[s.response_str for s in samples],
-                ground_truths=[s.ground_truth for s in samples],
-                extra_infos=[s.extra_info for s in samples],
-                **self.reward_kwargs,
-            )
-            if inspect.isawaitable(results):
-                results = run_sync(results)
+            return self._call(samples)
+        except RewardScoreError:
+            raise
         except Exception as err:
-            raise RewardScoreError(
-                f"batched compute_score failed on {len(samples)} samples "
-                f"(data_sources {sorted(set(sources))}): {type(err).__name__}: {err}"
-            ) from err
-        return list(results)
+            sources = sorted({s.data_source for s in samples})
+            failure = ScoreFailure.of(err, f"{len(samples)} samples (data_sources {sources})")
+        if failure.infra or len(samples) == 1:
+            return [failure] * len(samples)
+        results: list[Any] = []
+        for sample in samples:  # find the samples it raises on
+            try:
+                results.extend(self._call([sample]))
+            except RewardScoreError:
+                raise
+            except Exception as err:
+                where = f"sample {sample.index} (data_source={sample.data_source!r})"
+                results.append(ScoreFailure.of(err, where))
+        return results
+
+    def _call(self, samples: Sequence[Sample]) -> list[Any]:
+        """One call of the batched function on ``samples``."""
+        results = self.compute_score(
+            data_sources=[s.data_source for s in samples],
+            solution_strs=[s.response_str for s in samples],
+            ground_truths=[s.ground_truth for s in samples],
+            extra_infos=[s.extra_info for s in samples],
+            **self.reward_kwargs,
+        )
+        if inspect.isawaitable(results):
+            results = run_sync(results)
+        results = list(results)
+        if len(results) != len(samples):
+            raise RewardScoreError(f"got {len(results)} scores for {len(samples)} samples")
+        return results

@@ -36,7 +36,12 @@ with `aborted` set (so it never trains and forms its own advantage group) and is
 `rollout/aborted`.
 
 A fault ends only its request, never the batch: a FAILED request keeps its tokens with a
-zero loss mask, and `meta_info["metrics"]` counts it. Configuration errors (an unknown
+zero loss mask, and `meta_info["metrics"]` counts it. An infrastructure failure (a tool's
+service down or timing out, an environment that crashed, the backend failing after its
+retries: agentrl/utils/infra.py) is recorded on the request (`infra_error`, counted in
+`rollout/infra_failed`); with `rollout.on_infra_error` `mask` or `raise` the request ends
+FAILED at once (the trainer then keeps it out of training, or stops), with `zero` it goes
+on as any other (a tool's error text reaches the model). Configuration errors (an unknown
 tool or interaction named by a sample) raise before anything runs.
 """
 
@@ -65,6 +70,7 @@ from agentrl.rollout.waves import GenerationWaves
 from agentrl.tools import BaseTool
 from agentrl.utils.aio import within
 from agentrl.utils.gc_pause import rollout_gc
+from agentrl.utils.infra import ON_INFRA_ERROR, check_on_infra_error, is_infra_error
 from agentrl.utils.plain_config import plain_config
 
 logger = logging.getLogger(__name__)
@@ -135,6 +141,10 @@ class AsyncRolloutEngine:
         if deterministic is None:
             deterministic = getattr(backend, "deterministic_by_default", False)
         self.deterministic = bool(deterministic)
+        # rollout.on_infra_error: with mask or raise an infrastructure failure ends its request
+        mode = config.get("on_infra_error") if hasattr(config, "get") else None
+        self.on_infra_error = check_on_infra_error(mode or ON_INFRA_ERROR[0])
+        self.stop_on_infra_error = self.on_infra_error != "zero"
 
     # ------------------------------------------------------------------ the batch
 
@@ -357,6 +367,8 @@ class AsyncRolloutEngine:
                 end_plugins(req, self.tools, self.interactions, self.multi_turn.tool_timeout)
             )
             await asyncio.shield(cleanup)  # a second cancel leaves it running to the end
+        if self.stop_on_infra_error:  # e.g. calc_reward's service failed in end_plugins
+            req.fail_infra()
         budget, budget_name = self.response_budget(req)
         req.finalize(
             self.renderer, budget, budget_name, self.multi_turn.tokenization_sanity_check_mode
@@ -471,6 +483,9 @@ class AsyncRolloutEngine:
         )
         req.pending_calls = []
         req.metrics.user_turns += 1
+        if self.stop_on_infra_error and req.infra_error is not None:
+            req.fail_infra()  # the trajectory will not train: generating on is wasted
+            return
         self._continue_with(req, messages)
 
     async def _handle_interacting(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
@@ -486,10 +501,11 @@ class AsyncRolloutEngine:
             )
         except Exception as err:
             req.metrics.interaction_errors += 1
-            req.fail(
-                f"interaction {req.interaction!r}: generate_response raised "
-                f"{type(err).__name__}: {err}"
-            )
+            error = (f"interaction {req.interaction!r}: generate_response raised "
+                     f"{type(err).__name__}: {err}")
+            if is_infra_error(err):
+                req.note_infra_error("interaction", error)
+            req.fail(error)
             return
         finally:
             req.metrics.interaction_s += time.perf_counter() - started

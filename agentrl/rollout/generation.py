@@ -4,7 +4,9 @@
 of the batch's generation slots (`rollout.max_concurrent_requests`). A `BackendError`
 with `retryable=True` (connection errors, 429, 5xx) or no answer within
 `rollout.request_timeout` is retried after `retry_backoff * 2**k` seconds, at most
-`rollout.max_retries` times; any other error fails at once. A call that times out or is
+`rollout.max_retries` times; any other error fails at once. A request FAILED after its
+retries of a retryable error also records it as an infrastructure failure of kind
+`generation` (agentrl/utils/infra.py). A call that times out or is
 cancelled is aborted on the backend (best effort). Each call has its own id,
 `{request_id}-t{turn}-a{attempt}`, so an abort never hits a later call.
 """
@@ -58,7 +60,10 @@ async def generate_with_retries(
             req.metrics.generation_s += time.perf_counter() - started
         if not error.retryable or attempt >= max_retries:
             req.metrics.backend_errors += 1
-            req.fail(f"backend error after {attempt + 1} attempt(s): {error}")
+            message = f"backend error after {attempt + 1} attempt(s): {error}"
+            if error.retryable:  # the engine is down or overloaded, not the model's doing
+                req.note_infra_error("generation", message)
+            req.fail(message)
             return None
         req.metrics.backend_retries += 1
         logger.info("request %s: retrying after backend error: %s", req.request_id, error)

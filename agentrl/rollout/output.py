@@ -18,7 +18,8 @@ R = response_length), as verl's rollout returns them:
 
 Non-tensor keys: `messages`, `reward_scores` ({tool: calc_reward, "user_turn_rewards":
 [...]}), `num_turns` (and verl's `__num_turns__`), `finish_reason`, `truncation`,
-`request_state`, `rollout_metrics` (per request), plus every non-tensor key of the input
+`request_state`, `infra_error` (None, or the first infrastructure failure as `{"kind",
+"error"}`), `rollout_metrics` (per request), plus every non-tensor key of the input
 batch repeated n times (`data_source`, `reward_model`, `extra_info`, `uid`, ...).
 """
 
@@ -26,13 +27,13 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from agentrl.protocol import DataProto, to_object_array
+from agentrl.protocol import INFRA_ERROR_KEY, DataProto, to_object_array
 from agentrl.rollout.request import AsyncRolloutRequest, RequestState
 
 
@@ -174,6 +175,7 @@ def build_output(
         finish_reason=[r.finish_reason.value if r.finish_reason else None for r in requests],
         truncation=[r.truncation for r in requests],
         request_state=[r.state.value for r in requests],
+        **{INFRA_ERROR_KEY: [r.infra_error for r in requests]},
         rollout_metrics=[r.metrics.as_dict() for r in requests],
     )
     return DataProto.from_dict(
@@ -212,6 +214,7 @@ def batch_metrics(requests: Sequence[AsyncRolloutRequest]) -> dict[str, float]:
         "rollout/response_length/mean": sum(r.response_length for r in requests) / n,
         "rollout/response_length/max": float(max((r.response_length for r in requests), default=0)),
     }
+    metrics |= infra_error_metrics([r.infra_error for r in requests])
     tool_calls: Counter = Counter()
     tool_errors: Counter = Counter()
     finish: Counter = Counter()
@@ -230,6 +233,14 @@ def batch_metrics(requests: Sequence[AsyncRolloutRequest]) -> dict[str, float]:
     metrics.update({f"rollout/finish_reason/{k}": float(v) for k, v in sorted(finish.items())})
     metrics.update({f"rollout/tokenization/{k}": float(v) for k, v in sorted(tokenization.items())})
     return metrics
+
+
+def infra_error_metrics(errors: Sequence[Mapping[str, str] | None]) -> dict[str, float]:
+    """`rollout/infra_failed` (trajectories with an infrastructure failure, 0 when none) and
+    `rollout/infra_failed/<kind>` per kind, from each row's `infra_error` (or None)."""
+    kinds = Counter(str(e["kind"]) for e in errors if e)
+    return {"rollout/infra_failed": float(sum(kinds.values()))} | {
+        f"rollout/infra_failed/{k}": float(v) for k, v in sorted(kinds.items())}
 
 
 def batch_timing(requests: Sequence[AsyncRolloutRequest], wall_s: float) -> dict[str, float]:

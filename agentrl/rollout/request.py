@@ -98,6 +98,9 @@ class AsyncRolloutRequest(TokenTrajectory):
     truncation: str | None = None  # why the trajectory was cut, None when it was not
     error: str | None = None  # why it FAILED
     aborted: bool = False  # FAILED because the engine stopped it (rollout.over_sample_rate)
+    # the first infrastructure failure (agentrl/utils/infra.py) of the trajectory, as
+    # {"kind": tool name | "interaction" | "generation", "error": reason}; None when none
+    infra_error: dict[str, str] | None = None
     reward_scores: dict[str, Any] = field(default_factory=dict)
     step_rewards: list[tuple[int, float]] = field(default_factory=list)  # (response pos, r)
     pending_calls: list = field(default_factory=list)  # ParsedCalls of the last model turn
@@ -220,6 +223,20 @@ class AsyncRolloutRequest(TokenTrajectory):
         self.state = RequestState.FAILED
         self.error = error
         self.finish_reason = self.finish_reason or FinishReason.ABORT
+
+    def note_infra_error(self, kind: str, error: str) -> None:
+        """Record an infrastructure failure of `kind` (the first one is kept); whether the
+        request goes on is the engine's call (`rollout.on_infra_error`)."""
+        logger.info("request %s: infrastructure failure (%s): %s", self.request_id, kind, error)
+        if self.infra_error is None:
+            self.infra_error = {"kind": kind, "error": error}
+
+    def fail_infra(self) -> None:
+        """End the request FAILED for its recorded infrastructure failure (a no-op when it
+        has none or already FAILED)."""
+        if self.infra_error is not None and self.state != RequestState.FAILED:
+            self.fail(f"infrastructure failure ({self.infra_error['kind']}): "
+                      f"{self.infra_error['error']}")
 
     def fail(self, error: str) -> None:
         logger.warning("request %s failed: %s", self.request_id, error)

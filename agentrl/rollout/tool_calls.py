@@ -16,6 +16,11 @@ Responses longer than `max_tool_response_length` characters are cut on the confi
 side. `start_plugins` creates the tool instances and starts the interaction; `end_plugins` runs `calc_reward` then `release` for every tool instance and
 `finalize_interaction`, each bounded by the tool timeout; their errors are logged and
 counted, never raised.
+
+An infrastructure failure (agentrl/utils/infra.py: a call whose metrics carry `infra_error`,
+a `create`, `calc_reward`, interaction start or finalize that raised an `InfraError`, a
+timeout or a connection error) is recorded on the request (`note_infra_error`, kind: the
+tool's name or `interaction`); the engine decides what follows (`rollout.on_infra_error`).
 """
 
 from __future__ import annotations
@@ -27,11 +32,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentrl.interactions.base import BaseInteraction
-from agentrl.protocol import STEP_REWARDS_KEY
+from agentrl.protocol import INFRA_ERROR_KEY, STEP_REWARDS_KEY
 from agentrl.rollout.parsers import ParsedCall
 from agentrl.rollout.request import AsyncRolloutRequest
 from agentrl.tools import BaseTool, execute_tool_call
 from agentrl.utils.aio import gather_inline, within
+from agentrl.utils.infra import is_infra_error
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +142,8 @@ async def answer_call(
     req.metrics.tool_calls[call.name] += 1
     if "tool_error" in metrics:
         req.metrics.tool_errors[str(metrics["tool_error"])] += 1
+    if metrics.get(INFRA_ERROR_KEY):
+        req.note_infra_error(call.name, str(metrics[INFRA_ERROR_KEY]))
     req.metrics.tool_metrics.append(
         {"tool": call.name, "latency_s": time.perf_counter() - started, **metrics}
     )
@@ -162,7 +170,10 @@ async def start_plugins(
     for name, result in zip(names, results, strict=True):
         if isinstance(result, BaseException):
             req.metrics.tool_errors["create"] += 1
-            req.fail(f"tool {name!r}: create raised {type(result).__name__}: {result}")
+            error = f"tool {name!r}: create raised {type(result).__name__}: {result}"
+            if is_infra_error(result):
+                req.note_infra_error(name, error)
+            req.fail(error)
     if req.error is not None or interaction is None:
         return req.error is None
     try:
@@ -172,9 +183,10 @@ async def start_plugins(
         )
     except Exception as err:
         req.metrics.interaction_errors += 1
-        req.fail(
-            f"interaction {interaction!r}: start_interaction raised {type(err).__name__}: {err}"
-        )
+        error = f"interaction {interaction!r}: start_interaction raised {type(err).__name__}: {err}"
+        if is_infra_error(err):
+            req.note_infra_error("interaction", error)
+        req.fail(error)
         return False
     req.interaction = interaction
     return True
@@ -201,6 +213,8 @@ async def end_plugins(
             logger.warning(
                 "tool %r: calc_reward(%s) raised %s: %s", name, instance_id, type(err).__name__, err
             )
+            if is_infra_error(err):  # the trajectory's reward is missing, not earned 0
+                req.note_infra_error(name, f"calc_reward raised {type(err).__name__}: {err}")
         try:
             await within(
                 tools[name].release(instance_id, **kwargs.get("release_kwargs", {})), timeout
@@ -226,3 +240,6 @@ async def end_plugins(
                 type(err).__name__,
                 err,
             )
+            if is_infra_error(err):  # e.g. the environment's final reward was not had
+                req.note_infra_error(
+                    "interaction", f"finalize_interaction raised {type(err).__name__}: {err}")

@@ -1,6 +1,7 @@
 """Tools the model calls during a rollout: the plugin API, the config loader and helpers.
 
     from agentrl.tools import BaseTool, OpenAIFunctionToolSchema, ToolResponse
+    from agentrl.tools import InfraError      # raise it when your service, not the model, failed
 
 A verl tool ports by changing these imports. See docs/tools.md for the lifecycle, the
 tool YAML format and how a dataset's ``tools_kwargs`` reach each method.
@@ -20,9 +21,11 @@ from agentrl.tools.schemas import (
     OpenAIFunctionToolSchema,
     ToolResponse,
 )
+from agentrl.utils.infra import InfraError
 
 __all__ = [
     "BaseTool",
+    "InfraError",
     "OpenAIFunctionCallSchema",
     "OpenAIFunctionParametersSchema",
     "OpenAIFunctionParsedSchema",

@@ -11,6 +11,12 @@ Lifecycle of one trajectory (one rollout sample), all methods async:
 One tool object serves every trajectory of a process concurrently, so per-trajectory state
 lives in ``self._instance_dict`` keyed by instance id (verl's attribute name) and is freed by
 ``release``. The ``*_kwargs`` come from the dataset row's ``extra_info.tools_kwargs[name]``.
+
+When the service behind the tool failed, not the model (a retriever that is down, a sandbox
+that crashed), raise ``InfraError`` (``from agentrl.tools import InfraError``) or return
+``metrics["infra_error"] = "<reason>"`` with the error text; timeouts and connection errors
+count as such by themselves, arguments the tool rejects do not (agentrl/utils/infra.py).
+Such a trajectory does not train as the model's failure (``rollout.on_infra_error``).
 """
 
 from __future__ import annotations

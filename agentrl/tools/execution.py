@@ -6,7 +6,11 @@ The rollout engine calls this for every tool call the model makes. It
 2. runs ``tool.execute`` under a timeout (``agentrl.utils.aio.within``);
 3. turns an exception, a timeout or a return value of the wrong shape into a short error
    text for the model plus ``metrics["tool_error"]`` naming the kind of failure
-   (``invalid_arguments``, ``timeout``, ``exception``, ``bad_return``).
+   (``invalid_arguments``, ``timeout``, ``exception``, ``bad_return``);
+4. marks an infrastructure failure with ``metrics["infra_error"]`` (the reason): a timeout,
+   an ``InfraError``, a connection error (``agentrl.utils.infra.is_infra_error``), or a tool
+   that returned ``infra_error`` in its own metrics. Arguments failing the schema, other
+   exceptions and bad return values are not: they are the model's or the tool's.
 
 It never raises, except ``asyncio.CancelledError`` (the caller cancelled the rollout) and
 ``BaseException``s that are not errors (``KeyboardInterrupt``, ``SystemExit``).
@@ -28,10 +32,12 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import best_match
 
+from agentrl.protocol import INFRA_ERROR_KEY
 from agentrl.tools.base import BaseTool
 from agentrl.tools.flat_schema import flat_check
 from agentrl.tools.schemas import ToolResponse
 from agentrl.utils.aio import within
+from agentrl.utils.infra import is_infra_error
 
 logger = logging.getLogger(__name__)
 
@@ -90,8 +96,11 @@ def _clip(text: str) -> str:
     return text[: MAX_ERROR_CHARS - 3] + "..."
 
 
-def _failure(text: str, kind: str) -> tuple[ToolResponse, float, dict]:
-    return ToolResponse(text=_clip(text)), 0.0, {"tool_error": kind}
+def _failure(text: str, kind: str, infra: bool = False) -> tuple[ToolResponse, float, dict]:
+    metrics: dict[str, Any] = {"tool_error": kind}
+    if infra:
+        metrics[INFRA_ERROR_KEY] = _clip(text.removeprefix("Error: "))
+    return ToolResponse(text=_clip(text)), 0.0, metrics
 
 
 def conform_result(result: Any) -> tuple[ToolResponse, float, dict] | None:
@@ -145,11 +154,13 @@ async def execute_tool_call(
         elapsed = time.monotonic() - start
         logger.warning("tool %r timed out after %.3g s", tool.name, elapsed)
         limit = timeout if timeout is not None else elapsed
-        return _failure(f"Error: tool '{tool.name}' timed out after {limit:.3g} s.", "timeout")
+        return _failure(f"Error: tool '{tool.name}' timed out after {limit:.3g} s.", "timeout",
+                        infra=True)
     except Exception as err:
         logger.warning("tool %r raised %s: %s", tool.name, type(err).__name__, err)
         return _failure(
-            f"Error: tool '{tool.name}' failed: {type(err).__name__}: {err}", "exception"
+            f"Error: tool '{tool.name}' failed: {type(err).__name__}: {err}", "exception",
+            infra=is_infra_error(err),
         )
     conformed = conform_result(result)
     if conformed is None:

@@ -24,7 +24,13 @@ from typing import Any, Protocol
 from agentrl.protocol import DataProto
 from agentrl.trainer.dynamic_sampling import collect_informative
 from agentrl.trainer.replay import generate_or_replay
-from agentrl.trainer.scoring import greedy_baseline, isolate_failed, prompt_batch, score
+from agentrl.trainer.scoring import (
+    greedy_baseline,
+    isolate_failed,
+    prompt_batch,
+    score,
+    settle_infra_failures,
+)
 
 
 class BatchSource(Protocol):
@@ -89,7 +95,8 @@ def rollout_batch(
 def generate_and_score(trainer: Any, batch_dict: dict[str, Any], step: int,
                        timing: dict[str, float], round_: int = 0) -> DataProto:  # fmt: skip
     """Stages `gen` (rollout, or its replay), `gen_max` (ReMax's greedy baseline) and
-    `reward` on one loader batch; failed rollouts become groups of their own."""
+    `reward` on one loader batch; failed rollouts become groups of their own, and those hit
+    by infrastructure failures are settled per `rollout.on_infra_error`."""
     config, models = trainer.config, trainer.models
     rollout_cfg = config.actor_rollout_ref.rollout
     batch = prompt_batch(batch_dict, step, round_, rollout_cfg.temperature)
@@ -102,7 +109,9 @@ def generate_and_score(trainer: Any, batch_dict: dict[str, Any], step: int,
             )
     isolate_failed(data)
     with trainer.stage("reward", timing):
-        return score(data, trainer.reward_fn, models.reward_model)
+        data = score(data, trainer.reward_fn, models.reward_model)
+    settle_infra_failures(data, rollout_cfg.on_infra_error, step)
+    return data
 
 
 class RolloutInStep:

@@ -13,6 +13,12 @@ Trajectories whose rollout FAILED (non-tensor ``request_state == "failed"``) are
 the score, reward, advantage and length statistics and counted in ``training/failed``;
 those the score function could not score (an LLM judge that failed) are counted again in
 ``training/score_failed``.
+
+Failure metrics (``failure_metrics``, in every step's metrics, 0 when none): trajectories
+with an infrastructure failure, ``rollout/infra_failed`` and ``rollout/infra_failed/<kind>``
+(kind: the tool's name, ``interaction``, ``generation``, ``judge`` or ``scorer``), and those
+whose score function raised, ``reward/score_failed`` and ``reward/score_failed/<data
+source>``.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.protocol import SCORE_FAILED_KEY
+from agentrl.protocol import INFRA_ERROR_KEY, SCORE_FAILED_KEY
+from agentrl.reward import SCORE_ERROR_KEY
+from agentrl.rollout.output import infra_error_metrics
 
 FAILED = "failed"
 
@@ -107,6 +115,24 @@ def _score_failed(data: Any) -> int:
     extra = data.non_tensor_batch.get("reward_extra_info")
     return 0 if extra is None else sum(
         bool((row or {}).get(SCORE_FAILED_KEY)) for row in extra)
+
+
+def failure_metrics(data: Any, reward_fn_key: str = "data_source") -> dict[str, float]:
+    """The batch's infrastructure and score-function failures (see the module docstring),
+    from its ``infra_error`` column and ``reward_extra_info``; ``reward_fn_key`` names the
+    data source column (``data.reward_fn_key``)."""
+    column = data.non_tensor_batch.get(INFRA_ERROR_KEY)
+    metrics = infra_error_metrics(list(column) if column is not None else [])
+    extra = data.non_tensor_batch.get("reward_extra_info")
+    rows = list(extra) if extra is not None else []
+    sources = data.non_tensor_batch.get(reward_fn_key)
+    failed: dict[str, int] = defaultdict(int)
+    for i, row in enumerate(rows):
+        row = row or {}
+        if row.get(SCORE_ERROR_KEY) or isinstance(row.get(INFRA_ERROR_KEY), str):
+            failed[str(sources[i]) if sources is not None else "unknown"] += 1
+    metrics["reward/score_failed"] = float(sum(failed.values()))
+    return metrics | {f"reward/score_failed/{k}": float(v) for k, v in sorted(failed.items())}
 
 
 def compute_rollout_logprob_gap(data: Any) -> dict[str, float]:
@@ -281,13 +307,17 @@ def progress_postfix(metrics: dict[str, float]) -> dict[str, str]:
     return {short: f"{metrics[k]:.3g}" for k, short in _PROGRESS_KEYS.items() if k in metrics}
 
 
-def batch_metrics(data: Any, timing: dict[str, float], n_workers: int,
-                  use_critic: bool) -> dict[str, float]:  # fmt: skip
+def batch_metrics(data: Any, timing: dict[str, float], n_workers: int, use_critic: bool,
+                  reward_fn_key: str = "data_source") -> dict[str, float]:  # fmt: skip
     """A trained batch's metrics: what the rollout and the workers put in its `meta_info`
-    (`metrics`, `timing`), then the data, timing and throughput metrics of the step."""
+    (`metrics`, `timing`), then the failure, data, timing and throughput metrics of the step
+    (`rollout/infra_failed*` counted on the batch, with the scoring's failures, replace the
+    rollout's own count)."""
     metrics: dict[str, float] = {}
     for key in ("metrics", "timing"):
-        metrics |= {k: float(v) for k, v in data.meta_info.get(key, {}).items()}
+        metrics |= {k: float(v) for k, v in data.meta_info.get(key, {}).items()
+                    if not k.startswith("rollout/infra_failed")}  # fmt: skip
+    metrics |= failure_metrics(data, reward_fn_key)
     metrics |= compute_data_metrics(data, use_critic=use_critic)
     metrics |= compute_timing_metrics(timing)
     return metrics | compute_throughput_metrics(data, timing, n_workers)

@@ -43,7 +43,7 @@ from agentrl.protocol import DataProto
 from agentrl.rollout.output import model_token_versions
 from agentrl.trainer.ppo_trainer import PPOTrainer
 from agentrl.trainer.producer import TakeStats
-from agentrl.trainer.scoring import isolate_failed, score
+from agentrl.trainer.scoring import isolate_failed, score, settle_infra_failures
 from agentrl.trainer.worker_setup import init_ray, stop_ray, with_rollout
 from agentrl.utils.deprecation import renamed_attributes
 
@@ -209,7 +209,9 @@ class ProducerBatchSource:
             data, self.stats = self._take(trainer, step)
         isolate_failed(data)
         with trainer.stage("reward", timing):
-            return score(data, trainer.reward_fn, trainer.rm_wg), {}
+            data = score(data, trainer.reward_fn, trainer.rm_wg)
+        settle_infra_failures(data, self.config.actor_rollout_ref.rollout.on_infra_error, step)
+        return data, {}
 
     def _take(self, trainer: PPOTrainer, step: int) -> tuple[Any, TakeStats]:
         """Step `step`'s batch from the producer; each group it finishes meanwhile is

@@ -16,7 +16,8 @@ groups (worker_setup.py, docs/workers.md). One step, each stage in the module na
 The hang guard (hang_guard.py) times and watches every stage. The off-policy trainer
 (off_policy.py) is this class with another batch source. Departures from verl: uids are
 `"{step}-{row}"` (a resumed run sees the same batch); a FAILED rollout is a group of its own
-(scoring.isolate_failed); `trainer.balance_batch` evens tokens across ranks (balance.py).
+(scoring.isolate_failed), and so is one hit by an infrastructure failure with
+`rollout.on_infra_error: mask` (scoring.settle_infra_failures); `trainer.balance_batch` evens tokens across ranks (balance.py).
 """
 
 from __future__ import annotations
@@ -203,7 +204,8 @@ class PPOTrainer:
         if self.config.trainer.rollout_data_dir:
             dump_trajectories(Path(self.config.trainer.rollout_data_dir), data, step,
                               self.tokenizer)  # fmt: skip
-        metrics |= batch_metrics(data, timing, self.n_workers, self.use_critic)
+        metrics |= batch_metrics(data, timing, self.n_workers, self.use_critic,
+                                 self.config.data.reward_fn_key)
         metrics["training/global_step"] = float(step)
         metrics["training/epoch"] = float(self.train_dataloader.epoch)
         sampler = self.train_dataloader.sampler

@@ -60,6 +60,13 @@ class HTTPCallError(Exception):
         return self.kind == "connection" or (
             self.status_code is not None and (self.status_code == 429 or self.status_code >= 500))
 
+    @property
+    def infra(self) -> bool:
+        """Whether the service, not the request, failed (agentrl/utils/infra.py): it was
+        unreachable, timed out, answered 429/5xx or something that is not JSON. A 4xx
+        answers what was sent (e.g. the model's arguments)."""
+        return self.retryable or self.kind in ("timeout", "bad_response")
+
 
 class JSONClient:
     """POST/GET JSON with a per-loop httpx client, a concurrency limit and retries."""

@@ -17,6 +17,7 @@ from agentrl.algos import (
     compute_advantage,
     get_adv_estimator_fn,
     register_adv_est,
+    thin_group_rows,
 )
 from agentrl.protocol import DataProto
 from agentrl.utils.registry import Registry
@@ -458,3 +459,13 @@ def test_on_policy_distill_is_the_negative_reverse_kl_per_model_token():
     del data.batch["teacher_log_prob"]
     with pytest.raises(KeyError, match="teacher_log_prob"):
         compute_advantage(data, "on_policy_distill", config=config)
+
+
+def test_thin_group_rows_are_the_lone_survivors_of_groups_that_lost_rows():
+    index = uids("a", "a", "a", "b", "b", "c", "d", "d")
+    valid = np.array([1, 1, 0, 1, 0, 1, 0, 0], dtype=bool)
+    # a keeps two valid rows, b keeps one (thin), c lost nothing (n = 1 trains), d has none
+    assert thin_group_rows(index, valid).tolist() == [0, 0, 0, 1, 0, 0, 0, 0]
+    assert thin_group_rows(index, valid, min_valid=3).tolist() == [1, 1, 0, 1, 0, 0, 0, 0]
+    with pytest.raises(ValueError, match="index has 8 entries but valid has 2"):
+        thin_group_rows(index, valid[:2])

@@ -76,6 +76,8 @@ def test_deprecated_and_new_micro_batch_keys_conflict():
     ("actor_rollout_ref.rollout.name=vlm", "rollout.name is 'vlm'; choose one of hf, sglang, vllm"),
     ("trainer.logger=[console,neptune]", "trainer.logger has neptune"),
     ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n must be >= 1, got 0"),
+    ("actor_rollout_ref.rollout.on_infra_error=drop",
+     "actor_rollout_ref.rollout.on_infra_error is 'drop'; choose one of mask, zero, raise"),
     ("actor_rollout_ref.rollout.max_model_len=100", "max_model_len (100) leaves no room"),
     ("trainer.resume_mode=resume_path", "trainer.resume_from_path is null"),
     ("actor_rollout_ref.rollout.multi_turn.tool_record_mode=replay", "tool_record_path is null"),

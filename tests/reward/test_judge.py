@@ -184,6 +184,10 @@ def test_a_scripted_judge_scores_and_marks_its_failures(rollout_batch, tiny_toke
     assert failed[:3] == [None, None, None]
     assert "ReadTimeout after 0.5 s (after 2 retries)" in failed[3]
     assert "no 'Score: X'" in failed[4] and "HTTP 500" in failed[5]
+    # the timeout and the 500s are the judge service's failures, the unreadable reply is not
+    infra = info["infra_error"]
+    assert [e and e["kind"] for e in infra] == [None, None, None, "judge", None, "judge"]
+    assert "HTTP 500" in infra[5]["error"]
     assert endpoint.calls == {"right": 1, "wrong": 1, "limited": 3, "slow": 3, "garbage": 1,
                               "broken": 3}
     assert set(endpoint.auth) == {"Bearer k-123"}  # the key from the named variable

@@ -10,6 +10,7 @@ import torch
 from agentrl.reward import (
     BatchRewardManager,
     DAPORewardManager,
+    InfraError,
     NaiveRewardManager,
     RewardScoreError,
 )
@@ -131,10 +132,58 @@ def test_batch_manager_default_and_errors(rollout_batch, tiny_tokenizer):
     with pytest.raises(RewardScoreError, match="got 1 scores for 2 samples"):
         short(built.data)
 
-    def broken(**kwargs):
-        raise RuntimeError("sandbox down")
+    def broken(**kwargs):  # a service the scorer needs is down: every sample's failure
+        raise InfraError("sandbox down")
 
-    with pytest.raises(
-        RewardScoreError, match=r"2 samples \(data_sources \['agentrl/arithmetic'\]\).*sandbox down"
-    ):
-        BatchRewardManager(tiny_tokenizer, compute_score=broken)(built.data)
+    out = BatchRewardManager(tiny_tokenizer, compute_score=broken)(built.data, return_dict=True)
+    assert out["reward_tensor"].abs().sum() == 0
+    assert out["reward_extra_info"] == {"infra_error": [
+        "2 samples (data_sources ['agentrl/arithmetic']): InfraError: sandbox down"] * 2}
+
+
+def test_batch_manager_finds_the_samples_its_function_raises_on(rollout_batch, tiny_tokenizer):
+    """Another exception: each sample is scored alone, so only the odd one fails (scores 0)."""
+    built = rollout_batch([SHORT, dict(SHORT, ground_truth="41"), LONG])
+    calls = []
+
+    def picky(data_sources, solution_strs, ground_truths, extra_infos):
+        calls.append(len(solution_strs))
+        if "41" in ground_truths:
+            raise ValueError("cannot compare 42 with 41")
+        return [1.0] * len(solution_strs)
+
+    out = BatchRewardManager(tiny_tokenizer, compute_score=picky)(built.data, return_dict=True)
+    assert calls == [3, 1, 1, 1]
+    assert placed(out["reward_tensor"], built.lengths) == [1.0, 0.0, 1.0]
+    assert out["reward_extra_info"] == {"score_error": [
+        None, "sample 1 (data_source='agentrl/arithmetic'): ValueError: cannot compare 42 with 41",
+        None]}
+
+
+def test_a_scorer_raising_on_odd_output_scores_zero_and_the_run_goes_on(rollout_batch,
+                                                                        tiny_tokenizer):
+    """docs/rewards.md, "When scoring fails": the model's output made it raise -> 0, marked
+    score_error; an infrastructure failure (timeout, connection, InfraError) -> infra_error;
+    a dict result may name an infrastructure failure itself."""
+    built = rollout_batch([SHORT, dict(SHORT, ground_truth="odd"), dict(SHORT, ground_truth="down"),
+                           dict(SHORT, ground_truth="busy"), LONG])  # fmt: skip
+
+    def scorer(data_source, solution_str, ground_truth, extra_info=None):
+        if ground_truth == "odd":
+            raise TypeError("unsupported operand type(s) for *: 'dict' and 'int'")
+        if ground_truth == "down":
+            raise ConnectionRefusedError(111, "Connection refused")
+        if ground_truth == "busy":
+            return {"score": 0.0, "infra_error": "the verifier answered 503"}
+        return {"score": 1.0}
+
+    for cls in (NaiveRewardManager, DAPORewardManager):
+        out = cls(tiny_tokenizer, compute_score=scorer)(built.data, return_dict=True)
+        assert placed(out["reward_tensor"], built.lengths) == [1.0, 0.0, 0.0, 0.0, 1.0]
+        info = out["reward_extra_info"]
+        assert info["score_error"] == [None, "sample 1 (data_source='agentrl/arithmetic'): "
+                                       "TypeError: unsupported operand type(s) for *: 'dict' "
+                                       "and 'int'", None, None, None]
+        assert info["infra_error"] == [
+            None, None, "sample 2 (data_source='agentrl/arithmetic'): ConnectionRefusedError: "
+            "[Errno 111] Connection refused", "the verifier answered 503", None]

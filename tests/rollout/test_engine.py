@@ -175,6 +175,7 @@ def test_output_keys_shapes_and_reward_manager(tiny_tokenizer):
         "finish_reason",
         "truncation",
         "request_state",
+        "infra_error",
         "rollout_metrics",
     }
     assert list(out.non_tensor_batch["uid"]) == ["u0", "u0", "u1", "u1"]

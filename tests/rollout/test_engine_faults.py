@@ -48,7 +48,8 @@ def test_faults_never_end_the_batch(tiny_tokenizer):
         "echo": RecordingTool("echo"),
     }
     backend = ScriptedBackend(tiny_tokenizer, scripts, fail={2: 100})
-    config = rollout_config("max_retries=2", "multi_turn.tool_timeout=0.2")
+    # on_infra_error=zero: the timeout (an infrastructure failure) reaches the model as text
+    config = rollout_config("max_retries=2", "multi_turn.tool_timeout=0.2", "on_infra_error=zero")
     engine = AsyncRolloutEngine(config, tiny_tokenizer, backend, tools)
     requests: list[AsyncRolloutRequest] = []
     out = run(engine, prompts_batch(3), requests)
@@ -63,6 +64,11 @@ def test_faults_never_end_the_batch(tiny_tokenizer):
     assert metrics["rollout/tool_calls/echo"] == 2
     assert metrics["rollout/tool_errors"] == 4
     assert metrics["rollout/finish_reason/stop"] == 2
+    # the timeouts and the engine down after its retries are infrastructure failures; the
+    # RuntimeError of 'boom' is not (a tool's bug or the model's input)
+    assert metrics["rollout/infra_failed"] == 3
+    assert metrics["rollout/infra_failed/hang"] == 2 and metrics["rollout/infra_failed/generation"] == 1
+    assert [e["kind"] for e in out.non_tensor_batch["infra_error"]] == ["hang", "hang", "generation"]
     failed = out.non_tensor_batch["request_state"].tolist().index("failed")
     assert failed == 2 and out.batch["response_mask"][2].sum() == 0
     assert out.batch["response_mask"][:2].sum(-1).gt(0).all()
@@ -82,6 +88,34 @@ def test_faults_never_end_the_batch(tiny_tokenizer):
             assert events[-2:] == ["calc_reward", "release"]
 
 
+@pytest.mark.parametrize("mode", ["mask", "raise"])
+def test_an_infrastructure_failure_ends_its_request_at_once(tiny_tokenizer, mode):
+    """With on_infra_error mask (the default) or raise, a tool timing out ends the request
+    FAILED after that turn (no more generation: it will not train); the others go on."""
+    scripts = {
+        0: [call_text("hang", "a") + "<|im_end|>", "Done.<|im_end|>"],
+        1: [call_text("echo", "b") + "<|im_end|>", "Done.<|im_end|>"],
+    }
+    tools = {"hang": HangingTool("hang"), "echo": RecordingTool("echo")}
+    backend = ScriptedBackend(tiny_tokenizer, scripts)
+    config = rollout_config("multi_turn.tool_timeout=0.2", f"on_infra_error={mode}")
+    out = run(AsyncRolloutEngine(config, tiny_tokenizer, backend, tools), prompts_batch(2))
+    assert list(out.non_tensor_batch["request_state"]) == ["failed", "completed"]
+    assert out.non_tensor_batch["infra_error"][0] == {
+        "kind": "hang", "error": "tool 'hang' timed out after 0.2 s."}
+    assert out.non_tensor_batch["infra_error"][1] is None
+    assert len(backend.outputs[(0, next(k[1] for k in backend.outputs if k[0] == 0))]) == 1
+    assert out.batch["response_mask"][0].sum() == 0 and out.batch["response_mask"][1].sum() > 0
+    assert out.meta_info["metrics"]["rollout/infra_failed"] == 1
+    assert sorted(tools["hang"].instances("release")) == sorted(tools["hang"].instances("create"))
+
+
+def test_an_unknown_on_infra_error_is_named(tiny_tokenizer):
+    config = dict(rollout_config(), on_infra_error="skip")
+    with pytest.raises(ValueError, match="on_infra_error is 'skip'; choose one of mask, zero, raise"):
+        AsyncRolloutEngine(config, tiny_tokenizer, ScriptedBackend(tiny_tokenizer, {}))
+
+
 def test_non_retryable_backend_error_fails_at_once(tiny_tokenizer):
     class Broken(ScriptedBackend):
         async def generate(self, input_ids, sampling_params, request_id):
@@ -96,6 +130,7 @@ def test_non_retryable_backend_error_fails_at_once(tiny_tokenizer):
     assert len(backend.calls) == 1
     assert out.meta_info["metrics"]["rollout/backend_retries"] == 0
     assert out.non_tensor_batch["request_state"][0] == "failed"
+    assert out.non_tensor_batch["infra_error"][0] is None  # a 400 is not the engine being down
 
 
 def test_backend_timeout_is_retried_and_aborted(tiny_tokenizer):
@@ -109,6 +144,7 @@ def test_backend_timeout_is_retried_and_aborted(tiny_tokenizer):
     assert out.meta_info["metrics"]["rollout/backend_retries"] == 1
     assert len(backend.aborted) == 2
     assert out.non_tensor_batch["request_state"][0] == "failed"
+    assert out.non_tensor_batch["infra_error"][0]["kind"] == "generation"
 
 
 def test_cancellation_still_releases_every_instance(tiny_tokenizer):

@@ -48,6 +48,7 @@ def test_build_output_sorts_pads_and_repeats_columns():
         ),
         request(0, 0, [1, 2, 3, 4], [(10, 1, -0.1)]),  # prompt longer than 3: keeps the end
     ]
+    requests[0].note_infra_error("search", "the retriever is down")
     out = build_output(
         requests, batch, prompt_length=3, response_length=3, pad_token_id=0, with_log_probs=True
     )
@@ -73,6 +74,8 @@ def test_build_output_sorts_pads_and_repeats_columns():
     assert out.batch["step_rewards"].tolist()[1] == [0.75, 0.0, 0.0]  # position 9 is cut off
     assert list(out.non_tensor_batch["uid"]) == ["a", "a", "b"]
     assert list(out.non_tensor_batch["finish_reason"]) == ["stop"] * 3
+    assert list(out.non_tensor_batch["infra_error"]) == [
+        None, None, {"kind": "search", "error": "the retriever is down"}]
     assert out.meta_info == {"validate": True}
     without = build_output(
         requests, batch, prompt_length=3, response_length=3, pad_token_id=0, with_log_probs=False
@@ -90,6 +93,9 @@ def test_batch_metrics_counts():
     bad.state, bad.finish_reason, bad.truncation = RequestState.FAILED, FinishReason.ABORT, "x"
     bad.metrics.backend_retries, bad.metrics.backend_errors = 3, 1
     bad.metrics.assistant_turns = 1
+    bad.note_infra_error("generation", "the engine is down")
+    bad.note_infra_error("search", "the second failure is not kept")
+    assert bad.infra_error == {"kind": "generation", "error": "the engine is down"}
     metrics = batch_metrics([ok, bad])
     assert metrics == {
         "rollout/requests": 2.0,
@@ -101,6 +107,8 @@ def test_batch_metrics_counts():
         "rollout/parse_errors": 0.0,
         "rollout/interaction_errors": 0.0,
         "rollout/tool_responses_truncated": 0.0,
+        "rollout/infra_failed": 1.0,
+        "rollout/infra_failed/generation": 1.0,
         "rollout/assistant_turns/mean": 2.0,
         "rollout/assistant_turns/max": 3.0,
         "rollout/user_turns/mean": 1.0,

@@ -5,7 +5,13 @@ import time
 
 import pytest
 
-from agentrl.tools import BaseTool, OpenAIFunctionToolSchema, ToolResponse, execute_tool_call
+from agentrl.tools import (
+    BaseTool,
+    InfraError,
+    OpenAIFunctionToolSchema,
+    ToolResponse,
+    execute_tool_call,
+)
 
 SCHEMA = OpenAIFunctionToolSchema.model_validate(
     {
@@ -72,7 +78,7 @@ def test_success_passes_response_reward_metrics_and_execute_kwargs():
             "('extra' was unexpected)",
         ),
         (["ok"], "Error: the arguments of tool 'probe' must be a JSON object, got list."),
-    ],
+    ],  # the model's errors: never infrastructure failures (the metrics are tool_error only)
 )
 def test_invalid_arguments_become_error_text(parameters, expected):
     response, reward, metrics = call(parameters)
@@ -90,7 +96,36 @@ def test_hang_times_out_within_bound():
     response, reward, metrics = call({"mode": "hang"}, timeout=0.2)
     assert time.monotonic() - start < 2.0
     assert response.text == "Error: tool 'probe' timed out after 0.2 s."
-    assert (reward, metrics) == (0.0, {"tool_error": "timeout"})
+    # a timeout is an infrastructure failure by default (agentrl/utils/infra.py)
+    assert (reward, metrics) == (
+        0.0, {"tool_error": "timeout", "infra_error": "tool 'probe' timed out after 0.2 s."})
+
+
+class ServiceTool(BaseTool):
+    """Fails as its service would: down, crashed (InfraError), or rejecting the input."""
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        mode = parameters["mode"]
+        if mode == "raise":
+            raise ConnectionRefusedError(111, "Connection refused")
+        if mode == "hang":
+            raise InfraError("the sandbox crashed")
+        if mode == "garbage":  # an error the model caused: not an infrastructure failure
+            raise ValueError("no such file")
+        return ToolResponse(text="Error: down"), 0.0, {"infra_error": "the index is down"}
+
+
+@pytest.mark.parametrize(("mode", "infra"), [
+    ("raise", "tool 'probe' failed: ConnectionRefusedError: [Errno 111] Connection refused"),
+    ("hang", "tool 'probe' failed: InfraError: the sandbox crashed"),
+    ("garbage", None),
+    ("ok", "the index is down"),  # the tool's own result field passes through
+])  # fmt: skip
+def test_infrastructure_failures_are_marked_and_the_model_s_errors_are_not(mode, infra):
+    response, _, metrics = asyncio.run(
+        execute_tool_call(ServiceTool({}, SCHEMA), "i", {"mode": mode}, timeout=1.0))
+    assert metrics.get("infra_error") == infra
+    assert response.text.startswith("Error:")
 
 
 def test_wrong_return_shape_becomes_error_text():

@@ -65,7 +65,7 @@ def test_exception_shows_traceback_tail_and_exit_code(sandbox_url):
     assert lines[-2] == "ZeroDivisionError: division by zero"
     assert lines[-1] == "Error: exit code 1"
     assert (reward, metrics["sandbox_error"], metrics["sandbox_timeout"]) == (0.0, 1, 0)
-    assert "tool_error" not in metrics
+    assert "tool_error" not in metrics and "infra_error" not in metrics  # the code's failure
 
 
 def test_time_limit_is_reported_and_counted(sandbox_url):
@@ -77,6 +77,7 @@ def test_time_limit_is_reported_and_counted(sandbox_url):
         "Error: time limit exceeded. run_timeout of 0.5 s exceeded: the run was killed"
     )
     assert (metrics["sandbox_error"], metrics["sandbox_timeout"]) == (1, 1)
+    assert "infra_error" not in metrics  # the model's code ran too long, the sandbox worked
 
 
 def test_output_is_cut_for_the_model(sandbox_url):
@@ -171,6 +172,28 @@ def test_dead_server_gives_error_text_and_metric():
         "(after 2 retries)"
     )
     assert (reward, metrics["tool_error"], metrics["sandbox_error"]) == (0.0, "connection", 1)
+    assert metrics["infra_error"] == response.text.removeprefix("Error: ")
+
+
+def test_a_crashed_sandbox_is_an_infrastructure_failure():
+    """SandboxError (the sandbox, not the code, failed) and a 500 set infra_error."""
+    app = FastAPI()
+
+    @app.post("/run_code")
+    async def run_code(request: Request):
+        if "500" in (await request.json())["code"]:
+            return JSONResponse({"detail": "worker died"}, status_code=500)
+        return {"status": "SandboxError", "message": "sandbox namespace setup failed: EPERM"}
+
+    with serve_in_thread(app) as url:
+        tool = _tool(url, max_retries=0)
+        response, _, metrics = _execute(tool, "print(1)")
+        assert response.text == "Error: sandbox namespace setup failed: EPERM"
+        assert metrics["tool_error"] == "sandbox_error"
+        assert metrics["infra_error"] == "the sandbox failed: sandbox namespace setup failed: EPERM"
+        _, _, metrics = _execute(tool, "print(500)")
+        assert metrics["infra_error"] == (
+            f"sandbox call failed: {url}/run_code answered HTTP 500 (after 0 retries)")
 
 
 def test_rejected_request_is_not_retried(sandbox_url):
@@ -178,7 +201,7 @@ def test_rejected_request_is_not_retried(sandbox_url):
     start = time.monotonic()
     response, _, metrics = _execute(tool, "print(1)")
     assert time.monotonic() - start < 2.0  # a 4xx is final: no 5 s backoff
-    assert metrics["tool_error"] == "http_status"
+    assert metrics["tool_error"] == "http_status" and "infra_error" not in metrics
     assert response.text.startswith(
         f"Error: sandbox call failed: {sandbox_url}/run_code answered HTTP 400: ")
     assert "unsupported language 'cobol'" in response.text

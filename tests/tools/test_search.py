@@ -143,7 +143,8 @@ def test_dead_server_is_an_error_text_quickly():
         f"Error: search failed: cannot connect to http://127.0.0.1:{port}/retrieve: ConnectError"
     )
     assert response.text.endswith("(after 3 retries)")
-    assert (reward, metrics) == (0.0, {"tool_error": "connection", "search_queries": 1})
+    assert (reward, metrics) == (0.0, {"tool_error": "connection", "search_queries": 1,
+                                       "infra_error": response.text.removeprefix("Error: ")})
 
 
 def test_5xx_is_retried_until_success(faulty):
@@ -160,6 +161,7 @@ def test_429_retries_are_bounded(faulty):
     response, _, metrics = search(tool, ["q"])
     assert response.text == f"Error: search failed: {url}/busy answered HTTP 429 (after 2 retries)"
     assert (hits["busy"], metrics["tool_error"]) == (3, "http_status")
+    assert "answered HTTP 429" in metrics["infra_error"]  # the retriever's failure
 
 
 def test_4xx_is_not_retried(faulty):
@@ -168,6 +170,7 @@ def test_4xx_is_not_retried(faulty):
     response, _, metrics = search(tool, ["q"])
     assert response.text == f"Error: search failed: {url}/bad answered HTTP 400: no such thing"
     assert (hits["bad"], metrics["tool_error"]) == (1, "http_status")
+    assert "infra_error" not in metrics  # a 4xx answers what the model sent
 
 
 def test_garbage_and_slow_answers(faulty):

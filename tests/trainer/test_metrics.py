@@ -12,6 +12,7 @@ from agentrl.trainer.metrics import (
     compute_throughput_metrics,
     compute_timing_metrics,
     failed_rows,
+    failure_metrics,
     process_validation_metrics,
     timer,
 )
@@ -150,3 +151,20 @@ def test_rollout_metrics_of_several_batches_merge_by_kind():
     ])
     assert merged == {"rollout/requests": 6.0, "rollout/turns/max": 5.0,
                       "rollout/turns/mean": 1.5, "rollout/tool_call_rate": 0.75}
+
+
+def test_failure_metrics_count_infra_failures_by_kind_and_score_failures_by_source():
+    """rollout/infra_failed and reward/score_failed are in every step's metrics (0 when
+    none); per kind and per data source where there are some."""
+    data = DataProto.from_dict(non_tensors={
+        "source": ["a", "b", "b", "a"],
+        "infra_error": [None, {"kind": "search", "error": "down"},
+                        {"kind": "judge", "error": "500"}, None],
+        "reward_extra_info": [{"score_error": "sample 0: ValueError: odd"}, {}, {},
+                              {"infra_error": "sample 3: TimeoutError: verifier"}]})
+    assert failure_metrics(data, "source") == {
+        "rollout/infra_failed": 2.0, "rollout/infra_failed/judge": 1.0,
+        "rollout/infra_failed/search": 1.0, "reward/score_failed": 2.0,
+        "reward/score_failed/a": 2.0}
+    empty = DataProto.from_dict(non_tensors={"uid": ["x"]})
+    assert failure_metrics(empty) == {"rollout/infra_failed": 0.0, "reward/score_failed": 0.0}

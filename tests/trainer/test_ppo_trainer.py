@@ -43,6 +43,7 @@ def test_grpo_fit_two_steps_logs_verl_metrics_dumps_and_checkpoints(make_config,
         assert all(math.isfinite(v) for v in m.values())
         assert set(VERL_NAMES) <= set(m)
         assert m["rollout/requests"] == 4.0 and m["training/failed"] == 0.0
+        assert m["rollout/infra_failed"] == 0.0 and m["reward/score_failed"] == 0.0  # every step
         assert m["critic/rewards/mean"] == m["critic/score/mean"]  # no KL in the reward
         assert 1 <= m["response_length/mean"] <= m["response_length/max"] <= 24
         # every token of the batch is a prompt or a response token

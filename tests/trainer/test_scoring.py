@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from agentrl.algos import compute_advantage
 from agentrl.protocol import DataProto
@@ -124,3 +128,195 @@ def test_an_unscored_sample_is_a_failed_row_never_a_zero_in_its_group():
     alone = compute_advantage(_group_batch(["completed"] * 3), "grpo").batch["advantages"]
     torch.testing.assert_close(adv[:3], alone)
     assert adv[3].abs().sum() == 0
+
+
+# ------------------------------------------------------------ infrastructure failures
+# A step's rollout through the real engine with real tools whose services fail (a retriever
+# killed mid-step, a sandbox that crashes, a tool that times out) and an LLM judge that
+# answers HTTP 500; then the trainer's scoring stage and GRPO (tests/rollout fixtures).
+
+ANSWERS = {  # conversation -> its model turns (the answer's number is the judge's score)
+    0: ['<tool_call>{"name": "search", "arguments": {"query_list": ["Paris"]}}</tool_call>',
+        "<answer>0.9</answer>"],
+    1: ['<tool_call>{"name": "search", "arguments": {"query_list": ["Paris"]}}</tool_call>',
+        '<tool_call>{"name": "search", "arguments": {"query_list": ["Rome"]}}</tool_call>',
+        "<answer>1</answer>"],  # its second search finds the retriever killed
+    2: ['<tool_call>{"name": "code_interpreter", "arguments": {"code": "print(1)"}}</tool_call>',
+        "<answer>0.2</answer>"],
+    3: ['<tool_call>{"name": "code_interpreter", "arguments": {"code": "crash()"}}</tool_call>',
+        "<answer>1</answer>"],  # the sandbox crashes (HTTP 500)
+    4: ['<tool_call>{"name": "hang", "arguments": {"text": "x"}}</tool_call>',
+        "<answer>1</answer>"],  # the tool times out
+    5: ["<answer>broken</answer>"],  # the judge answers HTTP 500
+    6: ["<answer>0.7</answer>"],
+    7: ["<answer>0.1</answer>"],
+    8: ["<answer>0.6</answer>"],
+    9: ['<tool_call>{"name": "hang", "arguments": {"text": "y"}}</tool_call>',
+        "<answer>1</answer>"],
+}
+GROUPS = ["g1"] * 4 + ["g2"] * 4 + ["g3"] * 2  # g3 keeps one valid member: dropped
+INFRA = {1: "search", 3: "code_interpreter", 4: "hang", 5: "judge", 9: "hang"}
+
+
+def _services():
+    """A real retriever, a sandbox that crashes on `crash()`, a judge that 500s on
+    `broken` and otherwise scores the answer's number."""
+    from envs.retriever.index import build_index
+    from envs.retriever.sample import sample_corpus, write_corpus
+
+    sandbox = FastAPI()
+
+    @sandbox.post("/run_code")
+    async def run_code(request: Request):
+        body = await request.json()
+        if "crash" in body["code"]:
+            return JSONResponse({"detail": "worker died"}, status_code=500)
+        return {"status": "Success", "message": "", "run_result": {
+            "status": "Finished", "stdout": "1\n", "stderr": "", "return_code": 0,
+            "execution_time": 0.01}}
+
+    judge = FastAPI()
+
+    @judge.post("/v1/chat/completions")
+    async def chat(request: Request):
+        prompt = (await request.json())["messages"][0]["content"]
+        answer = re.search(r"final answer: (\S+)", prompt).group(1)
+        if answer == "broken":
+            return JSONResponse({"error": "boom"}, status_code=500)
+        return {"choices": [{"message": {"role": "assistant", "content": f"Score: {answer}"}}]}
+
+    return build_index, sample_corpus, write_corpus, sandbox, judge
+
+
+def _infra_step(tiny_tokenizer, tmp_path, on_infra_error):
+    """The scored batch of one step whose services fail as ANSWERS says (module comment)."""
+    import contextlib
+
+    from agentrl.config import load_config
+    from agentrl.reward import load_reward_manager
+    from agentrl.rollout import AsyncRolloutEngine
+    from agentrl.testing.rollout import ScriptedBackend, prompts_batch, rollout_config, run
+    from agentrl.trainer.scoring import settle_infra_failures
+    from agentrl.utils.serving import serve_in_thread
+    from envs.retriever.server import create_app
+    from tests.rollout.test_engine_faults import HangingTool
+    from tools.sandbox import SandboxTool
+    from tools.search import SearchTool
+
+    build_index, sample_corpus, write_corpus, sandbox_app, judge_app = _services()
+    corpus = write_corpus(tmp_path / "corpus.jsonl", sample_corpus())
+    with contextlib.ExitStack() as stack:
+        retriever = serve_in_thread(create_app(build_index(corpus)))
+        retriever_url = retriever.__enter__()
+        sandbox_url = stack.enter_context(serve_in_thread(sandbox_app))
+        judge_url = stack.enter_context(serve_in_thread(judge_app))
+
+        class KillsTheRetriever(ScriptedBackend):
+            """Every first turn searched while the retriever was up; it dies before the
+            second turn (the engine generates in waves: rollout.deterministic)."""
+
+            async def generate(self, input_ids, sampling_params, request_id):
+                if "-t1-" in request_id and retriever.gen is not None:
+                    retriever.__exit__(None, None, None)
+                    retriever.gen = None
+                return await super().generate(input_ids, sampling_params, request_id)
+
+        no_retry = {"max_retries": 0}
+        tools = {
+            "search": SearchTool({"retrieval_service_url": f"{retriever_url}/retrieve",
+                                  **no_retry}),
+            "code_interpreter": SandboxTool({"sandbox_fusion_url": sandbox_url, **no_retry}),
+            "hang": HangingTool("hang"),
+        }
+        scripts = {k: [t + "<|im_end|>" for t in turns] for k, turns in ANSWERS.items()}
+        config = rollout_config("multi_turn.tool_timeout=0.3", "deterministic=true",
+                                f"on_infra_error={on_infra_error}")
+        engine = AsyncRolloutEngine(config, tiny_tokenizer,
+                                    KillsTheRetriever(tiny_tokenizer, scripts), tools)
+        batch = prompts_batch(len(ANSWERS), tools_kwargs={name: {} for name in tools})
+        data = run(engine, batch)
+        data.non_tensor_batch["uid"] = np.array(GROUPS, dtype=object)
+        isolate_failed(data)
+        cfg = load_config(overrides=[
+            "reward_model.judge.enable=true", f"reward_model.judge.url={judge_url}/v1",
+            "reward_model.judge.model=judge", "reward_model.judge.max_retries=0"])
+        judge = load_reward_manager(cfg.reward_model, cfg.custom_reward_function, tiny_tokenizer)
+        data = score(data, judge)
+        settle_infra_failures(data, on_infra_error, step=1)
+    data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+    return data
+
+
+def test_infrastructure_failures_carry_no_gradient_and_leave_their_groups(tiny_tokenizer,
+                                                                          tmp_path):
+    """on_infra_error=mask (the default): a retriever killed mid-step, a crashed sandbox, a
+    tool timing out and a judge answering 500 fail their trajectories (zero response mask,
+    advantage 0); each group's other advantages are GRPO's on its valid members alone, and
+    a group left with one valid member trains nothing."""
+    from agentrl.trainer.metrics import failure_metrics
+
+    data = _infra_step(tiny_tokenizer, tmp_path, "mask")
+    errors = data.non_tensor_batch["infra_error"]
+    assert {i: e["kind"] for i, e in enumerate(errors) if e} == INFRA
+    assert "cannot connect" in errors[1]["error"] or "RemoteProtocolError" in errors[1]["error"]
+    assert "HTTP 500" in errors[3]["error"] and "timed out after 0.3 s" in errors[4]["error"]
+    assert "HTTP 500" in errors[5]["error"]
+    states = list(data.non_tensor_batch["request_state"])
+    assert [i for i, s in enumerate(states) if s == "failed"] == sorted(INFRA)
+    adv = compute_advantage(data, "grpo").batch["advantages"]
+    mask = data.batch["response_mask"]
+    for i in [*INFRA, 8]:  # the failed rows and the thin group's survivor: no gradient
+        assert mask[i].sum() == 0 and adv[i].abs().sum() == 0
+    scores = data.batch["token_level_scores"].sum(-1)
+    assert scores[[0, 2, 6, 7]].tolist() == pytest.approx([0.9, 0.2, 0.7, 0.1])
+    for rows in ([0, 2], [6, 7]):  # GRPO on the valid members alone
+        alone = DataProto.from_dict(
+            tensors={"token_level_rewards": data.batch["token_level_rewards"][rows],
+                     "response_mask": data.batch["response_mask"][rows]},
+            non_tensors={"uid": ["alone"] * len(rows)})
+        expected = compute_advantage(alone, "grpo").batch["advantages"]
+        torch.testing.assert_close(adv[rows], expected)
+        assert expected.abs().sum() > 0
+    metrics = failure_metrics(data)
+    assert metrics == {"rollout/infra_failed": 5.0, "rollout/infra_failed/code_interpreter": 1.0,
+                       "rollout/infra_failed/hang": 2.0, "rollout/infra_failed/judge": 1.0,
+                       "rollout/infra_failed/search": 1.0, "reward/score_failed": 0.0}
+
+
+def test_on_infra_error_zero_trains_them_and_raise_stops(tiny_tokenizer, tmp_path):
+    """zero: the tools' errors reached the model and those trajectories train as scored
+    (the judge's unscored row stays out, as before); raise: the step stops naming kinds."""
+    from agentrl.trainer.scoring import InfraFailureError
+
+    data = _infra_step(tiny_tokenizer, tmp_path, "zero")
+    states = list(data.non_tensor_batch["request_state"])
+    assert [i for i, s in enumerate(states) if s == "failed"] == [5]  # the judge's (score_failed)
+    assert all(data.batch["response_mask"][i].sum() > 0 for i in (1, 3, 4, 8, 9))
+    tool_texts = [m["content"] for m in data.non_tensor_batch["messages"][4] if m["role"] == "tool"]
+    assert tool_texts == ["Error: tool 'hang' timed out after 0.3 s."]
+    with pytest.raises(InfraFailureError, match=r"step 1: 5 trajectories hit infrastructure "
+                       r"failures \(kinds: code_interpreter, hang, judge, search\)"):
+        _infra_step(tiny_tokenizer, tmp_path, "raise")
+
+
+def test_settle_infra_failures_on_a_scored_batch():
+    """A scorer's infrastructure failure (its extra info's infra_error) is one too: masked,
+    its group scored over the rest; the pure rule drops groups left with < 2 valid rows."""
+    from agentrl.algos import thin_group_rows
+    from agentrl.trainer.scoring import settle_infra_failures
+
+    data = _group_batch(["completed"] * 4)
+    data.batch["token_level_scores"] = data.batch["token_level_rewards"].clone()
+    data.non_tensor_batch["reward_extra_info"] = np.array(
+        [{}, {"infra_error": "sample 1: TimeoutError: verifier"}, {}, {}], dtype=object)
+    assert settle_infra_failures(data, "mask", step=3) == 1
+    assert data.non_tensor_batch["infra_error"][1] == {
+        "kind": "scorer", "error": "sample 1: TimeoutError: verifier"}
+    assert data.non_tensor_batch["uid"][1] == "a/failed-1"
+    adv = compute_advantage(data, "grpo").batch["advantages"]
+    alone = _group_batch(["completed"] * 3)
+    alone.batch["token_level_rewards"][:, -1] = torch.tensor([1.0, 0.5, 0.0])
+    torch.testing.assert_close(adv[[0, 2, 3]], compute_advantage(alone, "grpo").batch["advantages"])
+    assert adv[1].abs().sum() == 0
+    assert thin_group_rows(["a", "a", "b", "b", "c"], np.array([1, 0, 1, 1, 1], bool)).tolist() == [
+        True, False, False, False, False]
