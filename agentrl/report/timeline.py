@@ -120,8 +120,8 @@ def timeline_svg(tracks: list[tuple[str, list[Span]]]) -> str:
     total = max(max(s.ts + s.dur for s in spans) - start, 1.0)
     scale = PLOT_W / total
     height = AXIS_H + ROW_H * len(shown)
-    parts = [f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{LABEL_W + PLOT_W}"'
-             f' height="{height}" font-family="sans-serif" font-size="10">']
+    parts = [f'<svg class="timeline" width="{LABEL_W + PLOT_W}" height="{height}"'
+             ' font-family="sans-serif" font-size="10">']  # inline: no namespace needed
     tick = _tick_step(total / 1e6)
     for i in range(int(total / 1e6 / tick) + 1):
         x = LABEL_W + i * tick * 1e6 * scale

@@ -80,3 +80,5 @@ def test_report_html_shows_the_timeline_of_a_traced_run(train_run):
     page = write_report(_trace_dir(train_run)).read_text(encoding="utf-8")
     assert page.count('<section id="timeline">') == 1 and page.count("<svg") == 1
     assert page.index('id="plots"') < page.index('id="timeline"') < page.index('id="viewer"')
+    assert not re.search(r'(src|href)="https?:', page)  # still opens offline (a server
+    # URL in a tooltip is text)

@@ -179,3 +179,37 @@ def test_step_trace_off_is_inert_and_a_failed_step_writes_nothing(tmp_path):
     tracks = {e["args"]["name"] for e in json.loads(trace_path(tmp_path / "on", 4).read_text())
               ["traceEvents"] if e["name"] == "thread_name"}  # fmt: skip
     assert tracks == {"stages", "request b"}  # a replayed rollout's old events are left out
+
+
+@pytest.mark.slow
+def test_an_off_policy_trace_shows_the_producer_generating_while_the_actor_trains(make_config):
+    """trainer.mode=one_step_off: the producer (its own Ray process) generates the next
+    batch while the actor trains on this one; a step's trace holds the producer's requests
+    beside the trainer's stages, on the same clock, and some of them overlap the update."""
+    from agentrl.trainer import run_train
+
+    cfg = make_config("trainer.mode=one_step_off", "trainer.total_training_steps=3",
+                      "trainer.trace=true")  # fmt: skip
+    run_train(cfg)
+    overlapping = 0
+    for step in (1, 2, 3):
+        rows = _spans(json.loads(trace_path(cfg_dir(cfg) / "trace", step).read_text()))
+        # the last batch is generated during step 2: step 3's producer has nothing to do
+        assert ("producer" in {p for p, _ in rows}) == (step < 3)
+        stages = {e["name"]: e for e in rows[("trainer", "stages")]}
+        assert {"wait_for_rollouts", "reward", "old_log_prob", "update_actor",
+                "weight_sync"} <= set(stages)  # fmt: skip
+        producer = [e for (p, _), row in rows.items() if p == "producer" for e in row]
+        assert all(e["name"] in ("request", "PENDING", "RUNNING", "TOOL_CALLING",
+                                              "generate", "tool", "end_plugins")
+                                for e in producer)  # fmt: skip
+        update = stages["update_actor"]
+        overlapping += sum(e["name"] == "generate" and e["ts"] < update["ts"] + update["dur"]
+                           and e["ts"] + e["dur"] > update["ts"] for e in producer)  # fmt: skip
+    assert overlapping > 0  # the producer generated during an update
+
+
+def cfg_dir(cfg):
+    from pathlib import Path
+
+    return Path(str(cfg.trainer.default_local_dir))
