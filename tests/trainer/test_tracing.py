@@ -213,3 +213,30 @@ def cfg_dir(cfg):
     from pathlib import Path
 
     return Path(str(cfg.trainer.default_local_dir))
+
+
+@pytest.mark.slow
+def test_two_ray_workers_trace_every_process_on_one_clock(make_config, tmp_path):
+    """Two Ray ranks: each rank's rollout and update are in the step's trace (the worker
+    group gathers the events of both ranks), each its own process, inside the driver's
+    stages on the one wall clock."""
+    pytest.importorskip("ray")
+    from agentrl.trainer import run_train
+
+    run_train(make_config("trainer.n_gpus_per_node=2", "trainer.total_training_steps=1",
+                          "ray_init.num_cpus=2", "trainer.trace=true"))  # fmt: skip
+    trace = json.loads(trace_path(tmp_path / "ckpt" / "trace", 1).read_text())
+    processes = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
+    pids = {name: int(name.split("(pid ")[1].rstrip(")")) for name in processes}
+    rollouts = [n for n in processes if n.startswith("rollout")]
+    workers = sorted(n.split(" (pid")[0] for n in processes if n.startswith("worker"))
+    assert len(rollouts) == 2 and workers == ["worker rank 0", "worker rank 1"]
+    assert len(set(pids.values())) == 3  # the driver and the two rank processes
+    rows = _spans(trace)
+    stages = {e["name"]: e for e in rows[("trainer", "stages")]}
+    requests = [row[0] for (p, _), row in rows.items() if p == "rollout"]
+    assert len(requests) == 4 and all(_within(r, stages["gen"]) for r in requests)
+    for rank in (0, 1):
+        (update,) = [e for e in rows[(f"worker rank {rank}", "update_actor")]
+                     if e["name"] == "update_policy"]  # fmt: skip
+        assert _within(update, stages["update_actor"])
