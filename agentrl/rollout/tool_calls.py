@@ -34,7 +34,7 @@ from agentrl.rollout.parsers import ParsedCall
 from agentrl.rollout.request import AsyncRolloutRequest
 from agentrl.tools import BaseTool, execute_tool_call
 from agentrl.utils.aio import gather_inline, within
-from agentrl.utils.trace import Track, span
+from agentrl.utils.trace import Track
 
 logger = logging.getLogger(__name__)
 
@@ -133,22 +133,24 @@ async def answer_call(
     execute_kwargs = req.tools_kwargs.get(call.name, {}).get("execute_kwargs", {})
     started = time.perf_counter()
     async with tool_slots[call.name]:
-        with span(trace, "tool", tool=call.name) as args:
-            response, reward, metrics = await execute_tool_call(
-                tool,
-                req.tool_instances[call.name],
-                call.arguments,
-                timeout=multi_turn.tool_timeout,
-                **execute_kwargs,
-            )
-            latency_s = time.perf_counter() - started
-            if args is not None:
-                args.update(latency_s=latency_s, reward=reward,
-                            outcome=str(metrics.get("tool_error", "ok")))  # fmt: skip
+        response, reward, metrics = await execute_tool_call(
+            tool,
+            req.tool_instances[call.name],
+            call.arguments,
+            timeout=multi_turn.tool_timeout,
+            **execute_kwargs,
+        )
     req.metrics.tool_calls[call.name] += 1
     if "tool_error" in metrics:
         req.metrics.tool_errors[str(metrics["tool_error"])] += 1
-    req.metrics.tool_metrics.append({"tool": call.name, "latency_s": latency_s, **metrics})
+    req.metrics.tool_metrics.append(
+        {"tool": call.name, "latency_s": time.perf_counter() - started, **metrics}
+    )
+    if trace is not None:  # the call's span, from the same start as its latency_s
+        ended = time.perf_counter()
+        trace.complete("tool", started, ended, {
+            "tool": call.name, "latency_s": ended - started, "reward": reward,
+            "outcome": str(metrics.get("tool_error", "ok"))})  # fmt: skip
     return response.text or "", reward
 
 
