@@ -11,7 +11,8 @@ per-rank results by that mode:
 - ``DP_COMPUTE``: every ``DataProto`` argument is cut into ``world_size`` equal, contiguous
   parts, part ``r`` going to data-parallel rank ``r`` (other arguments go to every rank
   unchanged); the per-rank ``DataProto`` results are concatenated in rank order, with
-  rank 0's ``meta_info``. With ``pad=True`` a batch that does not divide evenly is padded
+  rank 0's ``meta_info`` (but the ``trace_events`` of every rank: the step's timeline,
+  agentrl/utils/trace.py). With ``pad=True`` a batch that does not divide evenly is padded
   with copies of its first rows and the padding is cut from the result; without it, an
   uneven batch is an error (use it for training, where padding would bias the loss).
 - ``ALL_TO_ALL``: every argument is a list with one element per rank; the result is the
@@ -30,6 +31,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from agentrl.protocol import DataProto
+from agentrl.utils.trace import TRACE_EVENTS
 
 F = TypeVar("F", bound=Callable[..., Any])
 _ATTR = "_agentrl_dispatch"
@@ -172,6 +174,9 @@ def collect_results(
             f"got {', '.join(kinds)}"
         )
     merged = DataProto.concat(results)
+    if any(TRACE_EVENTS in r.meta_info for r in results[1:]):
+        merged.meta_info[TRACE_EVENTS] = [e for r in results
+                                          for e in r.meta_info.get(TRACE_EVENTS, ())]
     if not pad_size:
         return merged
     per_row = 1

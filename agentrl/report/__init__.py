@@ -6,7 +6,8 @@
     agentrl report RUN_DIR [--max-per-step 16]
 
 It reads only the run directory (metrics.jsonl, config.yaml, the rollout dumps of
-``trainer.rollout_data_dir``, and a quickstart's report.json / eval_*.jsonl / rl/), so it
+``trainer.rollout_data_dir``, trace/step_N.json of ``trainer.trace``, and a quickstart's
+report.json / eval_*.jsonl / rl/), so it
 works on any run, finished or not. See docs/report.md.
 """
 

@@ -26,6 +26,7 @@ table.eval thead th { background: #f2f2f2; }
 figure.plot { margin: 0; border: 1px solid #e4e4e4; border-radius: 6px; padding: 6px; }
 figure.plot img { width: 100%; height: auto; display: block; }
 figure.plot figcaption { font-size: 12px; color: #555; padding: 4px; }
+.timeline { overflow-x: auto; border: 1px solid #e4e4e4; border-radius: 6px; padding: 6px; }
 .filters { display: flex; flex-wrap: wrap; gap: 12px; align-items: center; margin-bottom: 10px; }
 .filters label { font-size: 13px; }
 .filters input { width: 70px; }

@@ -4,7 +4,8 @@
 
 Sections: the run (directory, steps, checkpoints) and its notes (what is missing), the
 evaluation table of report.json (before RL / after RL / control, ± standard errors), the
-plots (base64 PNG ``<img>``, one ``<figure class="plot">`` each) and the trajectory viewer,
+plots (base64 PNG ``<img>``, one ``<figure class="plot">`` each), one step's timeline (an
+inline SVG of the run's trace: agentrl/report/timeline.py) and the trajectory viewer,
 whose records are embedded as JSON in ``<script type="application/json">`` and drawn by
 the script of agentrl/report/assets.py. Every text from the run is escaped here
 (``html.escape``) or, in the viewer, set with ``textContent``; the JSON is written with
@@ -165,8 +166,10 @@ def render_page(
     sources: dict[str, list[dict[str, Any]]],
     notes: list[str],
     empty_viewer_note: str = "",
+    timeline: str = "",
 ) -> str:
-    """The whole report.html (see the module docstring)."""
+    """The whole report.html (see the module docstring); `timeline` is the timeline
+    section's HTML (`timeline.timeline_section`), none when empty."""
     data = {
         "order": list(sources),
         "sources": {
@@ -186,6 +189,7 @@ def render_page(
         + evaluation_table(run.evaluation)
         + alerts_section(run.metrics)
         + _plots_section(plots, bool(run.metrics))
+        + timeline
         + _viewer_section(sources, empty_viewer_note)
         + f'<script type="application/json" id="report-data">{embed_json(data)}</script>'
         + f"<script>{JS}</script></body></html>\n"

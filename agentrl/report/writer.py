@@ -4,7 +4,7 @@
     path = write_report("outputs/smoke")     # RUN_DIR/report.html
 
 Reads the run (agentrl/report/run_dir.py), draws the plots of what was logged
-(plots.py), turns the rollout dumps and evaluation rollouts into viewer records
+(plots.py) and the last traced step's timeline (timeline.py, with trainer.trace), turns the rollout dumps and evaluation rollouts into viewer records
 (trajectories.py) and writes the page (page.py). A run stopped mid-way gets a report of
 what it has; what is missing is said on the page and in the log.
 """
@@ -18,6 +18,7 @@ from typing import Any
 from agentrl.report.page import render_page
 from agentrl.report.plots import stage_plots, training_plots
 from agentrl.report.run_dir import NO_DUMPS_HINT, load_run
+from agentrl.report.timeline import timeline_section
 from agentrl.report.trajectories import load_decoder, load_source, needs_decoder
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,8 @@ def write_report(run_dir: str | Path, max_per_step: int = DEFAULT_MAX_PER_STEP) 
         if note:
             notes.append(note)
     empty = f"no rollout dumps found in {run.train_dir}: {NO_DUMPS_HINT}"
-    page = render_page(run, plots, sources, notes, empty_viewer_note=empty)
+    page = render_page(run, plots, sources, notes, empty_viewer_note=empty,
+                       timeline=timeline_section(run.train_dir))  # fmt: skip
     path = run.root / "report.html"
     path.write_text(page, encoding="utf-8")
     logger.info(

@@ -72,6 +72,7 @@ from agentrl.utils.aio import within
 from agentrl.utils.gc_pause import rollout_gc
 from agentrl.utils.infra import ON_INFRA_ERROR, check_on_infra_error, is_infra_error
 from agentrl.utils.plain_config import plain_config
+from agentrl.utils.trace import TRACE_EVENTS, TraceRecorder, Track, span
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,11 @@ class BatchContext:
     waves: GenerationWaves | None = None  # rollout.deterministic: generate in waves
     aborting: bool = False  # set when over-sampling cancels the requests still running
     rows: PaddedRows | None = None  # the output's rows, written as requests finish
+    trace: TraceRecorder | None = None  # trainer.trace: the timeline of the batch's requests
+
+    def request_track(self, req: AsyncRolloutRequest) -> Track | None:
+        """The request's row of the timeline (None when not tracing)."""
+        return None if self.trace is None else self.trace.track(f"request {req.request_id}")
 
 
 class AsyncRolloutEngine:
@@ -165,11 +171,17 @@ class AsyncRolloutEngine:
         """Roll out every prompt of `batch` n times; see the module docstring.
 
         `on_request_done(request)` is called as each request finishes (progress bars).
+        With `meta_info["trace"]` (trainer.trace) the requests' timeline is returned in
+        `meta_info["trace_events"]` (agentrl/utils/trace.py).
         """
         started = time.perf_counter()
+        trace = TraceRecorder.for_call(batch.meta_info, "rollout")
         with rollout_gc():
-            requests, rows = await self._rollout(batch, on_request_done, pad=True)
-            return self.collect(requests, batch, time.perf_counter() - started, rows)
+            requests, rows = await self._rollout(batch, on_request_done, pad=True, trace=trace)
+            out = self.collect(requests, batch, time.perf_counter() - started, rows)
+        if trace is not None:
+            out.meta_info[TRACE_EVENTS] = trace.drain()
+        return out
 
     async def arollout(
         self,
@@ -187,10 +199,12 @@ class AsyncRolloutEngine:
         batch: DataProto,
         on_request_done: Callable[[AsyncRolloutRequest], None] | None,
         pad: bool,
+        trace: TraceRecorder | None = None,
     ) -> tuple[list[AsyncRolloutRequest], PaddedRows | None]:
         """The finished requests and, with ``pad``, their padded rows, each written as its
         request finished (so padding a large batch does not follow its last request)."""
-        ctx = self.new_context(bool(batch.meta_info.get("validate", False)), on_request_done)
+        ctx = self.new_context(bool(batch.meta_info.get("validate", False)), on_request_done,
+                               trace)  # fmt: skip
         requests = self.build_requests(batch, ctx.n)
         if pad:
             ctx.rows = self.padded_rows([(r.batch_data_id, r.rollout_offset) for r in requests])
@@ -221,8 +235,10 @@ class AsyncRolloutEngine:
         self,
         validate: bool = False,
         on_request_done: Callable[[AsyncRolloutRequest], None] | None = None,
+        trace: TraceRecorder | None = None,
     ) -> BatchContext:
-        """The shared state of one batch's coroutines (call inside the loop that runs them)."""
+        """The shared state of one batch's coroutines (call inside the loop that runs them);
+        `trace` records their timeline."""
         n, params = self.sampling_params(validate)
         return BatchContext(
             n=n,
@@ -233,6 +249,7 @@ class AsyncRolloutEngine:
                 for name in self.tools
             },
             on_request_done=on_request_done,
+            trace=trace,
         )
 
     # finishing trajectories: the collector's (collector.py), here for the engine's callers
@@ -348,10 +365,13 @@ class AsyncRolloutEngine:
     # ------------------------------------------------------------------ one request
 
     async def run_request(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
-        """Drive one request to COMPLETED or FAILED; never raises except on cancellation."""
+        """Drive one request to COMPLETED or FAILED; never raises except on cancellation.
+        Traced: a `request` span on the request's track holding one span per state."""
+        track, started = ctx.request_track(req), time.perf_counter()
         try:
             while req.state not in (RequestState.COMPLETED, RequestState.FAILED):
-                await self.step(req, ctx)
+                with span(track, req.state.name):
+                    await self.step(req, ctx)
         except asyncio.CancelledError:
             if not ctx.aborting:
                 req.fail("cancelled")
@@ -366,7 +386,8 @@ class AsyncRolloutEngine:
             cleanup = asyncio.ensure_future(
                 end_plugins(req, self.tools, self.interactions, self.multi_turn.tool_timeout)
             )
-            await asyncio.shield(cleanup)  # a second cancel leaves it running to the end
+            with span(track, "end_plugins"):
+                await asyncio.shield(cleanup)  # a second cancel leaves it running to the end
         if self.stop_on_infra_error:  # e.g. calc_reward's service failed in end_plugins
             req.fail_infra()
         budget, budget_name = self.response_budget(req)
@@ -377,6 +398,11 @@ class AsyncRolloutEngine:
             ctx.rows.add(req)
         if ctx.on_request_done is not None:
             ctx.on_request_done(req)
+        if track is not None:
+            track.complete("request", started, time.perf_counter(), {
+                "state": req.state.name, "finish_reason": getattr(req.finish_reason, "value", None),
+                "turns": req.num_turns(), "response_tokens": req.response_length,
+                "error": req.error})  # fmt: skip
 
     async def step(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
         """Run the handler of the request's current state (one transition)."""
@@ -422,6 +448,7 @@ class AsyncRolloutEngine:
             timeout=self.config.request_timeout,
             max_retries=self.config.max_retries,
             backoff=self.multi_turn.retry_backoff,
+            trace=ctx.request_track(req),
         )
         if out is None:
             return
@@ -479,8 +506,9 @@ class AsyncRolloutEngine:
 
     async def _handle_tool_calling(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
         messages = await run_tool_turn(
-            req, req.pending_calls, self.tools, ctx.tool_slots, self.multi_turn
-        )
+            req, req.pending_calls, self.tools, ctx.tool_slots, self.multi_turn,
+            trace=ctx.request_track(req),
+        )  # fmt: skip
         req.pending_calls = []
         req.metrics.user_turns += 1
         if self.stop_on_infra_error and req.infra_error is not None:

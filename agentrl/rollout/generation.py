@@ -8,7 +8,9 @@ with `retryable=True` (connection errors, 429, 5xx) or no answer within
 retries of a retryable error also records it as an infrastructure failure of kind
 `generation` (agentrl/utils/infra.py). A call that times out or is
 cancelled is aborted on the backend (best effort). Each call has its own id,
-`{request_id}-t{turn}-a{attempt}`, so an abort never hits a later call.
+`{request_id}-t{turn}-a{attempt}`, so an abort never hits a later call. Traced
+(trainer.trace), each attempt is a `generate` span on the request's track, from the slot
+taken to the answer, with the server, the tokens in and out and the policy version.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from agentrl.rollout.backends.base import BackendError, GenerationOutput
 from agentrl.rollout.request import AsyncRolloutRequest
 from agentrl.utils.aio import within
+from agentrl.utils.trace import Track, span
 
 logger = logging.getLogger(__name__)
 
@@ -35,15 +38,25 @@ async def generate_with_retries(
     timeout: float,
     max_retries: int,
     backoff: float,
+    trace: Track | None = None,
 ) -> GenerationOutput | None:
-    """The backend's output, or None with the request FAILED (and counted)."""
+    """The backend's output, or None with the request FAILED (and counted); `trace`: the
+    request's track of the timeline."""
     for attempt in itertools.count():
         call_id = f"{req.request_id}-t{req.metrics.assistant_turns}-a{attempt}"
         started = time.perf_counter()
         try:
             async with slots:
-                return await within(backend.generate(list(req.input_ids), params, call_id),
-                                    timeout)
+                with span(trace, "generate", call_id=call_id,
+                          prompt_tokens=len(req.input_ids)) as args:  # fmt: skip
+                    out = await within(backend.generate(list(req.input_ids), params, call_id),
+                                       timeout)
+                    if args is not None:
+                        args.update(server=out.meta_info.get("server_url", type(backend).__name__),
+                                    output_tokens=len(out.output_ids),
+                                    finish_reason=out.finish_reason,
+                                    policy_version=out.weight_version)  # fmt: skip
+                    return out
         except asyncio.CancelledError:
             await abort(backend, call_id)
             raise

@@ -15,7 +15,9 @@ per call, in the order of the calls:
 Responses longer than `max_tool_response_length` characters are cut on the configured
 side. `start_plugins` creates the tool instances and starts the interaction; `end_plugins` runs `calc_reward` then `release` for every tool instance and
 `finalize_interaction`, each bounded by the tool timeout; their errors are logged and
-counted, never raised.
+counted, never raised. Traced (trainer.trace), every executed call is a `tool` span with the
+tool, its latency and outcome; the calls of one turn run at once, so call k > 0 of a turn is
+on a lane of its own beside the request's track.
 
 An infrastructure failure (agentrl/utils/infra.py: a call whose metrics carry `infra_error`,
 a `create`, `calc_reward`, interaction start or finalize that raised an `InfraError`, a
@@ -38,6 +40,7 @@ from agentrl.rollout.request import AsyncRolloutRequest
 from agentrl.tools import BaseTool, execute_tool_call
 from agentrl.utils.aio import gather_inline, within
 from agentrl.utils.infra import is_infra_error
+from agentrl.utils.trace import Track
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +66,10 @@ async def run_tool_turn(
     tools: Mapping[str, BaseTool],
     tool_slots: Mapping[str, asyncio.Semaphore],
     multi_turn: Any,
+    trace: Track | None = None,
 ) -> list[dict[str, Any]]:
-    """Answer the turn's calls concurrently; returns the tool messages, in call order.
+    """Answer the turn's calls concurrently; returns the tool messages, in call order;
+    `trace`: the request's track of the timeline.
 
     Step rewards are recorded at the response position of the turn's last model token, and
     per tool under `reward_scores["step_rewards"]`.
@@ -79,8 +84,9 @@ async def run_tool_turn(
     started = time.perf_counter()
     answers = await gather_inline(
         *(
-            answer_call(req, call, over, tools, tool_slots, multi_turn)
-            for call, over in zip(calls, over_limit, strict=True)
+            answer_call(req, call, over, tools, tool_slots, multi_turn,
+                        trace=None if trace is None else trace.lane(k))  # fmt: skip
+            for k, (call, over) in enumerate(zip(calls, over_limit, strict=True))
         )
     )
     req.metrics.tool_s += time.perf_counter() - started
@@ -110,6 +116,7 @@ async def answer_call(
     tools: Mapping[str, BaseTool],
     tool_slots: Mapping[str, asyncio.Semaphore],
     multi_turn: Any,
+    trace: Track | None = None,
 ) -> tuple[str, float]:
     """`(response text, step reward)` of one call; never raises (except cancellation)."""
     if call.error is not None:
@@ -147,6 +154,11 @@ async def answer_call(
     req.metrics.tool_metrics.append(
         {"tool": call.name, "latency_s": time.perf_counter() - started, **metrics}
     )
+    if trace is not None:  # the call's span, from the same start as its latency_s
+        ended = time.perf_counter()
+        trace.complete("tool", started, ended, {
+            "tool": call.name, "latency_s": ended - started, "reward": reward,
+            "outcome": str(metrics.get("tool_error", "ok"))})  # fmt: skip
     return response.text or "", reward
 
 

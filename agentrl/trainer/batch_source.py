@@ -100,8 +100,10 @@ def generate_and_score(trainer: Any, batch_dict: dict[str, Any], step: int,
     config, models = trainer.config, trainer.models
     rollout_cfg = config.actor_rollout_ref.rollout
     batch = prompt_batch(batch_dict, step, round_, rollout_cfg.temperature)
+    trainer.trace.request(batch)  # trainer.trace: the rollout and the update record events
     with trainer.stage("gen", timing):
         data = generate_or_replay(models.actor_rollout, rollout_cfg, batch, step, round_)
+    trainer.trace.absorb(data)
     if config.algorithm.adv_estimator == "remax":
         with trainer.stage("gen_max", timing):
             data.batch["reward_baselines"] = greedy_baseline(

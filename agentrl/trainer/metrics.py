@@ -35,18 +35,23 @@ import torch
 from agentrl.protocol import INFRA_ERROR_KEY, SCORE_FAILED_KEY
 from agentrl.reward import SCORE_ERROR_KEY
 from agentrl.rollout.output import infra_error_metrics
+from agentrl.utils.trace import Track
 
 FAILED = "failed"
 
 
 @contextmanager
-def timer(name: str, timing: dict[str, float]) -> Iterator[None]:
-    """Add the wall time of the block to ``timing[name]`` (seconds)."""
+def timer(name: str, timing: dict[str, float], trace: Track | None = None) -> Iterator[None]:
+    """Add the wall time of the block to ``timing[name]`` (seconds); with ``trace``, the
+    same interval is a span of that track of the step's timeline (trainer.trace)."""
     started = time.perf_counter()
     try:
         yield
     finally:
-        timing[name] = timing.get(name, 0.0) + time.perf_counter() - started
+        ended = time.perf_counter()
+        timing[name] = timing.get(name, 0.0) + ended - started
+        if trace is not None:
+            trace.complete(name, started, ended)
 
 
 def failed_rows(data: Any) -> np.ndarray:

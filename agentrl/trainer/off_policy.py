@@ -151,7 +151,7 @@ class ProducerBatchSource:
             str(model.path),
             chat_template_kwargs(cfg),
             n=int(rollout["n"]), max_staleness=int(cfg.off_policy.max_staleness),
-            total_batches=trainer.total_training_steps,
+            total_batches=trainer.total_training_steps, trace=trainer.trace.enabled,
         )  # fmt: skip
         trainer.watchdog.register_source(
             "async-rollout", lambda: ray.get(self.host.stacks.remote(), timeout=30)
@@ -207,6 +207,7 @@ class ProducerBatchSource:
         """Finished groups from the producer (stage `wait_for_rollouts`), scored."""
         with trainer.stage("wait_for_rollouts", timing):
             data, self.stats = self._take(trainer, step)
+        trainer.trace.request(data)  # trainer.trace: the update records its spans
         isolate_failed(data)
         with trainer.stage("reward", timing):
             data = score(data, trainer.reward_fn, trainer.rm_wg)
@@ -238,6 +239,8 @@ class ProducerBatchSource:
                 metrics["async/sync_wait_s"] = self._call("wait_idle")
             trainer.actor_rollout_wg.sync_rollout_weights()
             self._call("set_version", step)
+        if trainer.trace.enabled:  # what the producer did meanwhile, beside the trainer's stages
+            trainer.trace.add(self._call("drain_trace"))
         self._feed()
         return metrics
 

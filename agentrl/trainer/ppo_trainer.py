@@ -46,6 +46,7 @@ from agentrl.trainer.hang_guard import HangGuard
 from agentrl.trainer.metrics import batch_metrics, compute_timing_metrics, progress_postfix, timer
 from agentrl.trainer.preflight import check_run_inputs
 from agentrl.trainer.scoring import score
+from agentrl.trainer.tracing import StepTrace
 from agentrl.trainer.tracking import Tracking
 from agentrl.trainer.update import update
 from agentrl.trainer.validation import validate
@@ -88,6 +89,7 @@ class PPOTrainer:
         self.monitor = BehaviourMonitor(config.trainer.alerts)
         self.tracking = Tracking(config.trainer.project_name, config.trainer.experiment_name,
                                  default_backend=list(config.trainer.logger), config=config)
+        self.trace = StepTrace(bool(config.trainer.trace), self.tracking.log_dir / "trace")
         self.hang_guard = HangGuard(config.trainer)
         self.watchdog = self.hang_guard.watchdog
         self.global_steps = 0
@@ -137,7 +139,8 @@ class PPOTrainer:
             with bar:
                 while self.global_steps < self.total_training_steps:
                     self.global_steps += 1
-                    metrics, stop = self._fit_step()
+                    with self.trace.step(self.global_steps):  # trainer.trace (tracing.py)
+                        metrics, stop = self._fit_step()
                     history.append(metrics)
                     bar.set_postfix(progress_postfix(metrics), refresh=False)
                     bar.update(1)
@@ -198,7 +201,8 @@ class PPOTrainer:
             data, metrics = get_batch(timing)
             data = update(data, step, self.config, self.models, n_workers=self.n_workers,
                           kl_ctrl=self.kl_ctrl, sync_weights=source.sync_weights_in_update,
-                          stage=self.stage, metrics=metrics, timing=timing)  # fmt: skip
+                          stage=self.stage, metrics=metrics, timing=timing,
+                          trace=self.trace)  # fmt: skip
             metrics |= source.after_update(self, step, timing)
         metrics |= source.step_metrics(data, step, timing)
         if self.config.trainer.rollout_data_dir:
@@ -233,8 +237,9 @@ class PPOTrainer:
 
     @contextlib.contextmanager
     def stage(self, name: str, timing: dict[str, float]) -> Iterator[None]:
-        """Time a stage (`timing_s/{name}`) and watch it for hangs (`trainer.watchdog_s`)."""
-        with self.watchdog.stage(name, f"step {self.global_steps}"), timer(name, timing):
+        """Time a stage (`timing_s/{name}`, traced) and watch it (`trainer.watchdog_s`)."""
+        with (self.watchdog.stage(name, f"step {self.global_steps}"),
+              timer(name, timing, self.trace.stages)):  # fmt: skip
             yield
 
     def validate(self) -> dict[str, float]:

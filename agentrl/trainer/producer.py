@@ -40,6 +40,10 @@ the prompts pushed but unfinished (in flight or waiting); saved with the loader'
 (the trainer pushes batches from its own thread, so the two agree), ``load_state_dict`` puts
 the first back in the buffer and the second at the head of the queue, to be generated again:
 a resumed run trains every prompt of the data order once.
+
+Timeline. With a ``trace`` recorder (``trainer.trace``) the requests record their spans as
+they run (agentrl/utils/trace.py); the trainer takes them after each step's weight sync
+(``drain_trace``), so a step's trace shows what the producer did while the actor trained.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from typing import Any
 
 from agentrl.protocol import DataProto, to_object_array
 from agentrl.rollout.request import AsyncRolloutRequest
+from agentrl.utils.trace import Event, TraceRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -111,8 +116,10 @@ class RolloutProducer:
         n: int,
         max_staleness: int,
         total_batches: int,
+        trace: TraceRecorder | None = None,
     ) -> None:
         self.engine, self.loop, self.n = engine, loop, n
+        self.trace = trace  # the requests' timeline, drained by the trainer (drain_trace)
         self.max_staleness, self.total_batches = max_staleness, total_batches
         self.version = 0
         self.next_batch = 1  # the index the next pushed loader batch gets
@@ -176,6 +183,10 @@ class RolloutProducer:
                 requests.append(request)
         return self.engine.collect(requests, batch, max(g.seconds for g in groups))
 
+    def drain_trace(self) -> list[Event]:
+        """The spans recorded since the last call (none without a ``trace`` recorder)."""
+        return [] if self.trace is None else self.loop.run(self._drain_trace())
+
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint's share (module docstring)."""
         return self.loop.run(self._state_dict())
@@ -196,8 +207,11 @@ class RolloutProducer:
 
     async def _start(self) -> None:
         self._changed = asyncio.Event()
-        self._ctx = self.engine.new_context(validate=False)
+        self._ctx = self.engine.new_context(validate=False, trace=self.trace)
         self._main = asyncio.ensure_future(self._produce())
+
+    async def _drain_trace(self) -> list[Event]:
+        return self.trace.drain()  # on the loop thread, where the requests record
 
     async def _set_version(self, version: int) -> None:
         self.version = version

@@ -23,6 +23,7 @@ from typing import Any
 
 from agentrl.protocol import DataProto
 from agentrl.trainer.producer import RolloutProducer, TakeStats
+from agentrl.utils.trace import Event, TraceRecorder
 
 _CONCURRENCY = 4  # take_batch, stacks, and the control calls at once
 
@@ -40,6 +41,7 @@ class ProducerHost:
         n: int,
         max_staleness: int,
         total_batches: int,
+        trace: bool = False,
     ) -> None:
         from agentrl.rollout.assembly import engine_factories
         from agentrl.rollout.sharded import EngineWorker
@@ -49,7 +51,8 @@ class ProducerHost:
                                   chat_template_kwargs)
         self.loop = self.worker.loop
         self.producer = RolloutProducer(self.worker.engine, self.loop, n=n,
-                                        max_staleness=max_staleness, total_batches=total_batches)
+                                        max_staleness=max_staleness, total_batches=total_batches,
+                                        trace=TraceRecorder("producer") if trace else None)
 
     def ready(self) -> bool:
         """True once built (the constructor raised otherwise: a bad tool fails here)."""
@@ -80,6 +83,10 @@ class ProducerHost:
 
     def wait_idle(self) -> float:
         return self.producer.wait_idle()
+
+    def drain_trace(self) -> list[Event]:
+        """The producer's spans since the last call (``trace=True``: trainer.trace)."""
+        return self.producer.drain_trace()
 
     def state_dict(self) -> dict[str, Any]:
         return self.producer.state_dict()

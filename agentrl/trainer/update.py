@@ -20,6 +20,7 @@ from agentrl.algos import apply_kl_penalty, compute_advantage, distill_metrics
 from agentrl.protocol import DataProto
 from agentrl.trainer.balance import balance_batch
 from agentrl.trainer.metrics import compute_rollout_logprob_gap
+from agentrl.trainer.tracing import StepTrace
 
 Stage = Callable[[str, dict[str, float]], AbstractContextManager[None]]
 
@@ -72,11 +73,13 @@ def update(
     stage: Stage,
     metrics: dict[str, float],
     timing: dict[str, float],
+    trace: StepTrace | None = None,
 ) -> DataProto:
     """Scored trajectories -> old (and ref) log-probs, values -> advantages -> critic and
     actor updates; adds to `metrics` and `timing`, returns the batch with it all. The actor
     starts updating after `trainer.critic_warmup` steps; it syncs the rollout's weights
-    itself when `sync_weights` (the off-policy trainer syncs when its producer allows)."""
+    itself when `sync_weights` (the off-policy trainer syncs when its producer allows).
+    `trace`: the step's `StepTrace` (trainer.trace), given the workers' update spans."""
     if config.trainer.balance_batch:
         data, balance_metrics = balance_batch(data, n_workers)
         metrics |= balance_metrics
@@ -104,5 +107,8 @@ def update(
     if step > config.trainer.critic_warmup:
         data.meta_info["sync_weights"] = sync_weights
         with stage("update_actor", timing):
-            metrics |= actor.update_actor(data).meta_info["metrics"]
+            out = actor.update_actor(data)
+        metrics |= out.meta_info["metrics"]
+        if trace is not None:
+            trace.absorb(out)
     return data

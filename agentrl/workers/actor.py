@@ -38,6 +38,7 @@ from agentrl.models.tokenizer import load_tokenizer
 from agentrl.protocol import DataProto
 from agentrl.utils.memory import peak_memory_metrics
 from agentrl.utils.seeding import seed_everything
+from agentrl.utils.trace import TRACE_EVENTS, TraceRecorder, span
 from agentrl.workers import checkpoint
 from agentrl.workers.fsdp import build_sharded_model, device_mesh, full_state_dict
 from agentrl.workers.micro_batch import MicroBatching
@@ -268,23 +269,31 @@ class ActorRolloutRefWorker(Worker):
         """PPO epochs on this rank's share; one scheduler step; then, in the hybrid engine,
         the rollout gets the new weights (unless ``meta_info["sync_weights"]`` is false: the
         off-policy modes call ``sync_rollout_weights`` when their producer allows). Returns
-        ``meta_info["metrics"]``."""
+        ``meta_info["metrics"]`` (and, traced, this rank's `update_policy` and `weight_sync`
+        spans in ``meta_info["trace_events"]``)."""
         actor = self._require(self.actor, "the actor")
         scheduler = self._require(self.lr_scheduler, "training (roles with the actor)")
         started = time.perf_counter()
         lr = scheduler.get_last_lr()[0]
         residency = self.actor_residency
+        trace = TraceRecorder.for_call(data.meta_info, f"worker rank {self.rank}")
+        track = None if trace is None else trace.track("update_actor")
         with residency.on_device(optimizer=True):
-            metrics = actor.update_policy(data, self._temperature(data), self.global_step)
+            with span(track, "update_policy"):
+                metrics = actor.update_policy(data, self._temperature(data), self.global_step)
             scheduler.step()
             self.global_step += 1
             metrics["actor/lr"] = lr
             metrics["timing/update_actor_s"] = time.perf_counter() - started
             if self.rollout is not None and data.meta_info.get("sync_weights", True):
                 residency.offload(params=False)  # optimizer state out before the engine wakes
-                metrics.update(self._sync_rollout_weights())
+                with span(track, "weight_sync"):
+                    metrics.update(self._sync_rollout_weights())
         metrics.update(peak_memory_metrics(self.device))  # this process, since the last step
-        return DataProto(meta_info={"metrics": metrics})
+        out = DataProto(meta_info={"metrics": metrics})
+        if trace is not None:
+            out.meta_info[TRACE_EVENTS] = trace.drain()
+        return out
 
     @register(Dispatch.DP_COMPUTE, pad=True)
     def generate_sequences(self, prompts: DataProto) -> DataProto:

@@ -124,3 +124,14 @@ def test_all_to_all_gives_each_rank_its_element():
     assert calls.args == [(1,), (2,)] and calls.kwargs == [{"k": "a"}, {"k": "b"}]
     with pytest.raises(ValueError, match="argument 0 must be a list with one element per rank"):
         split_arguments(DispatchSpec(Dispatch.ALL_TO_ALL), 2, ([1, 2, 3],), {}, "W.m")
+
+
+def test_dp_compute_gathers_the_trace_events_of_every_rank():
+    spec = DispatchSpec(Dispatch.DP_COMPUTE, pad=True)
+    parts = _batch(4).chunk(2)
+    parts[0].meta_info["trace_events"] = [("rollout (pid 1)", "request a", "request", 10, 5, {})]
+    parts[1].meta_info["trace_events"] = [("rollout (pid 2)", "request b", "request", 11, 4, {})]
+    merged = collect_results(spec, parts, pad_size=1, what="W.m", padded_length=4)
+    assert len(merged) == 3 and merged.meta_info["temperature"] == 0.7  # rank 0's meta_info
+    assert [e[1] for e in merged.meta_info["trace_events"]] == ["request a", "request b"]
+    assert "trace_events" not in collect_results(spec, _batch(4).chunk(2), 0, "W.m").meta_info

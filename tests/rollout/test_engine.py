@@ -292,3 +292,48 @@ def test_tool_schemas_in_prompt(tiny_tokenizer, mode):
         assert req.input_ids[: req.prompt_length] == list(plain)
     assert req.metrics.tool_calls == {"echo": 1} and len(tools["echo"].instances("execute")) == 1
     assert out.meta_info["metrics"]["rollout/failed"] == 0
+
+
+# ---------------------------------------------------------------------- the timeline
+
+
+def test_a_traced_batch_returns_each_requests_states_and_calls(tiny_tokenizer):
+    """meta_info["trace"] (trainer.trace): a track per request with a span per state, the
+    generation attempts (a failed one with its error) and the tool calls, the calls of one
+    turn on lanes of their own; without the flag nothing is recorded."""
+    from agentrl.testing.rollout import RecordingTool
+    from agentrl.utils.trace import TRACE_EVENTS
+
+    def broken(text):
+        raise RuntimeError("the tool is down")
+
+    tools = make_tools() | {"boom": RecordingTool("boom", broken)}
+    turn = call_text("echo", "hi") + call_text("reverse", "ab") + "<|im_end|>"
+    scripts = {0: [turn, "done<|im_end|>"], 1: [call_text("boom", "x") + "<|im_end|>", "ok"]}
+    batch = prompts_batch(2, tools_kwargs={"echo": {}, "reverse": {}, "boom": {}})
+    engine = AsyncRolloutEngine(rollout_config("n=1"), tiny_tokenizer,
+                                ScriptedBackend(tiny_tokenizer, scripts, fail={1: 1}), tools)
+    assert TRACE_EVENTS not in run(engine, batch).meta_info
+
+    batch.meta_info["trace"] = True
+    engine.backend = ScriptedBackend(tiny_tokenizer, scripts, fail={1: 1})
+    out = run(engine, batch)
+    rows = {}
+    for process, track, name, ts, dur, args in out.meta_info.pop(TRACE_EVENTS):
+        assert process.startswith("rollout (pid ") and dur >= 0
+        rows.setdefault(track, []).append((ts, -dur, name, args))
+    ids = {int(t.split("-")[-2]): t for t in rows if " call " not in t}  # "{batch}-{row}-{k}"
+    assert set(rows) == {ids[0], ids[0] + " call 1", ids[1]}
+    first = [(name, args) for _, _, name, args in sorted(rows[ids[0]])]
+    assert [n for n, _ in first] == ["request", "PENDING", "RUNNING", "generate", "TOOL_CALLING",
+                                     "tool", "RUNNING", "generate", "end_plugins"]  # fmt: skip
+    assert first[0][1]["state"] == "COMPLETED" and first[0][1]["turns"] == 4
+    assert first[3][1]["server"] == "ScriptedBackend" and first[3][1]["policy_version"] == 0
+    assert first[5][1]["tool"] == "echo" and first[5][1]["outcome"] == "ok"
+    (lane,) = [(name, args) for _, _, name, args in rows[ids[0] + " call 1"]]
+    assert lane[0] == "tool" and lane[1]["tool"] == "reverse"  # beside echo: they overlap
+    second = [(name, args) for _, _, name, args in sorted(rows[ids[1]])]
+    generates = [args for name, args in second if name == "generate"]
+    assert [g.get("error") for g in generates] == ["BackendError", None, None]  # retried
+    (tool,) = [args for name, args in second if name == "tool"]
+    assert tool["tool"] == "boom" and tool["outcome"] not in ("ok", None)

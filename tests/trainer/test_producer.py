@@ -174,3 +174,33 @@ def test_take_with_a_timeout_returns_none_until_ready(tiny_tokenizer, loop):
     groups, _ = producer.take(BATCH, policy_version=0, timeout=10)
     assert sorted(g.uid for g in groups) == ["1-0", "1-1"]
     producer.stop()
+
+
+def test_the_producers_timeline_is_drained_as_its_requests_run(tiny_tokenizer, loop):
+    """trainer.trace: the producer's requests record as they run; each drain hands over the
+    spans finished since the last one (the trainer takes them after every weight sync)."""
+    from agentrl.utils.trace import TraceRecorder
+
+    assert make_producer(tiny_tokenizer, loop, ScriptedBackend(tiny_tokenizer, scripts(6))
+                         ).drain_trace() == []  # fmt: skip
+    backend = SlowBackend(tiny_tokenizer, scripts(6), hold={3})  # batch 2's second prompt
+    engine = AsyncRolloutEngine(rollout_config(f"n={N}", "response_length=32"), tiny_tokenizer,
+                                backend)  # fmt: skip
+    producer = Fed(engine, loop, n=N, max_staleness=1, total_batches=3,
+                   trace=TraceRecorder("producer"))  # fmt: skip
+    producer.batches = loader_batches(3)
+    producer.start(version=0)
+    producer.take(BATCH, policy_version=0)
+    wait_until(lambda: len(producer.finished) == 1)  # 2-0 finished, 2-1 held in flight
+    events = producer.drain_trace()
+    assert {e[0].split(" (pid")[0] for e in events} == {"producer"}
+    finished = {e[1] for e in events if e[2] == "request"}
+    assert len(finished) == 3 * N  # 1-0, 1-1, 2-0; 2-1's requests have not ended
+    held = {e[1] for e in events if e[2] == "PENDING"} - finished
+    assert len(held) == N  # ... though their first state did, and shows already
+    assert producer.drain_trace() == []  # handed over once
+    loop.loop.call_soon_threadsafe(backend.release.set)  # the event belongs to the loop
+    wait_until(lambda: len(producer.finished) == 2)
+    later = producer.drain_trace()
+    assert {e[1] for e in later if e[2] == "request"} == held
+    producer.stop()
