@@ -16,8 +16,9 @@ awaits the reward (a number, a dict with ``score``, or None to use the one poste
 trainer consumes: the model's exact tokens with loss mask 1, everything else 0, the reward
 as ``rm_scores`` on the last response token (the reward managers return it as the reward).
 An exception, a timeout, or a function that never calls the model fails only its sample
-(FAILED, zero loss mask, counted in ``rollout/agent_errors``); history rewrites are counted
-in ``rollout/agent_rewrites``.
+(FAILED, zero loss mask, counted in ``rollout/agent_errors``); history rewrites (forks) are
+counted in ``rollout/agent_rewrites`` and ``gateway/forks``, calls outside the episode (a
+CLI's title generation; recorded apart, never trained) in ``gateway/side_calls``.
 """
 
 from __future__ import annotations
@@ -100,9 +101,9 @@ class AgentRollout:
                 for i in range(len(batch)) for k in range(n)
             ]
             done = await asyncio.gather(*episodes)
-        requests = [request for request, _ in done]
+        requests = [request for request, *_ in done]
         out = self.collector.collect(requests, batch, time.perf_counter() - started)
-        rewards = {(r.batch_data_id, r.rollout_offset): reward for r, reward in done}
+        rewards = {(r.batch_data_id, r.rollout_offset): reward for r, reward, _ in done}
         order = sorted(rewards)  # the output's row order
         out.batch["rm_scores"] = scores_on_last_token(
             [rewards[key] for key in order],
@@ -111,8 +112,10 @@ class AgentRollout:
         )
         out.meta_info["metrics"]["rollout/agent_errors"] = float(
             sum(r.state == RequestState.FAILED for r in requests))
-        out.meta_info["metrics"]["rollout/agent_rewrites"] = float(
-            sum(r.reward_scores.get("rewrites", 0) for r in requests))
+        forks = float(sum(r.reward_scores.get("rewrites", 0) for r in requests))
+        out.meta_info["metrics"]["rollout/agent_rewrites"] = forks
+        out.meta_info["metrics"]["gateway/forks"] = forks  # the same count, the issue's name
+        out.meta_info["metrics"]["gateway/side_calls"] = float(sum(side for *_, side in done))
         return out
 
     @staticmethod
@@ -121,7 +124,8 @@ class AgentRollout:
 
     async def _episode(self, session_id: str, row: int, offset: int, task: dict, http: Any,
                        on_done: Callable[[Any], None] | None = None,
-                       ) -> tuple[AsyncRolloutRequest, float]:
+                       ) -> tuple[AsyncRolloutRequest, float, int]:
+        """The sample's request, its reward and its side calls (outside the episode)."""
         client = agent_client(self.client_kind, session_id, http)
         error: str | None = None
         result: Any = None
@@ -142,6 +146,7 @@ class AgentRollout:
             tools_kwargs={}, interaction_kwargs={},
         )  # fmt: skip
         reward = 0.0
+        side_calls = 0
         if session is None or not session.segments:
             error = error or "the agent never called the model"
             prompt = self.collector.renderer.prompt_ids(request.messages, None)
@@ -153,6 +158,7 @@ class AgentRollout:
             request.copy_tokens(segment)
             request.prompt_length = segment.prompt_length
             request.reward_scores = {"rewrites": session.rewrites}
+            side_calls = len(session.side)
             _count_turns(request.metrics, segment)
             if error is None:
                 try:
@@ -173,7 +179,7 @@ class AgentRollout:
         request.finalize(self.collector.renderer, budget, name, "disable")
         if on_done is not None:
             on_done(request)
-        return request, reward
+        return request, reward, side_calls
 
 
 def _count_turns(metrics: Any, segment: Any) -> None:

@@ -18,6 +18,14 @@ response:
   (``message_start``, one ``content_block_*`` triple per block, ``message_delta``,
   ``message_stop``).
 
+A ``system``-role message among ``messages`` (Claude Code sends one) is a system message
+at its place. Accepted and ignored (what Claude Code sends with every turn; docs/gateway.md's
+table says why): ``thinking`` (no thinking blocks are answered: the model's text is the
+answer), ``context_management`` (the history is what the client sends), ``output_config``
+(``effort``; a ``format`` is not enforced, it only marks a side call: ``is_side_call``),
+``metadata``, ``cache_control`` on any block (prefix reuse is the backend's), ``is_error``
+``false``, and the URL's ``?beta=true``.
+
 Not supported, refused with a 400 in Anthropic's error shape naming the field: image and
 document blocks, server tools, ``tool_choice`` ``any`` / ``tool``, ``top_k``.
 """
@@ -132,8 +140,11 @@ def to_chat_request(body: dict[str, Any]) -> dict[str, Any]:
             messages += _user_messages(message.get("content"), f"{where}.content")
         elif role == "assistant":
             messages.append(_assistant_message(message.get("content"), f"{where}.content"))
+        elif role == "system":  # Claude Code puts one among the turns (its agent list)
+            messages.append({"role": "system",
+                             "content": _text_of(message.get("content"), f"{where}.content")})
         else:
-            raise MessagesRequestError(f"role must be user or assistant, got {role!r}",
+            raise MessagesRequestError(f"role must be user, assistant or system, got {role!r}",
                                        f"{where}.role")
     tools = []
     for i, tool in enumerate(body.get("tools") or []):
@@ -158,6 +169,19 @@ def to_chat_request(body: dict[str, Any]) -> dict[str, Any]:
         if body.get(key) is not None:
             chat[key] = body[key]
     return chat
+
+
+def is_side_call(body: dict[str, Any], episode_has_tools: bool) -> bool:
+    """Whether a Messages request is outside the agent's episode: it offers no tools while
+    the episode's calls do, or it offers none and asks for structured output
+    (``output_config.format``). Claude Code's session-title call is such a call: no tools, a
+    JSON-schema format, made before the episode's first turn when
+    ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`` is unset."""
+    if body.get("tools"):
+        return False
+    output_config = body.get("output_config")
+    structured = isinstance(output_config, dict) and output_config.get("format") is not None
+    return episode_has_tools or structured
 
 
 def to_message(completion: dict[str, Any], stop_sequence: str | None) -> dict[str, Any]:
@@ -209,5 +233,5 @@ def stream_events(message: dict[str, Any]) -> Iterator[str]:
     yield event("message_stop", {})
 
 
-__all__ = ["MessagesRequestError", "error_body", "stream_events", "to_chat_request",
-           "to_message"]
+__all__ = ["MessagesRequestError", "error_body", "is_side_call", "stream_events",
+           "to_chat_request", "to_message"]

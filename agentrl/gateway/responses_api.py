@@ -20,19 +20,32 @@ session records the same token-exact trajectory), and the completion back into a
   ``response.output_item.added``, text or argument deltas and their ``done`` events,
   ``response.output_item.done``, ``response.completed``).
 
-Not supported, refused with a 400 naming the field: built-in tools (web search, file
-search, computer use, ...), image and file inputs, reasoning items, ``tool_choice`` other
-than ``auto`` / ``none``.
+Accepted and ignored (what the Codex CLI sends with every turn; docs/gateway.md's table):
+``store`` (nothing is stored but the session's own record), ``parallel_tool_calls`` (every
+call the parser finds is returned), ``reasoning``, ``include``, ``prompt_cache_key``,
+``client_metadata``, ``metadata``, ``text``, ``truncation``, ``service_tier``, ``user``; hosted
+tools and ``namespace`` groups (``IGNORED_TOOLS``) are left out of the prompt.
+
+Not supported, refused with a 400 naming the field: other tool types, image and file
+inputs, reasoning items, ``tool_choice`` other than ``auto`` / ``none``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+logger = logging.getLogger(__name__)
+
+# tools the gateway cannot run, accepted and left out of the prompt (the model never sees
+# them, so never calls them): OpenAI's hosted tools, and Codex's `namespace` groups of
+# sub-agent tools (Codex sends web_search and a multi_agent namespace with every turn)
+IGNORED_TOOLS = ("web_search", "web_search_preview", "file_search", "computer_use_preview",
+                 "code_interpreter", "image_generation", "local_shell", "mcp", "namespace")
 MESSAGE_ROLES = {"user": "user", "system": "system", "developer": "system",
                  "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -109,9 +122,11 @@ def to_chat_request(body: dict[str, Any], history: list[dict[str, Any]]) -> dict
     messages += input_messages(body.get("input"))
     tools = []
     for i, tool in enumerate(body.get("tools") or []):
-        if not isinstance(tool, dict) or tool.get("type") != "function" \
-                or not isinstance(tool.get("name"), str):
-            kind = tool.get("type") if isinstance(tool, dict) else None
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind in IGNORED_TOOLS:  # hosted tools and groups: left out of the prompt
+            logger.debug("responses: tools[%d] of type %r left out of the prompt", i, kind)
+            continue
+        if kind != "function" or not isinstance(tool.get("name"), str):
             raise ResponsesRequestError(f"only function tools are supported, got {kind!r}",
                                         f"tools[{i}]")
         tools.append({"type": "function", "function": {

@@ -51,7 +51,7 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentrl.gateway import anthropic_api, responses_api
@@ -134,6 +134,12 @@ def create_app(
     async def _refused(_: Any, exc: _Refused) -> JSONResponse:
         return _openai_error(exc.detail["message"], exc.detail["param"])
 
+    @app.head("/")
+    @app.head("/sessions/{session_id}")
+    async def reachable(session_id: str = "") -> Response:
+        """Claude Code's connectivity check (``HEAD`` of its base URL): 200, no body."""
+        return Response(status_code=200)
+
     @app.get("/sessions/{session_id}/v1/models")
     async def models(session_id: str) -> dict:
         return {"object": "list", "data": [
@@ -196,7 +202,9 @@ def create_app(
         except (_Refused, ValidationError) as err:
             text = err.detail["message"] if isinstance(err, _Refused) else str(err)
             return JSONResponse(status_code=400, content=anthropic_api.error_body(text))
-        completion, stop_sequence = await _complete_in(session_id, request)
+        session = sessions.setdefault(session_id, Session(session_id))
+        side = anthropic_api.is_side_call(body, session.episode_tools)
+        completion, stop_sequence = await _complete_in(session_id, request, side=side)
         message = anthropic_api.to_message(completion, stop_sequence)
         if body.get("stream"):
             return StreamingResponse(anthropic_api.stream_events(message),
@@ -228,17 +236,29 @@ def create_app(
                                      media_type="text/event-stream")
         return response
 
-    async def _complete_in(session_id: str, request: ChatRequest) -> tuple[dict, str | None]:
+    async def _complete_in(session_id: str, request: ChatRequest,
+                           side: bool = False) -> tuple[dict, str | None]:  # fmt: skip
         """One model call of a session, the session's calls one at a time."""
         session = sessions.setdefault(session_id, Session(session_id))
         async with session.lock:
-            return await _complete(session, request)
+            return await _complete(session, request, side)
 
-    async def _complete(session: Session, request: ChatRequest) -> tuple[dict, str | None]:
-        """The chat completion, and the stop sequence that ended it (None if none did)."""
+    async def _complete(session: Session, request: ChatRequest,
+                        side: bool = False) -> tuple[dict, str | None]:  # fmt: skip
+        """The chat completion, and the stop sequence that ended it (None if none did).
+        The backend's call id has the rollout engine's shape, ``{trajectory}-t{k}-a0``: the
+        episode's k-th call ``{session_id}-t{k}-a0``, its k-th side call
+        ``{session_id}~side-t{k}-a0`` (routing keeps a trajectory on one server, the
+        scripted backend reads its k-th reply)."""
         schemas = [_rendered_tool(t) for t in request.tools or []
                    if isinstance(t, dict) and t.get("type") == "function"]
-        segment = session.prepare(renderer, request.messages, schemas)
+        if side:
+            call_id = f"{session.session_id}~side-t{len(session.side)}-a0"
+        else:
+            call_id = f"{session.session_id}-t{session.calls}-a0"
+        segment = session.prepare(renderer, request.messages, schemas, side=side)
+        if not side:
+            session.calls += 1
         prompt_tokens = len(segment.token_ids)
         max_new = request.max_completion_tokens or request.max_tokens or default_max_tokens
         greedy = request.temperature == 0
@@ -252,7 +272,6 @@ def create_app(
         stops = _stops(request.stop)
         if stops:
             params["stop"] = stops
-        call_id = f"{session.session_id}-{uuid.uuid4().hex[:8]}"
         out = await backend.generate(list(segment.token_ids), params, call_id)
         content = segment.add_model_output(renderer, list(out.output_ids), out.output_log_probs,
                                            out.token_weight_versions)  # fmt: skip

@@ -6,19 +6,27 @@ log-probs) and, before the next call, the chat template's delta for the messages
 added (tool results, user turns; loss mask 0). The model's own tokens are never
 re-tokenized: the next call extends the segment only when its messages are the segment's
 messages (the assistant replies exactly as they were returned) plus new ones. A call that
-rewrites history (edits, drops or reorders earlier messages, or changes the tools) starts a
-new segment; ``rewrites`` counts them.
+rewrites history (edits, drops or reorders earlier messages, or changes the tools) is a
+fork: it starts a new segment, ``rewrites`` counts it and ``forks`` keeps where it left the
+recorded history (the first differing message, logged as a warning).
+
+Calls that are not part of the episode (a CLI's title generation: see
+agentrl/gateway/anthropic_api.py ``is_side_call``) are recorded apart, one segment each in
+``side``: they neither extend nor fork the episode, and are not trained.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.models.chat import ChatRenderer
 from agentrl.rollout.trajectory import TokenTrajectory
+
+logger = logging.getLogger(__name__)
 
 
 def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -98,16 +106,31 @@ class Session:
     session_id: str
     segments: list[Segment] = field(default_factory=list)
     reward: float | None = None
-    rewrites: int = 0
+    rewrites: int = 0  # forks: calls that started a new segment
+    calls: int = 0  # the episode's model calls so far: the k of its call id {session_id}-t{k}-a0
+    forks: list[dict] = field(default_factory=list)  # where each fork left (first_difference)
+    side: list[Segment] = field(default_factory=list)  # calls outside the episode, one each
     # the Responses API's conversations by response id, for previous_response_id
     responses: dict[str, list[dict]] = field(default_factory=dict, repr=False, compare=False)
     # one generation at a time per session; it goes with the session when that is removed
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
 
-    def prepare(self, renderer: ChatRenderer, messages: list[dict], tools: list[dict]) -> Segment:
+    @property
+    def episode_tools(self) -> bool:
+        """Whether the episode's current segment offers the model tools."""
+        return bool(self.segments and self.segments[-1].tools)
+
+    def prepare(self, renderer: ChatRenderer, messages: list[dict], tools: list[dict],
+                side: bool = False) -> Segment:  # fmt: skip
         """The segment the next generation continues: the current one extended by the new
-        messages' template delta, or a new one (a rewrite when one existed)."""
+        messages' template delta, or a new one (a fork, counted in ``rewrites``, when one
+        existed). A ``side`` call (not part of the episode) gets a segment of its own in
+        ``side``, and leaves the episode's segments alone."""
         normalized = [normalize_message(m) for m in messages]
+        if side:
+            segment = self._new_segment(renderer, normalized, tools)
+            self.side.append(segment)
+            return segment
         current = self.segments[-1] if self.segments else None
         if (current is not None and tools == current.tools
                 and len(normalized) > len(current.messages)
@@ -118,14 +141,52 @@ class Session:
             return current
         if current is not None:
             self.rewrites += 1
-        prompt = renderer.prompt_ids([template_message(m) for m in normalized], tools or None)
-        segment = Segment.from_prompt(prompt, tools, normalized)
+            fork = first_difference(current.messages, current.tools, normalized, tools)
+            fork["call"] = self.calls
+            self.forks.append(fork)
+            logger.warning("gateway session %s: call %d forks from the recorded segment "
+                           "(a new segment starts): %s", self.session_id, self.calls,
+                           fork["difference"])
+        segment = self._new_segment(renderer, normalized, tools)
         self.segments.append(segment)
         return segment
 
+    @staticmethod
+    def _new_segment(renderer: ChatRenderer, normalized: list[dict],
+                     tools: list[dict]) -> Segment:  # fmt: skip
+        prompt = renderer.prompt_ids([template_message(m) for m in normalized], tools or None)
+        return Segment.from_prompt(prompt, tools, normalized)
+
     def as_dict(self) -> dict[str, Any]:
         return {"trajectories": [s.as_dict() for s in self.segments], "reward": self.reward,
-                "rewrites": self.rewrites}
+                "rewrites": self.rewrites, "forks": list(self.forks),
+                "side_calls": [s.as_dict() for s in self.side]}
 
 
-__all__ = ["Segment", "Session", "normalize_message", "template_message"]
+def first_difference(recorded: list[dict], recorded_tools: list[dict], sent: list[dict],
+                     sent_tools: list[dict]) -> dict[str, Any]:
+    """Where a call's history leaves the recorded segment: ``message`` (the index of the
+    first differing message, None when the tools differ), the ``recorded`` and ``sent``
+    message there (None past an end) and a sentence saying it (``difference``)."""
+    if sent_tools != recorded_tools:
+        return {"message": None, "recorded": None, "sent": None,
+                "difference": f"the tools differ ({len(recorded_tools)} recorded, "
+                              f"{len(sent_tools)} sent)"}
+    index = next((i for i, (a, b) in enumerate(zip(recorded, sent, strict=False)) if a != b),
+                 min(len(recorded), len(sent)))
+    old = recorded[index] if index < len(recorded) else None
+    new = sent[index] if index < len(sent) else None
+    if old is not None and new is None:
+        text = (f"the call sends {len(sent)} messages, a prefix of the {len(recorded)} "
+                "recorded (nothing new to answer)")
+    else:
+        text = f"message {index} differs: recorded {_short(old)}, sent {_short(new)}"
+    return {"message": index, "recorded": old, "sent": new, "difference": text}
+
+
+def _short(message: dict | None, limit: int = 200) -> str:
+    text = json.dumps(message, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+__all__ = ["Segment", "Session", "first_difference", "normalize_message", "template_message"]

@@ -73,7 +73,7 @@ def test_deprecated_and_new_micro_batch_keys_conflict():
 @pytest.mark.parametrize("override,fragment", [
     ("algorithm.adv_estimator=ppo", "algorithm.adv_estimator is 'ppo'; choose one of gae, gpg, grpo"),
     ("data.truncation=top", "data.truncation is 'top'; choose one of error, left, right, middle"),
-    ("actor_rollout_ref.rollout.name=vlm", "rollout.name is 'vlm'; choose one of hf, sglang, vllm"),
+    ("actor_rollout_ref.rollout.name=vlm", "rollout.name is 'vlm'; choose one of hf, scripted, sglang, vllm"),
     ("trainer.logger=[console,neptune]", "trainer.logger has neptune"),
     ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n must be >= 1, got 0"),
     ("actor_rollout_ref.rollout.on_infra_error=drop",

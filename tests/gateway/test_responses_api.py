@@ -4,6 +4,8 @@ streaming events; incomplete answers; errors naming the field."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -101,7 +103,7 @@ def test_a_cut_answer_is_incomplete(tiny_tokenizer):
 
 @pytest.mark.parametrize(("request_", "named"), [
     ({"input": "x conv-1", "previous_response_id": "resp_nope"}, "previous_response_id"),
-    ({"input": "x conv-1", "tools": [{"type": "web_search"}]}, "tools[0]"),
+    ({"input": "x conv-1", "tools": [{"type": "custom", "name": "x"}]}, "tools[0]"),
     ({"input": [{"type": "reasoning", "summary": []}]}, "input[0]"),
     ({"input": "x conv-1", "tool_choice": "required"}, "tool_choice"),
 ])  # fmt: skip
@@ -110,3 +112,70 @@ def test_unsupported_requests_are_refused_naming_the_field(gateway, request_, na
     with pytest.raises(openai.BadRequestError) as err:
         _client(url, "e").responses.create(model="policy", **request_)
     assert err.value.body["param"] == named
+
+
+# --- requests shaped like the Codex CLI's (0.171.0, exec --json) ---------------------------
+
+EXEC = {"type": "function", "name": "exec_command", "description": "Runs a command.",
+        "strict": False, "parameters": {"type": "object", "properties": {
+            "cmd": {"type": "string"}}, "required": ["cmd"], "additionalProperties": False}}
+CODEX_FIELDS = {
+    "model": "policy", "stream": True, "store": False, "parallel_tool_calls": True,
+    "tool_choice": "auto", "reasoning": {"summary": "auto"},
+    "include": ["reasoning.encrypted_content"], "prompt_cache_key": "01a2",
+    "client_metadata": {"x-codex-installation-id": "a6e7"}, "instructions": "",
+    "tools": [EXEC, {"type": "namespace", "name": "multi_agent_v1", "description": "agents",
+                     "tools": [{**EXEC, "name": "close_agent"}]},
+              {"type": "web_search", "external_web_access": True}],
+}
+CODEX_INPUT = [
+    {"type": "message", "id": "msg_1", "role": "developer",
+     "content": [{"type": "input_text", "text": "You are a coding agent running in Codex."}]},
+    {"type": "message", "id": "msg_2", "role": "developer",
+     "content": [{"type": "input_text", "text": "<skills_instructions>none"}]},
+    {"type": "message", "role": "user",
+     "content": [{"type": "input_text", "text": "<environment_context>/tmp/w"}]},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+]
+
+
+def _exec_call(cmd: str) -> str:
+    return call_text("exec_command", "").replace('{"text": ""}', json.dumps({"cmd": cmd}))
+
+
+def _done_items(reply) -> list[dict]:
+    """The output items of a streamed answer, as Codex reads them (output_item.done)."""
+    assert reply.status_code == 200, reply.text
+    events = [json.loads(line[len("data: "):]) for line in reply.text.splitlines()
+              if line.startswith("data: ")]
+    assert events[-1]["type"] == "response.completed"
+    return [e["item"] for e in events if e["type"] == "response.output_item.done"]
+
+
+def test_a_codex_episode_with_parallel_calls_is_recorded_token_exact(tiny_tokenizer):
+    from agentrl.rollout.backends.scripted import ScriptedBackend as Replies
+
+    backend = Replies([_exec_call("echo a") + "\n" + _exec_call("ls"), "done"], tiny_tokenizer)
+    with serve_in_thread(create_app(backend, tiny_tokenizer, model_name="policy")) as url:
+        target = f"{url}/sessions/cx/v1/responses"
+        calls = _done_items(httpx.post(target, json={**CODEX_FIELDS, "input": CODEX_INPUT}))
+        assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [
+            ("exec_command", {"cmd": "echo a"}), ("exec_command", {"cmd": "ls"})]
+        outputs = [{"type": "function_call_output", "call_id": c["call_id"], "output": out}
+                   for c, out in zip(calls, ["a", "f.txt"], strict=True)]
+        replayed = [{k: c[k] for k in ("type", "name", "arguments", "call_id")} for c in calls]
+        (answer,) = _done_items(httpx.post(target, json={
+            **CODEX_FIELDS, "input": [*CODEX_INPUT, *replayed, *outputs]}))
+        record = httpx.get(f"{url}/sessions/cx").json()
+    assert answer["content"][0]["text"] == "done"
+    assert record["rewrites"] == 0 and record["forks"] == []
+    (trajectory,) = record["trajectories"]
+    ids, mask = trajectory["token_ids"], trajectory["loss_mask"]
+    assert [t for t, m in zip(ids, mask, strict=True) if m] == [
+        t for _, out in backend.outputs for t in out]
+    prompt = tiny_tokenizer.decode(ids[:trajectory["prompt_length"]])
+    assert "You are a coding agent running in Codex." in prompt
+    assert "close_agent" not in prompt and "web_search" not in prompt  # left out
+    tool_span = ids[trajectory["prompt_length"] + len(backend.outputs[0][1]):
+                    len(ids) - len(backend.outputs[1][1])]
+    assert "f.txt" in tiny_tokenizer.decode(tool_span)

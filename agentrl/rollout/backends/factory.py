@@ -10,6 +10,8 @@
   (agentrl/rollout/backends/sglang.py); the backend's `aclose()` stops them.
 - `name: vllm`: a `VLLMBackend` on `server_urls`, or on vLLM servers it launches under
   `server_python` (agentrl/rollout/backends/vllm.py).
+- `name: scripted`: a `ScriptedBackend` answering from `engine_kwargs.replies`
+  (agentrl/rollout/backends/scripted.py), a fixed policy for tests.
 - any other name: a user's registered plugin or the dotted path of one.
 """
 

@@ -1,6 +1,6 @@
 """Backends as plugins: `actor_rollout_ref.rollout.name` -> the `BackendPlugin` that builds it.
 
-    plugin = backend_plugin(rollout.name)          # "hf", "sglang", "vllm" or a dotted path
+    plugin = backend_plugin(rollout.name)          # "hf", "sglang", "vllm", "scripted" or a dotted path
     problems = plugin.config_problems(rollout)     # its own config checks (the validator's)
     backend = plugin.create(rollout, model_path, tokenizer)      # launches servers if needed
     launcher = plugin.launcher(rollout, model_path)              # servers only (off-policy)
@@ -36,6 +36,7 @@ BUILTIN = {  # rollout.name -> the module that registers it
     "hf": "agentrl.rollout.backends.hf",
     "sglang": "agentrl.rollout.backends.sglang",
     "vllm": "agentrl.rollout.backends.vllm",
+    "scripted": "agentrl.rollout.backends.scripted",  # a fixed policy read from a file
 }
 WEIGHT_SYNCS = ("tensors", "disk", "state_dict")  # a backend's `weight_sync` attribute
 

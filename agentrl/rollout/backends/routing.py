@@ -17,8 +17,9 @@
   weight update skipped it, so it may rejoin only holding the current weights.
 
 The trajectory of a call is read from its id: the rollout engine names each call
-`{request_id}-t{turn}-a{attempt}` (agentrl/rollout/generation.py); `session_key` drops the
-turn and the attempt. Any other id (the gateway's, a teacher's) is its own trajectory.
+`{request_id}-t{turn}-a{attempt}` (agentrl/rollout/generation.py), the gateway
+`{session_id}-t{k}-a0` (agentrl/gateway/server.py); `session_key` drops the turn and the
+attempt. Any other id (a teacher's) is its own trajectory.
 """
 
 from __future__ import annotations

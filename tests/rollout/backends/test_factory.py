@@ -69,7 +69,7 @@ def test_sglang_client_on_given_urls(tiny_tokenizer):
 
 
 def test_unknown_backend_name_is_an_error(tiny_tokenizer):
-    with pytest.raises(ValueError, match="rollout.name is 'vlm'; choose one of hf, sglang, vllm"):
+    with pytest.raises(ValueError, match="rollout.name is 'vlm'; choose one of hf, scripted, sglang, vllm"):
         create_backend({"name": "vlm"}, "/m", tiny_tokenizer)
 
 

@@ -22,13 +22,16 @@ from agentrl.utils.registry import UnknownNameError
 PACKAGE = Path(agentrl.__file__).parent
 BACKENDS_DIR = PACKAGE / "rollout" / "backends"
 NAMES = "|".join(BUILTIN)
-# a backend compared by name, its class tested or named, or its module imported
+# a backend compared by name, its class tested or named, or its module imported. The scripted
+# backend's class shares its name with agentrl.testing's test double `ScriptedBackend`, so it is
+# caught by its module path (`backends.scripted`) and its plugin class.
 BACKEND_REFERENCE = re.compile(
     rf"""(==|!=|\bin)\s*\(?\s*["']({NAMES})["']"""
     rf"""|["']({NAMES})["']\s*(==|!=)"""
     rf"""|backends\.({NAMES})\b"""
-    r"""|\b(HFBackend|SGLangBackend|VLLMBackend|HFPlugin|SGLangPlugin|VLLMPlugin)\b"""
-    r"""|\.kind\s*==\s*["'](hf|sglang|vllm|other)["']"""
+    r"""|\b(HFBackend|SGLangBackend|VLLMBackend|HFPlugin|SGLangPlugin|VLLMPlugin"""
+    r"""|ScriptedPlugin)\b"""
+    r"""|\.kind\s*==\s*["'](hf|sglang|vllm|scripted|other)["']"""
 )
 
 
@@ -54,23 +57,26 @@ def test_the_scan_finds_each_kind_of_reference(tmp_path):
         'if cfg.name == "sglang":\n    pass\n'
         "from agentrl.rollout.backends.hf import x\n"
         "isinstance(b, SGLangBackend)\n"
+        "from agentrl.rollout.backends.scripted import ScriptedBackend\n"
         'ok = backend_plugin(cfg.name)\n'
         'if self.kind == "hf":\n    pass\n'
     )
-    assert [line.split(":")[1] for line in backend_references(package)] == ["1", "3", "4", "6"]
+    assert [line.split(":")[1] for line in backend_references(package)] == ["1", "3", "4", "5", "7"]
 
 
 def test_builtin_plugins_by_name():
     assert {name: type(backend_plugin(name)).__name__ for name in BUILTIN} == {
-        "hf": "HFPlugin", "sglang": "SGLangPlugin", "vllm": "VLLMPlugin"}
+        "hf": "HFPlugin", "sglang": "SGLangPlugin", "vllm": "VLLMPlugin",
+        "scripted": "ScriptedPlugin"}
     assert backend_plugin("sglang").launches_servers
     assert backend_plugin("vllm").launches_servers
     assert not backend_plugin("hf").launches_servers
+    assert not backend_plugin("scripted").launches_servers
 
 
 def test_an_unknown_name_lists_the_valid_ones():
     with pytest.raises(UnknownNameError, match="rollout.name is 'sglag'; choose one of hf, "
-                                               "sglang, vllm or the dotted path"):
+                                               "scripted, sglang, vllm or the dotted path"):
         backend_plugin("sglag")
     assert backend_problems({"name": "sglag"})[0].startswith(
         "actor_rollout_ref.rollout.name is 'sglag'")
