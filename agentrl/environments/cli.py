@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         prepared = prepare_environment(args.spec, args.out, size=args.size,
                                        test_size=args.test_size, seed=args.seed,
                                        answer_tag=args.answer_tag)  # fmt: skip
-    except (ValueError, ImportError) as err:
+    except (ValueError, ImportError, OSError) as err:  # OSError: --out failed while writing
         sys.stderr.write(f"agentrl env prepare: {err}\n")
         return 2
     sys.stdout.write(f"wrote {prepared.train} and {prepared.test}"

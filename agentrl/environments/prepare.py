@@ -3,13 +3,16 @@
     DIR/train.parquet, DIR/test.parquet     verl rows, disjoint
     DIR/interaction.yaml                    when the environment talks back over turns
 
-Nothing is written unless every file can be: the rows are made first, then written.
+Nothing is written unless every file can be: DIR is checked first (a file, a path under a
+file, or a place this process cannot write is a ValueError naming it), the rows are made,
+then written.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,22 @@ def _adapter(kind: str) -> Any:
     return importlib.import_module(f"agentrl.environments.{kind}")
 
 
+def check_out_dir(out: Path) -> None:
+    """ValueError unless `out` is, or can be made as, a directory this process can write."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a directory")
+    existing = out
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"--out {out} is under {existing}, which is a file, not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise ValueError(f"--out {out}: cannot write in {existing} ({err.strerror or err})") from err
+
+
 def prepare_environment(
     spec: str,
     out_dir: str | Path,
@@ -49,10 +68,11 @@ def prepare_environment(
     parsed = parse_spec(spec)
     if size < 1 or test_size < 1:
         raise ValueError(f"--size and --test-size must be >= 1, got {size} and {test_size}")
+    out = Path(out_dir).expanduser()
+    check_out_dir(out)
     train, test, configs = _adapter(parsed.kind).prepare(
         parsed.name, size, test_size, seed, answer_tag
     )
-    out = Path(out_dir).expanduser()
     written: dict[str, Path] = {}
     train_path = write_parquet(train, out / "train.parquet")
     test_path = write_parquet(test, out / "test.parquet")
@@ -73,4 +93,4 @@ def prepare_environment(
     return Prepared(train_path, test_path, written, overrides)
 
 
-__all__ = ["Prepared", "prepare_environment"]
+__all__ = ["Prepared", "check_out_dir", "prepare_environment"]

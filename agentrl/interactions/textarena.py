@@ -24,15 +24,28 @@ trajectories, each game with its own stream of Python's ``random`` (``Game``: Te
 games draw from the process-wide one), so a seed and the moves fix the game; one that raises, hangs (``multi_turn.tool_timeout``) or returns an observation
 that is not text fails only its trajectory, with the reason (the engine counts it in
 ``rollout/interaction_errors``).
+
+Only single-player games are played (their state is TextArena's ``SinglePlayerState``). A
+game that is not, that cannot be made here (a missing nltk corpus, a package it imports, an
+API key it needs, code this Python cannot compile) or an id TextArena does not register is a
+ValueError saying which, so ``agentrl env prepare`` refuses it (exit 2) before any row.
+The reward at the end is read as ``game_reward`` reads it: TextArena 0.7.4's Countdown,
+Cryptarithm and Slitherlink pass ``set_invalid_move`` its arguments swapped, so a game lost
+by invalid moves closes with the message as the reward and the reward (the game's progress)
+as the reason; the progress is the reward then, never an interaction error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
+import logging
 import random
+import re
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from agentrl.interactions.base import BaseInteraction
@@ -43,6 +56,73 @@ from agentrl.utils.extras import missing_package
 # `State.__init__` calls `random.seed`): every call of a Game swaps in the game's own
 # stream under this lock and puts the process's back (see Game).
 _PROCESS_RANDOM = threading.Lock()
+
+logger = logging.getLogger(__name__)
+
+
+def _why_not_made(env_id: str, err: Exception, registry: Mapping[str, Any]) -> str:
+    """Why `textarena.make(env_id)` failed, in words a user can act on."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err))  # nltk colours the resource name
+    if env_id not in registry:
+        close = difflib.get_close_matches(env_id, list(registry), n=5, cutoff=0.6)
+        return (f"TextArena has no game {env_id!r}"
+                + (f"; did you mean {', '.join(close)}?" if close else "")
+                + f" ({len(registry)} ids: textarena.envs.registration.ENV_REGISTRY)")
+    corpus = re.search(r"Resource\W+(\w+)\W+not found", text)
+    if isinstance(err, LookupError) and corpus:
+        return (f"it needs the nltk corpus {corpus[1]!r}, which is not installed here "
+                f"(python -m nltk.downloader {corpus[1]})")
+    if isinstance(err, SyntaxError):
+        where = f"{err.filename}:{err.lineno}" if err.filename else "its code"
+        return (f"its code does not compile on Python {sys.version_info.major}."
+                f"{sys.version_info.minor} (SyntaxError: {err.msg} at {where}; a newer Python "
+                "may take it)")
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"it cannot be made here ({type(err).__name__}: {first[:300]})"
+
+
+def _single_player_env(textarena: Any, env_id: str, seed: int) -> Any:
+    """`textarena.make(env_id)` reset for one player; ValueError saying why not."""
+    from textarena.envs.registration import ENV_REGISTRY
+    from textarena.state import SinglePlayerState
+
+    try:
+        env = textarena.make(env_id)
+    except Exception as err:  # textarena raises what the game's import or constructor raised
+        raise ValueError(f"textarena:{env_id}: {_why_not_made(env_id, err, ENV_REGISTRY)}") from err
+    try:
+        env.reset(num_players=1, seed=int(seed))
+    except Exception as err:  # multi-player games assert their player count
+        raise ValueError(f"textarena:{env_id} cannot be reset for one player "
+                         f"({type(err).__name__}: {err}); agentrl plays single-player games "
+                         "only") from err
+    state = getattr(env, "state", None)
+    if not isinstance(state, SinglePlayerState):
+        raise ValueError(f"textarena:{env_id} is not a single-player game (its state is "
+                         f"{type(state).__name__}, for {getattr(state, 'num_players', '?')} "
+                         "players as made); agentrl plays single-player games only")
+    return env
+
+
+def game_reward(closed: Any) -> float:
+    """Player 0's reward in what a game's ``close()`` returned: ``(rewards, game_info)`` or
+    the rewards alone; 0.0 when there is none. A reward that is not a number is the swapped
+    ``set_invalid_move`` of the module docstring: the number in ``game_info[0]["reason"]``
+    (``"Invalid Move: 0.57"``) is the reward, else 0.0 with a warning."""
+    rewards, info = closed if isinstance(closed, tuple) and len(closed) == 2 else (closed, None)
+    value = rewards.get(0) if isinstance(rewards, Mapping) else rewards
+    if value is None:
+        return 0.0
+    with contextlib.suppress(TypeError, ValueError):
+        return float(value)
+    reason = ((info or {}).get(0) or {}).get("reason") if isinstance(info, Mapping) else None
+    swapped = re.fullmatch(r"Invalid Move: (\S+)", str(reason or ""))
+    if swapped:
+        with contextlib.suppress(ValueError):
+            return float(swapped[1])
+    logger.warning("a TextArena game closed with reward %.200r for player 0, not a number; "
+                   "scored 0.0", value)
+    return 0.0
 
 
 class Game:
@@ -62,13 +142,13 @@ class Game:
             raise missing_package("textarena", "envs", f"the TextArena game {env_id}") from err
         self._random: object | None = None
         with self._own_random():
-            try:
-                self.env = textarena.make(env_id)
-            except Exception as err:  # textarena raises plain exceptions for unknown ids
-                raise ValueError(f"textarena:{env_id}: {err} (ids: textarena.envs."
-                                 "registration.ENV_REGISTRY)") from err
-            self.env.reset(num_players=1, seed=int(seed))
-        self.first = self.observation()
+            self.env = _single_player_env(textarena, env_id, seed)
+        try:
+            self.first = self.observation()
+        except Exception as err:  # a wrapper that raises, a raw observation (a list)
+            hint = ("; a -raw id gives the game's messages unrendered: use the id without "
+                    "-raw") if env_id.endswith("-raw") else ""
+            raise ValueError(f"textarena:{env_id}: {err}{hint}") from err
         self._seen = len(self.first)
 
     @contextlib.contextmanager
@@ -112,8 +192,8 @@ class Game:
     def close(self) -> float:
         """End the game; player 0's reward (0.0 when the game gives none)."""
         with self._own_random():
-            rewards, _ = self.env.close()
-        return float((rewards or {}).get(0, 0.0))
+            closed = self.env.close()
+        return game_reward(closed)
 
 
 def make_game(env_id: str, seed: int) -> tuple[Game, str]:
@@ -172,4 +252,4 @@ class TextArenaInteraction(BaseInteraction):
                 state["game"].close()
 
 
-__all__ = ["Game", "TextArenaInteraction", "make_game", "observation_text"]
+__all__ = ["Game", "TextArenaInteraction", "game_reward", "make_game", "observation_text"]

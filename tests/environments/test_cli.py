@@ -3,6 +3,7 @@ the reason (unknown spec, missing package naming the extra)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -52,3 +53,82 @@ def test_a_verifiers_tool_environment_prints_the_tool_and_interaction_configs(tm
     assert f"tool_config_path={out / 'tools.yaml'}" in printed
     assert f"interaction_config_path={out / 'interaction.yaml'}" in printed
     assert printed.count("multi_turn.enable=true") == 1
+
+
+def _prepare(*args):
+    return main(["env", "prepare", *args, "--size", "2", "--test-size", "1"])
+
+
+@pytest.mark.parametrize(("where", "says"), [
+    ("file", "is a file, not a directory"),
+    ("file/sub/dir", "is under .*file, which is a file"),
+])  # fmt: skip
+def test_an_out_that_is_or_is_under_a_file_exits_2(tmp_path, capsys, where, says):
+    (tmp_path / "file").write_text("keep me")
+    assert _prepare("reasoning_gym:chain_sum", "--out", str(tmp_path / where)) == 2
+    err = capsys.readouterr().err
+    assert re.search(says, err) and "Traceback" not in err and err.count("\n") == 1
+    assert (tmp_path / "file").read_text() == "keep me"
+
+
+def test_an_out_it_cannot_write_exits_2(capsys):
+    assert _prepare("reasoning_gym:chain_sum", "--out", "/proc/agentrl-no/data") == 2
+    assert "--out /proc/agentrl-no/data: cannot write in /proc" in capsys.readouterr().err
+
+
+def test_a_write_that_fails_late_exits_2(tmp_path, capsys, monkeypatch):
+    import agentrl.environments.prepare as prepare
+
+    def full_disk(rows, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(prepare, "write_parquet", full_disk)
+    assert _prepare("reasoning_gym:chain_sum", "--out", str(tmp_path / "rg")) == 2
+    assert "No space left on device" in capsys.readouterr().err
+
+
+def test_a_task_that_cannot_be_configured_from_a_spec_exits_2(tmp_path, capsys):
+    pytest.importorskip("reasoning_gym")
+    assert _prepare("reasoning_gym:composite", "--out", str(tmp_path / "c")) == 2
+    err = capsys.readouterr().err
+    assert "reasoning_gym:composite cannot be made from its default config" in err
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(("spec", "meant"), [("reasoning_gym:sudoku_mini", "mini_sudoku"),
+                                             ("reasoning_gym:basic_arithmetc", "basic_arithmetic"),
+                                             ("textarena:GuessTheNumbr-v0", "GuessTheNumber-v0")])
+def test_a_name_typo_gets_a_suggestion(tmp_path, capsys, spec, meant):
+    pytest.importorskip(spec.partition(":")[0])
+    assert _prepare(spec, "--out", str(tmp_path / "x")) == 2
+    assert re.search(f"did you mean [^?]*{meant}", capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(("game", "says"), [
+    ("TicTacToe-v0", r"cannot be reset for one player \(AssertionError: The number of players "
+                     r"has to be 2, received 1\); agentrl plays single-player games only"),
+    ("QuantumTicTacToe-v0", "is not a single-player game .*TwoPlayerState"),
+    ("PublicGoodsGame-v0", "is not a single-player game .*FFAMultiPlayerState"),
+])  # fmt: skip
+def test_a_game_for_more_than_one_player_is_refused_with_the_reason(tmp_path, capsys, game,
+                                                                   says):
+    pytest.importorskip("textarena")
+    assert _prepare(f"textarena:{game}", "--out", str(tmp_path / "g")) == 2
+    assert re.search(f"textarena:{game}.*{says}", capsys.readouterr().err)
+    assert not (tmp_path / "g").exists()
+
+
+def test_a_missing_nltk_corpus_is_named_not_taken_for_an_unknown_id(tmp_path, capsys,
+                                                                    monkeypatch):
+    textarena = pytest.importorskip("textarena")
+    import nltk
+
+    def needs_corpus(env_id, **kwargs):
+        nltk.data.find("corpora/agentrl_no_such_corpus")  # nltk's own LookupError
+
+    monkeypatch.setattr(textarena, "make", needs_corpus)
+    assert _prepare("textarena:Wordle-v0", "--out", str(tmp_path / "w")) == 2
+    err = capsys.readouterr().err
+    assert ("textarena:Wordle-v0: it needs the nltk corpus 'agentrl_no_such_corpus', which is "
+            "not installed here (python -m nltk.downloader agentrl_no_such_corpus)") in err
+    assert "has no game" not in err and "ENV_REGISTRY" not in err

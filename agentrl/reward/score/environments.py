@@ -3,7 +3,10 @@
 - ``reasoning_gym/<task>``: the last ``<answer>...</answer>`` of the response (the tag is
   ``extra_info.answer_tag``, default ``answer``) goes to reasoning-gym's ``score_answer`` for
   the task, with the item the row was made from (``extra_info.reasoning_gym_entry``, its
-  JSON). No answer scores 0.0, as reasoning-gym scores a missing answer.
+  typed JSON, ``agentrl.utils.typed_json``, so tuples and int keys are as the task made them).
+  No answer scores 0.0, as reasoning-gym scores a missing answer; a scorer that raises on
+  the answer (a malformed board, an unexpected sign) scores 0.0 too, as reasoning-gym's
+  scorers score what they cannot read, and is counted per task (``SCORER_ERRORS``) and logged.
 - ``textarena/<env_id>``: the game's own reward, which the TextArena interaction
   (``agentrl.interactions.textarena``) reported as the score of its last turn
   (``extra_info.rollout_reward_scores.user_turn_rewards``); a trajectory that never reached
@@ -21,13 +24,20 @@ extra to install (``pip install agentrl[envs]``).
 
 from __future__ import annotations
 
-import json
+import logging
+from collections import Counter
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
+from agentrl.utils import typed_json
 from agentrl.utils.answer_tags import extract_answer
 from agentrl.utils.extras import missing_package
+
+logger = logging.getLogger(__name__)
+
+# reasoning-gym task -> answers its score_answer raised on in this process (scored 0.0)
+SCORER_ERRORS: Counter[str] = Counter()
 
 
 @cache  # reasoning-gym's scorer of each task, looked up once
@@ -45,12 +55,22 @@ def reasoning_gym_score(solution_str: str, ground_truth: Any, extra_info: dict |
     if "reasoning_gym_entry" not in info:
         raise ValueError("a reasoning_gym row needs extra_info.reasoning_gym_entry (the item's "
                          "JSON, as agentrl env prepare writes it)")
-    entry = json.loads(info["reasoning_gym_entry"])
+    entry = typed_json.loads(info["reasoning_gym_entry"])
     answer = extract_answer(solution_str, str(info.get("answer_tag") or "answer"))
     if answer is None:
         return 0.0
     task = entry["metadata"]["source_dataset"]
-    return float(_score_answer_fn(task)(answer, entry))
+    score_answer = _score_answer_fn(task)
+    try:
+        return float(score_answer(answer, entry))
+    except Exception as err:  # the task's scorer on an answer it cannot read
+        SCORER_ERRORS[task] += 1
+        count = SCORER_ERRORS[task]
+        if count & (count - 1) == 0:  # the 1st, 2nd, 4th, ... time: a trace, not a flood
+            logger.warning("reasoning_gym/%s: score_answer raised %s: %s on answer %.80r "
+                           "(scored 0.0; %d time(s) in this process)", task,
+                           type(err).__name__, err, answer, count)
+        return 0.0
 
 
 def _turn_rewards(extra_info: dict | None) -> list[float]:
