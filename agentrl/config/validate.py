@@ -36,6 +36,7 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
     "actor_rollout_ref.rollout.num_servers": int,
     "actor_rollout_ref.rollout.launch_command": str,
     "actor_rollout_ref.rollout.weights_dir": str,
+    "actor_rollout_ref.rollout.server_python": str,
     "actor_rollout_ref.rollout.log_prob_micro_batch_size": int,
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": int,
     "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": int,

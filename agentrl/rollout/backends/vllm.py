@@ -304,6 +304,7 @@ class VLLMPlugin(BackendPlugin):
                model: Any = None, seed: int | None = None,
                gpus: Sequence[str] | None = None) -> Any:  # fmt: skip
         if rollout.get("server_urls"):
+            check_scale_out(rollout["server_urls"])
             return self.client(rollout, rollout["server_urls"], tokenizer)
         if not model_path:
             raise ValueError("launching vllm servers needs actor_rollout_ref.model.path "
@@ -378,6 +379,25 @@ def check_cpu_head_size(model_path: str) -> None:
             "agentrl make-tiny-model --size tiny or small, or rollout.name=hf")
 
 
+def check_scale_out(urls: Sequence[str]) -> None:
+    """Refuse servers started without ``--enable-scale-out`` (their token-in/token-out route
+    answers 403), naming the fix; a server that does not answer is left to failover."""
+    import httpx
+
+    for url in urls:
+        try:
+            reply = httpx.post(url.rstrip("/") + "/inference/v1/abort_requests",
+                               json={"request_ids": []}, timeout=10)  # fmt: skip
+        except httpx.HTTPError:
+            continue
+        if reply.status_code == 403:
+            raise ValueError(
+                f"actor_rollout_ref.rollout.server_urls: the vLLM server at {url} answers 403 "
+                f"on /inference/v1/generate ({reply.text[:120]}): start it with "
+                "--enable-scale-out (token ids in and out) and VLLM_SERVER_DEV_MODE=1 (weight "
+                "sync and verification), as docs/backends.md shows")
+
+
 def _post_sync(url: str, body: dict[str, Any]) -> None:
     import httpx
 
@@ -390,6 +410,7 @@ __all__ = [
     "VLLMBackend",
     "VLLMPlugin",
     "check_cpu_head_size",
+    "check_scale_out",
     "expected_checksums",
     "parse_generate_tokens",
     "server_checksums",

@@ -390,3 +390,78 @@ def test_three_servers_one_killed_mid_batch_every_trajectory_completes(varied_mo
     assert len(outs) == 12 and all(len(o.output_ids) == 200 for o in outs)
     assert all(o.meta_info["server_url"] != victim for o in outs)
     assert metrics["rollout/servers_lost"] == 1 and metrics["rollout/servers_alive"] == 2
+
+
+@pytest.mark.vllm
+def test_a_server_that_never_becomes_ready_is_named(tiny_model_dir):
+    python = vllm_python()
+    # a "server" that listens nowhere: the launcher gives up at launch_timeout, nothing hangs
+    rollout = _rollout(f"actor_rollout_ref.rollout.server_python={python}",
+                       f"actor_rollout_ref.rollout.launch_command='{python} -c "
+                       "\"import time; time.sleep(600)\"'",
+                       "actor_rollout_ref.rollout.launch_timeout=3")
+    with pytest.raises(RuntimeError, match="servers not ready after 3s "
+                                           "\\(actor_rollout_ref.rollout.launch_timeout\\)"):
+        backend_plugin("vllm").create(rollout, str(tiny_model_dir), None)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_a_server_without_scale_out_is_refused_with_the_fix(tiny_model_dir):
+    from agentrl.rollout.backends.launcher import ServerLauncher
+
+    python = vllm_python()
+    launcher = ServerLauncher(tiny_model_dir, 1, command=[
+        python, "-m", "vllm.entrypoints.openai.api_server"], model_flag="--model",
+        health_path="/health", ready_timeout=300,
+        server_args={"dtype": "float32", "enforce_eager": True, "max_model_len": 512},
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"})  # fmt: skip
+    with launcher:
+        rollout = _rollout(f"actor_rollout_ref.rollout.server_urls=[{launcher.urls[0]}]")
+        with pytest.raises(ValueError, match="answers 403 on /inference/v1/generate .*start it "
+                                             "with --enable-scale-out"):
+            backend_plugin("vllm").create(rollout, str(tiny_model_dir), None)
+
+
+class _Recording:
+    """The vLLM backend, with every output's ids kept (what the policy produced)."""
+
+    def __init__(self, backend):
+        self.backend, self.outputs = backend, []
+
+    async def generate(self, input_ids, sampling_params, request_id):
+        out = await self.backend.generate(input_ids, sampling_params, request_id)
+        self.outputs.append(list(out.output_ids))
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+
+@pytest.mark.vllm
+def test_the_gateway_records_vllms_tokens_exactly(vllm_server, varied_model_dir):
+    import httpx
+
+    from agentrl.gateway import create_app
+    from agentrl.utils.serving import serve_in_thread
+
+    backend, _ = vllm_server
+    tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
+    recording = _Recording(backend)
+    app = create_app(recording, tokenizer, model_name="policy")
+    with serve_in_thread(app) as url:
+        base = f"{url}/sessions/ep-vllm/v1/chat/completions"
+        messages = [{"role": "user", "content": "What is 6*7?"}]
+        first = httpx.post(base, json={"model": "policy", "messages": messages,
+                                       "max_tokens": 12, "temperature": 0}, timeout=120)
+        first.raise_for_status()
+        messages += [first.json()["choices"][0]["message"],
+                     {"role": "user", "content": "And 6*8?"}]
+        httpx.post(base, json={"model": "policy", "messages": messages, "max_tokens": 12,
+                               "temperature": 0}, timeout=120).raise_for_status()
+        recorded = httpx.get(f"{url}/sessions/ep-vllm", timeout=30).json()
+    assert recorded["rewrites"] == 0 and len(recording.outputs) == 2
+    (trajectory,) = recorded["trajectories"]
+    trained = [t for t, m in zip(trajectory["token_ids"], trajectory["loss_mask"], strict=True)
+               if m == 1]
+    assert trained == recording.outputs[0] + recording.outputs[1]

@@ -1,0 +1,67 @@
+"""`ServerBackend` with an engine's `ServerAPI`: what the base API refuses, and the probe
+check every server engine shares (against `agentrl serve`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from agentrl.rollout.backends.servers import ServerAPI, ServerBackend
+from agentrl.rollout.backends.sglang import SGLangAPI, SGLangBackend
+from agentrl.rollout.backends.verify import Probe, WeightMismatchError, probe_ids
+
+
+def test_the_base_api_names_what_an_engine_did_not_bring():
+    api = ServerAPI()
+    with pytest.raises(NotImplementedError, match="ServerAPI does not score prompts"):
+        api.prompt_log_probs_payload([1, 2], "r")
+    with pytest.raises(ValueError, match="ServerAPI takes weights from a directory only"):
+        list(api.load_tensors({}, 1, None, True))
+    assert api.parse_version({"weight_version": 3}) == "3" and api.parse_version([]) is None
+
+
+def test_a_server_backend_needs_a_url_and_speaks_its_api():
+    with pytest.raises(ValueError, match="ServerBackend needs at least one server URL"):
+        ServerBackend([], api=SGLangAPI())
+    backend = SGLangBackend("127.0.0.1:1")
+    assert backend.server_urls == ["http://127.0.0.1:1"] and isinstance(backend.api, SGLangAPI)
+    assert backend.weight_sync == "disk"
+
+
+def _probe(model) -> Probe:
+    ids = probe_ids(model.config.vocab_size)
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, :-1]
+    chosen = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(ids[1:])[:, None])
+    return Probe(ids, chosen[:, 0].tolist(), 1e-3)
+
+
+def test_the_probe_passes_on_the_served_weights_and_names_a_difference(served,
+                                                                       varied_model_dir,
+                                                                       tmp_path):  # fmt: skip
+    url, _ = served
+    model = AutoModelForCausalLM.from_pretrained(varied_model_dir)
+    model.save_pretrained(tmp_path / "w")
+    good = _probe(model)
+    bad = Probe(good.input_ids, [v + 0.01 * (i == 5) for i, v in enumerate(good.log_probs)],
+                good.tolerance)
+
+    async def run():
+        client = SGLangBackend([url], request_timeout=30)
+        try:
+            await client.update_weights(str(tmp_path / "w"), weight_version="1")
+            verified = await client.verify_weights(str(tmp_path / "w"), good)
+            with pytest.raises(WeightMismatchError) as err:
+                await client.verify_weights(str(tmp_path / "w"), bad)
+            return verified, str(err.value)
+        finally:
+            await client.aclose()
+
+    verified, message = asyncio.run(run())
+    assert verified == 1
+    assert "log-probs of the probe sequence differ from the trainer's: token 6" in message
+    assert good.mismatch(good.log_probs) is None
+    assert "2 log-probs for 31 tokens" in good.mismatch([0.0, 0.0])
