@@ -193,7 +193,8 @@ def vllm_server(varied_model_dir):
     python = vllm_python()
     rollout = _rollout(f"actor_rollout_ref.rollout.server_python={python}",
                        "actor_rollout_ref.rollout.launch_timeout=300",
-                       "actor_rollout_ref.rollout.request_timeout=120")
+                       "actor_rollout_ref.rollout.request_timeout=120",
+                       "actor_rollout_ref.rollout.max_model_len=4096")
     tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
     backend = backend_plugin("vllm").create(rollout, str(varied_model_dir), tokenizer)
     yield backend, rollout
@@ -322,17 +323,21 @@ def test_weights_sync_from_disk_are_verified_and_a_corrupt_server_is_named(
 def test_abort_ends_a_long_generation(vllm_server, varied_model_dir):
     backend, _ = vllm_server
     tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
+    url = backend.server_urls[0]
 
     async def run():
         task = asyncio.create_task(backend.generate(
-            _prompts(tokenizer)[0], {"max_new_tokens": 900, "temperature": 1.0,
+            _prompts(tokenizer)[0], {"max_new_tokens": 3000, "temperature": 1.0,
                                      "ignore_eos": True}, "long-t0-a0"))  # fmt: skip
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(0.3)
+        # freeze it where it is, so that the abort cannot come after its last token
+        await backend._post_control(url, "/pause?mode=keep", {})
         await backend.abort("long-t0-a0")
+        await backend._post_control(url, "/resume", {})
         return await asyncio.wait_for(task, 60)
 
     out = asyncio.run(run())
-    assert out.finish_reason == "abort" and len(out.output_ids) < 900  # ended, not finished
+    assert out.finish_reason == "abort" and len(out.output_ids) < 3000  # ended, not finished
 
 
 @pytest.mark.vllm
