@@ -95,6 +95,9 @@ class AdaptiveKLController:
         self.value *= 1 + proportional_error * n_steps / self.horizon
 
 
+KL_CONTROLLERS = ("fixed", "adaptive")  # algorithm.kl_ctrl.type (the validator's list too)
+
+
 def get_kl_controller(kl_ctrl_config: Any) -> KLController:
     """Build a controller from ``algorithm.kl_ctrl``: ``type`` (fixed|adaptive), ``kl_coef``,
     and for adaptive ``target_kl`` and ``horizon``."""
@@ -107,7 +110,7 @@ def get_kl_controller(kl_ctrl_config: Any) -> KLController:
             target_kl=kl_ctrl_config.target_kl,
             horizon=kl_ctrl_config.horizon,
         )
-    raise ValueError(f"unknown algorithm.kl_ctrl.type {kind!r}; valid: fixed, adaptive")
+    raise ValueError(f"unknown algorithm.kl_ctrl.type {kind!r}; valid: {', '.join(KL_CONTROLLERS)}")
 
 
 def apply_kl_penalty(

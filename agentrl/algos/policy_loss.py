@@ -58,6 +58,15 @@ def _log_ratio(log_prob: Tensor, old_log_prob: Tensor) -> Tensor:
     return torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)  # (B, T)
 
 
+def _open(config: Any, old_log_prob: Tensor, rollout_log_probs: Tensor | None,
+          response_mask: Tensor) -> tuple[Any, Tensor | None, Tensor, dict[str, Tensor]]:
+    """Every policy loss's opening: its settings, then the rollout correction's IS weights,
+    the loss mask it leaves (rejected tokens out) and its metrics."""
+    s = policy_loss_settings(config)
+    weights, mask, metrics = rollout_correction(old_log_prob, rollout_log_probs, response_mask, s)
+    return s, weights, mask, metrics
+
+
 def _finish(
     pg_losses: Tensor,
     loss_mask: Tensor,
@@ -82,8 +91,7 @@ def compute_policy_loss_vanilla(
     rollout_log_probs: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clip with asymmetric bounds and dual clip for negative advantages."""
-    s = policy_loss_settings(config)
-    weights, mask, metrics = rollout_correction(old_log_prob, rollout_log_probs, response_mask, s)
+    s, weights, mask, metrics = _open(config, old_log_prob, rollout_log_probs, response_mask)
     neg_kl = _log_ratio(log_prob, old_log_prob)
     ratio = torch.exp(neg_kl)  # (B, T)
     losses1 = -advantages * ratio
@@ -114,8 +122,7 @@ def compute_policy_loss_gspo(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO-token: a sequence-level ratio with per-token gradients; ``loss_agg_mode`` is
     ignored (the paper's objective is ``seq-mean-token-mean``)."""
-    s = policy_loss_settings(config)
-    weights, mask, metrics = rollout_correction(old_log_prob, rollout_log_probs, response_mask, s)
+    s, weights, mask, metrics = _open(config, old_log_prob, rollout_log_probs, response_mask)
     neg_kl = log_prob - old_log_prob
     seq_len = mask.sum(dim=-1).clamp(min=1)  # (B,)
     seq_neg_kl = torch.where(mask.bool(), neg_kl, torch.zeros_like(neg_kl)).sum(-1) / seq_len
@@ -141,8 +148,7 @@ def compute_policy_loss_cispo(
     rollout_log_probs: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """CISPO: REINFORCE with a clipped, detached importance weight on every token."""
-    s = policy_loss_settings(config)
-    weights, mask, metrics = rollout_correction(old_log_prob, rollout_log_probs, response_mask, s)
+    s, weights, mask, metrics = _open(config, old_log_prob, rollout_log_probs, response_mask)
     neg_kl = _log_ratio(log_prob, old_log_prob)
     ratio = torch.exp(neg_kl).detach()  # (B, T)
     low, high = 1 - s.clip_ratio_low, 1 + s.clip_ratio_high
@@ -166,8 +172,7 @@ def compute_policy_loss_gpg(
     rollout_log_probs: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GPG: the plain policy gradient ``-A log pi`` (no ratio, no clipping)."""
-    s = policy_loss_settings(config)
-    weights, mask, metrics = rollout_correction(old_log_prob, rollout_log_probs, response_mask, s)
+    s, weights, mask, metrics = _open(config, old_log_prob, rollout_log_probs, response_mask)
     metrics["actor/pg_clipfrac"] = 0.0
     metrics["actor/ppo_kl"] = masked_mean(old_log_prob - log_prob, mask).detach()
     metrics["actor/pg_clipfrac_lower"] = 0.0

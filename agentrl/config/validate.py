@@ -69,9 +69,10 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 _STRATEGIES = ("fsdp", "fsdp2")
-_LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                   "seq-mean-token-sum-norm")
 _CKPT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+
+# the optimizer's schedules after warmup (agentrl/workers/optim.py imports this list)
+WARMUP_STYLES = ("constant", "cosine")
 
 # key -> allowed values (None stands for null).
 # agent mode's client of the in-process gateway (agentrl/gateway/agent_rollout.py)
@@ -84,10 +85,8 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "actor_rollout_ref.ref.strategy": _STRATEGIES,
     "critic.strategy": _STRATEGIES,
     "reward_model.strategy": _STRATEGIES,
-    "actor_rollout_ref.actor.loss_agg_mode": _LOSS_AGG_MODES,
-    "critic.loss_agg_mode": _LOSS_AGG_MODES,
-    "actor_rollout_ref.actor.optim.warmup_style": ("constant", "cosine"),
-    "critic.optim.warmup_style": ("constant", "cosine"),
+    "actor_rollout_ref.actor.optim.warmup_style": WARMUP_STYLES,
+    "critic.optim.warmup_style": WARMUP_STYLES,
     "actor_rollout_ref.actor.fsdp_config.model_dtype": ("fp32", "bf16", "fp16"),
     "critic.model.fsdp_config.model_dtype": ("fp32", "bf16", "fp16"),
     "reward_model.model.fsdp_config.model_dtype": ("fp32", "bf16", "fp16"),
@@ -96,7 +95,6 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side": ("left", "right",
                                                                           "middle"),
     "actor_rollout_ref.rollout.multi_turn.tool_record_mode": (None, "record", "replay"),
-    "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
     "trainer.device": ("auto", "cpu", "cuda"),
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
     "trainer.worker_group": ("auto", "ray", "in_process"),
@@ -428,6 +426,8 @@ def component_choices() -> dict[str, tuple[Any, ...]]:
     defines, for components below the config layer (docs/architecture.md): one source, and
     the component checks the same list when built without a config. Components above it
     (the trainer) import their lists from here instead (`LOGGERS`)."""
+    from agentrl.algos.core import LOSS_AGG_MODES
+    from agentrl.algos.kl import KL_CONTROLLERS
     from agentrl.algos.rollout_correction import RATIO_LEVELS
     from agentrl.rollout.backends.base import LOAD_BALANCE
     from agentrl.rollout.backends.verify import VERIFY_MODES
@@ -438,6 +438,9 @@ def component_choices() -> dict[str, tuple[Any, ...]]:
         "actor_rollout_ref.actor.policy_loss.rollout_is": (None, *RATIO_LEVELS),
         "actor_rollout_ref.actor.policy_loss.rollout_rs": (None, *RATIO_LEVELS),
         "actor_rollout_ref.rollout.verify_weights": VERIFY_MODES,
+        "actor_rollout_ref.actor.loss_agg_mode": LOSS_AGG_MODES,
+        "critic.loss_agg_mode": LOSS_AGG_MODES,
+        "algorithm.kl_ctrl.type": KL_CONTROLLERS,
         "actor_rollout_ref.rollout.load_balance": LOAD_BALANCE,
         "actor_rollout_ref.rollout.on_infra_error": ON_INFRA_ERROR,
         "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": SANITY_CHECK_MODES,

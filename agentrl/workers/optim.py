@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from agentrl.config.validate import WARMUP_STYLES
+
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], optim_cfg: Any) -> torch.optim.AdamW:
     """AdamW over ``params`` from ``optim.lr``, ``optim.betas``, ``optim.weight_decay``."""
@@ -58,8 +60,8 @@ def lr_multiplier(optim_cfg: Any) -> Callable[[int], float]:
     """The function ``step -> lr / optim.lr`` of the configured schedule."""
     warmup = warmup_steps(optim_cfg)
     style = optim_cfg.warmup_style
-    if style not in ("constant", "cosine"):
-        raise ValueError(f"optim.warmup_style is {style!r}; choose constant or cosine")
+    if style not in WARMUP_STYLES:
+        raise ValueError(f"optim.warmup_style is {style!r}; choose {' or '.join(WARMUP_STYLES)}")
     total = int(optim_cfg.total_training_steps)
     if style == "cosine" and total <= warmup:
         raise ValueError(
