@@ -2,11 +2,12 @@
 heading, when it names one), no path leaves the clone, and every measured figure cites the
 JSON under bench/results it comes from.
 
-The figure convention (docs/README.md's "Figures" section says it to writers): a *figure*
+The figure convention (README.md's Development section says it to writers): a *figure*
 is a number with a unit of time, size, rate or a ratio (``122 s``, ``0.092 ms``, ``1.5x``,
 ``14.6 GB``, ``57%``, ``120 tokens/s``) in prose or a table. Text in code spans and fenced
 blocks (config values, commands) is not prose. A block (lines between blank lines; a table
-and the paragraph right after it count as one) holding a figure must name an existing
+with the paragraph right after it and the one right before it when that one ends with a
+colon, its caption, count as one) holding a figure must name an existing
 ``bench/results/<file>.json``, or say ``<!-- not measured -->`` when its numbers are limits,
 defaults, hardware or examples rather than measurements.
 """
@@ -58,12 +59,13 @@ def blocks(text: str) -> list[tuple[int, str]]:
     joined: list[tuple[int, str]] = []
     after_table = False
     for start, lines in out:
-        if after_table and not lines[0].lstrip().startswith("|"):
+        table = lines[0].lstrip().startswith("|")
+        caption = table and not after_table and joined and joined[-1][1].rstrip().endswith(":")
+        if (after_table and not table) or caption:
             joined[-1] = (joined[-1][0], joined[-1][1] + "\n" + "\n".join(lines))
-            after_table = False
         else:
             joined.append((start, "\n".join(lines)))
-            after_table = lines[0].lstrip().startswith("|")
+        after_table = table and not after_table
     return joined
 
 
@@ -145,6 +147,9 @@ def test_the_rules_flag_figures_and_dead_links_and_spare_versions_defaults_and_d
     assert [(start, figures(b)) for start, b in blocks(table)] == [
         (1, ["3 s"]), (7, ["4 s"])]
     assert "bench/results/x.json" in blocks(table)[0][1]
+    captioned = "From `bench/results/y.json`:\n\n| a | 3 s |\n\nWhy.\n\nNot 5 s."
+    assert [start for start, _ in blocks(captioned)] == [1, 7]
+    assert "y.json" in blocks(captioned)[0][1] and "Why." in blocks(captioned)[0][1]
     doc = tmp_path / "docs" / "a.md"
     doc.parent.mkdir()
     doc.write_text("# A `b` c!\n[ok](a.md#a-b-c) [gone](nope.md) [bad](a.md#zzz) "
