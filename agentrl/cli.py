@@ -6,7 +6,7 @@ Each sub-command lives in its own module, which exposes
 runs, so `agentrl --help` stays fast and one command's heavy imports never slow another.
 
     agentrl config [--config recipe.yaml | --config-path DIR --config-name NAME] [key=value ...]
-    agentrl make-tiny-model OUT_DIR [--size tiny|small|medium|large] [--seed 0]
+    agentrl make-tiny-model OUT_DIR [--size nano|tiny|small|medium|large] [--seed 0]
     agentrl smoke [--out-dir outputs/smoke]
     agentrl serve --model PATH --port P
     agentrl train [--config recipe.yaml | --config-path DIR --config-name NAME] [key=value ...]
@@ -34,11 +34,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("agentrl.config.cli", "print the resolved config (defaults <- recipe <- overrides)"),
     "make-tiny-model": ("agentrl.models.cli", "write a tiny Qwen2 model + tokenizer, offline"),
     "smoke": ("agentrl.smoke",
-              "train a tiny model a few steps on CPU through the real stack (the main job)"),
+              "train a random tiny model a few steps on CPU through the real stack (a check)"),
     "train": ("agentrl.trainer.main", "train with PPO/GRPO and relatives (verl's main_ppo)"),
     "sft": ("agentrl.sft_cli", "supervised fine-tuning on multi-turn tool conversations"),
     "quickstart": ("agentrl.quickstart",
-                   "SFT + GRPO a small model to use a calculator on CPU, with a before/after report"),
+                   "the main job: SFT + GRPO a small model to use a calculator on CPU, with a "
+                   "before/after report"),
     "generate": ("agentrl.generate",
                  "roll out a dataset with tools and interactions (no training), write jsonl"),
     "export": ("agentrl.trainer.export",

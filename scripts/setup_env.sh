@@ -5,8 +5,10 @@
 #   PYTHON=python3.11          interpreter that creates the venv (default: python3)
 #   AGENTRL_VENV=.venv         where the venv lives
 #   AGENTRL_TORCH_SPEC=...     torch to install first when the venv has none
-#                              (default torch==2.13.0, the CPU build; on a GPU machine
-#                              install your CUDA torch into the venv first, it is kept)
+#                              (default torch==2.13.0: the CPU build only where pip finds
+#                              a local CPU wheel; on stock PyPI it is the CUDA build, so
+#                              install torch from https://download.pytorch.org/whl/cpu
+#                              into the venv first; a torch already there is kept)
 #   AGENTRL_EXTRAS=test        the extras to install (any of the locked ones, comma-separated)
 #   AGENTRL_LOCK=requirements/lock.txt   the pins (empty: resolve freely, unlocked)
 set -euo pipefail

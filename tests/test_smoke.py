@@ -1,4 +1,5 @@
-"""The smoke run (the README's main job) trains through the whole stack."""
+"""The smoke run (a quick end-to-end check; the README's main job is the quickstart) trains
+through the whole stack."""
 
 from __future__ import annotations
 

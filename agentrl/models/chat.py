@@ -9,7 +9,7 @@ prompt) is appended as the *delta* between two renderings of the chat template:
 where BASE is a fixed three-message conversation (system, user, assistant). The cost of a
 turn is therefore constant, not proportional to the conversation so far, and the tokens
 match what rendering the whole conversation would give. Two pitfalls of Qwen-style
-templates (../shared/reference/sglang_api.md section 5) are handled here:
+templates (Qwen2.5-Instruct's, as SGLang applies them) are handled here:
 
 - default system prompt: rendering tool messages alone makes the template inject its
   default system prompt; BASE has an explicit system message, so the delta never has one;

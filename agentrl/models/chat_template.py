@@ -1,7 +1,7 @@
 """The Qwen2.5-style chat template the tiny offline models ship with.
 
-It renders the conversation exactly like Qwen2.5-Instruct's template (see
-../shared/reference/sglang_api.md section 5): OpenAI tool schemas in the system turn,
+It renders the conversation exactly like Qwen2.5-Instruct's template (its
+`tokenizer_config.json`, as SGLang applies it): OpenAI tool schemas in the system turn,
 assistant tool calls as `<tool_call>\\n{json}\\n</tool_call>`, and consecutive `tool`
 messages merged into one user turn of `<tool_response>` blocks. It departs from
 Qwen2.5 in two places, both on purpose:

@@ -115,3 +115,42 @@ def test_two_grpo_steps_with_each_dialects_agent(make_config, name, client):
     for metrics in history:
         assert metrics["rollout/agent_errors"] == 0
         assert metrics["actor/grad_norm"] >= 0 and 0.0 <= metrics["critic/score/max"] <= 1.0
+
+
+@pytest.mark.parametrize("name", ["calculator_agent.py", "calculator_agents_sdk.py"])
+def test_the_readme_agents_train_two_steps_and_score(make_config, trainer_data, tmp_path, name):
+    """The agents the README trains (bench/quickstart_seeds.py --agent-function), two steps
+    of the trainer in agent mode over a scripted policy (rollout.name=scripted) that calls
+    the calculator and then answers the first problem's result: that row scores 1, the
+    other 0, so the agent's tool call and its scoring are on the trainer's path."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from agentrl.trainer import PPOTrainer
+
+    pytest.importorskip("agents" if "sdk" in name else "openai")
+    rows = pq.read_table(trainer_data["train"]).to_pylist()[:2]
+    truths = [r["reward_model"]["ground_truth"] for r in rows]
+    assert truths[0] != truths[1]
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text(json.dumps(CALL) + "\n" + json.dumps(f"<answer>{truths[0]}</answer>")
+                       + "\n")
+    cfg = make_config(f"actor_rollout_ref.rollout.agent_function={AGENTS / name}:run",
+                      "actor_rollout_ref.rollout.multi_turn.enable=false",
+                      "actor_rollout_ref.rollout.name=scripted",
+                      f"+actor_rollout_ref.rollout.engine_kwargs.replies={replies}",
+                      "data.shuffle=false", "data.max_response_length=128",
+                      "algorithm.adv_estimator=reinforce_plus_plus",
+                      "trainer.total_training_steps=2")
+    trainer = PPOTrainer(cfg)
+    try:
+        history = trainer.fit()
+    finally:
+        trainer.close()
+    assert [m["training/global_step"] for m in history] == [1.0, 2.0]
+    first = history[0]
+    assert first["rollout/agent_errors"] == 0
+    assert (first["critic/score/max"], first["critic/score/mean"]) == (1.0, 0.5)
+    assert first["rollout/tool_calls/calculator"] == 4.0  # 2 rows x n=2, one call each
+    assert first["actor/grad_norm"] > 0

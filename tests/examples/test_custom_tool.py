@@ -126,3 +126,49 @@ def test_the_readme_training_keys_pass_the_checks_and_without_the_scorer_fail(ma
         "custom_reward_function.name=compute_score")) == []
     (problem,) = run_input_problems(make_config(*keys, "custom_reward_function.path=null"))
     assert "no built-in scorer for data_source 'guess_number'" in problem
+
+
+@pytest.mark.parametrize(("weight", "scores"), [(0.0, [0.5, 0.5, 0.0, 0.0]),
+                                                (1.0, [1.5, 0.5, 0.0, 0.0])])
+def test_the_readme_command_trains_the_example(make_config, tmp_path, weight, scores):
+    """Two steps of `agentrl train` with the README's keys and the example's data, tool and
+    scorer; the policy is scripted (rollout.name=scripted) so the reward path is known: it
+    guesses 50 with the tool, then answers 98. Secrets 50, 98, 54, 6 (make_data's seed 0):
+    the first row earns the tool's half (found at the first guess), the second the answer's
+    half. With `reward_model.tool_reward_weight=1` the tool's calc_reward (1.0 for the
+    first row) is added to the score as well."""
+    import json
+
+    from agentrl.trainer import PPOTrainer
+
+    data = load_object(f"{EXAMPLE / 'make_data.py'}:write_dataset")(tmp_path / "t.parquet", 4)
+    secrets = [r["reward_model"]["ground_truth"] for r in pq.read_table(data).to_pylist()]
+    assert secrets == ["50", "98", "54", "6"]
+    replies = tmp_path / "replies.jsonl"
+    guess = {"name": "guess_number", "arguments": {"guess": 50}}
+    replies.write_text(json.dumps(f"<tool_call>\n{json.dumps(guess)}\n</tool_call>") + "\n"
+                       + json.dumps("It is 98.") + "\n")
+    cfg = make_config(
+        f"data.train_files={data}", "data.train_batch_size=4", "data.shuffle=false",
+        "data.max_response_length=128", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={CONFIG}",
+        f"custom_reward_function.path={EXAMPLE / 'reward.py'}",
+        "custom_reward_function.name=compute_score",
+        f"reward_model.tool_reward_weight={weight}",
+        "actor_rollout_ref.rollout.name=scripted",
+        f"+actor_rollout_ref.rollout.engine_kwargs.replies={replies}",
+        "algorithm.adv_estimator=reinforce_plus_plus", "trainer.total_epochs=2",
+        "trainer.total_training_steps=2")
+    trainer = PPOTrainer(cfg)
+    try:
+        history = trainer.fit()
+    finally:
+        trainer.close()
+    assert [m["training/global_step"] for m in history] == [1.0, 2.0]
+    mean = sum(scores) / len(scores)
+    for metrics in history:
+        assert metrics["critic/score/mean"] == pytest.approx(mean)
+        assert (metrics["critic/score/max"], metrics["critic/score/min"]) == (max(scores), 0.0)
+        assert metrics["rollout/tool_calls/guess_number"] == 8.0  # 4 rows x n=2, one call each
+        assert metrics["actor/grad_norm"] > 0
