@@ -57,6 +57,15 @@ class BaseInteraction(ABC):
         Returns ``(should_terminate, response text, turn score, metrics)``.
         """
 
+    async def after_tool_turn(
+        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[bool, float, dict[str, Any]]:
+        """The environment's stop rule after a turn that called tools (the engine ran them;
+        ``messages`` end with their results): ``(terminate, score, metrics)``. An environment
+        whose episode can end there (a turn limit) says so, with its final score; the default
+        goes on (``generate_response`` is asked only after turns without tool calls)."""
+        return False, 0.0, {}
+
     async def calculate_score(self, instance_id: str, **kwargs: Any) -> float:
         """A score of the trajectory so far (a helper for ``generate_response``; 0.0)."""
         return 0.0

@@ -17,7 +17,9 @@ It follows ``vf.MultiTurnEnv.rollout``: ``start_interaction`` makes the rollout'
 (``env.init_state``, ``env.setup_state``); after each model turn that calls no tool (tool
 calls are the engine's, through ``agentrl.tools.verifiers.VerifiersTool``), the model's
 turns so far become the state's trajectory and the environment's stop conditions are checked
-(``env.is_completed``: ``max_turns``, no tool called, ...). While it goes on,
+(``env.is_completed``: ``max_turns``, no tool called, ...), and after turns that called
+tools as well (``after_tool_turn``: a ``ToolEnv``'s ``max_turns`` ends an episode whose every
+turn called a tool, as in verifiers' own rollout). While it goes on,
 ``env.env_response(messages, state)`` answers, its messages' text the next user turn (score
 0.0); when it stops, or the response is the final one (``state["final_env_response"]``),
 the rubric scores the rollout (``rubric.score_group([state])``) and the trajectory ends with
@@ -118,6 +120,21 @@ class VerifiersInteraction(BaseInteraction):
             await self.env.is_completed(state)  # its stop bookkeeping and cleanup
             return await self._score(state, conversation, list(state["final_env_response"]))
         return False, text, 0.0, {}
+
+    async def after_tool_turn(
+        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[bool, float, dict[str, Any]]:
+        """The environment's stop conditions after a turn whose tool calls the engine ran (a
+        ``ToolEnv``'s ``max_turns``): scored by the rubric on the turns up to that reply, as
+        verifiers' own rollout stops there, before the tools' results."""
+        state = self._instance_dict[instance_id]["state"]
+        conversation = openai_messages(messages)
+        self._record_turns(state, conversation)
+        if not await self.env.is_completed(state):
+            return False, 0.0, {}
+        last = max(i for i, m in enumerate(conversation) if m["role"] == "assistant")
+        _, _, score, metrics = await self._score(state, conversation[: last + 1], [])
+        return True, score, metrics
 
     async def finalize_interaction(self, instance_id: str, **kwargs: Any) -> None:
         entry = self._instance_dict.pop(instance_id, None)

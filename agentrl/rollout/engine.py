@@ -20,7 +20,8 @@ One handler per state (DESIGN.md section 3):
 - TOOL_CALLING: run the turn's calls concurrently through `execute_tool_call` (schema
   validation, per-call timeout, errors as text), at most `max_concurrent_tool_calls` per
   tool across the batch; append the responses as a template delta -> RUNNING.
-- INTERACTING: ask the interaction for the user's reply -> RUNNING or COMPLETED.
+- INTERACTING: ask the interaction for the user's reply -> RUNNING or COMPLETED. After a tool
+  turn the interaction's stop rule is asked too (`after_tool_turn`) -> RUNNING or COMPLETED.
 - always at the end: `calc_reward` then `release` for every tool instance, then
   `finalize_interaction`, also after errors and cancellation; then `finalize` (sanity
   check, truncation to the response budget).
@@ -515,28 +516,42 @@ class AsyncRolloutEngine:
             req.fail_infra()  # the trajectory will not train: generating on is wasted
             return
         self._continue_with(req, messages)
+        if req.state is RequestState.RUNNING and req.interaction:
+            # the environment's stop rule after tool turns too (e.g. its max_turns)
+            outcome = await self._ask_interaction(req, "after_tool_turn")
+            if outcome is not None and outcome[0]:
+                req.reward_scores.setdefault("user_turn_rewards", []).append(float(outcome[1]))
+                req.finish(FinishReason.STOP)
 
-    async def _handle_interacting(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
+    async def _ask_interaction(self, req: AsyncRolloutRequest, method: str) -> tuple | None:
+        """The request's interaction's ``method`` on the conversation so far, within the tool
+        timeout; None (the request failed with the reason) when it raised or hung."""
         interaction = self.interactions[req.interaction]
         req.verify_messages(self.renderer)  # the interaction reads them
         started = time.perf_counter()
         try:
-            terminate, text, score, _ = await within(
-                interaction.generate_response(
+            return await within(
+                getattr(interaction, method)(
                     req.request_id, [dict(m) for m in req.messages], **req.interaction_kwargs
                 ),
                 self.multi_turn.tool_timeout,
             )
         except Exception as err:
             req.metrics.interaction_errors += 1
-            error = (f"interaction {req.interaction!r}: generate_response raised "
+            error = (f"interaction {req.interaction!r}: {method} raised "
                      f"{type(err).__name__}: {err}")
             if is_infra_error(err):
                 req.note_infra_error("interaction", error)
             req.fail(error)
-            return
+            return None
         finally:
             req.metrics.interaction_s += time.perf_counter() - started
+
+    async def _handle_interacting(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
+        outcome = await self._ask_interaction(req, "generate_response")
+        if outcome is None:
+            return
+        terminate, text, score, _ = outcome
         req.reward_scores.setdefault("user_turn_rewards", []).append(float(score))
         if terminate:
             req.finish(FinishReason.STOP)

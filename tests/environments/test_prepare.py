@@ -180,6 +180,34 @@ def test_a_verifiers_environment_is_played_and_scored_by_its_rubric(tmp_path, ti
         assert summary["tool_calls/mean"] == 1.0 and summary["tool_errors"] == 0
 
 
+def _answer_and_call_again(text):
+    """Writes the right sum in the answer tags and calls the add tool on every turn: only the
+    environment's max_turns (4) can end the episode."""
+    a, b = re.findall(r"What is (\d+) \+ (\d+)\?", text)[-1]
+    call = {"name": "add", "arguments": {"a": int(a), "b": int(b)}}
+    return f"<answer>{int(a) + int(b)}</answer>\n<tool_call>\n{json.dumps(call)}\n</tool_call>"
+
+
+def test_a_tool_environments_max_turns_ends_an_episode_of_tool_turns(tmp_path, tiny_model_dir,
+                                                                     tiny_tokenizer,
+                                                                     monkeypatch):  # fmt: skip
+    """verifiers stops a ToolEnv at max_turns even when every turn called a tool, and its
+    rubric scores the answer given: agentrl consults that stop rule after tool turns too."""
+    pytest.importorskip("verifiers")
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "fixtures"))  # vf_adder.py
+    prepared = prepare_environment("verifiers:vf-adder", tmp_path / "vf", size=2, test_size=3,
+                                   seed=0)  # fmt: skip
+    _, rows = _generate(tmp_path, tiny_model_dir, prepared,
+                        _Backend(tiny_tokenizer, _answer_and_call_again),
+                        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=10",
+                        "actor_rollout_ref.rollout.multi_turn.max_user_turns=10")
+    assert len(rows) == 3
+    for row in rows:
+        assert row["state"] == "completed"
+        assert sum(m["role"] == "assistant" for m in row["messages"]) == 4  # the env's max_turns
+        assert row["score"] == pytest.approx(1.0)  # the rubric's own: the answer is right
+
+
 def test_nothing_is_written_for_a_bad_spec_or_size(tmp_path):
     with pytest.raises(ValueError, match="supported forms"):
         prepare_environment("gym:CartPole-v1", tmp_path / "a")
