@@ -52,7 +52,7 @@ def _final_text(stdout: str) -> str:
 CLAUDE_CODE = Harness(name="claude_code", binary_env="AGENTRL_CLAUDE_BIN",
                       binary_name="claude", args_env="AGENTRL_CLAUDE_ARGS",
                       command=_command, environment=_environment, prepare_home=_prepare,
-                      final_text=_final_text)
+                      final_text=_final_text, max_output_env="CLAUDE_CODE_MAX_OUTPUT_TOKENS")
 
 
 def agent(**options: Any):

@@ -64,6 +64,7 @@ class Harness:
     environment: Callable[[Path], dict[str, str]]               # (home) -> CLI variables
     prepare_home: Callable[[Path], None]
     final_text: Callable[[str], str]                            # the CLI's stdout -> answer
+    max_output_env: str | None = None  # the CLI's variable for max_tokens per call, if any
 
 
 def _env(name: str, default: Any, kind: Callable[[str], Any]) -> Any:
@@ -87,6 +88,7 @@ class AgentOptions:
     check_timeout_s: float = 60.0   # wall clock of the row's check
     sandbox: str = "bwrap"          # bwrap | none (no isolation: trusted tasks only)
     memory_mb: int | None = None    # RLIMIT_AS per process; None: not limited
+    max_output_tokens: int | None = None  # tokens per model call the CLI asks for (Claude Code)
     file_size_mb: int = 256         # RLIMIT_FSIZE
     root: str | None = None         # where episode folders go; None: the temp dir
     keep: bool = False              # keep episode folders (debugging)
@@ -103,6 +105,7 @@ class AgentOptions:
             check_timeout_s=_env("AGENTRL_AGENT_CHECK_TIMEOUT_S", cls.check_timeout_s, float),
             sandbox=_env("AGENTRL_AGENT_SANDBOX", cls.sandbox, str),
             memory_mb=_env("AGENTRL_AGENT_MEMORY_MB", cls.memory_mb, int),
+            max_output_tokens=_env("AGENTRL_AGENT_MAX_OUTPUT_TOKENS", None, int),
             root=os.environ.get("AGENTRL_AGENT_ROOT") or None,
             keep=_env("AGENTRL_AGENT_KEEP", False, lambda v: v not in ("0", "false")),
         )  # fmt: skip
@@ -184,10 +187,12 @@ async def run_episode(harness: Harness, task: Mapping[str, Any], client: Any,
             raise ValueError(f"the episode folder's path is too long for a unix socket: "
                              f"{socket_path!r} (set AGENTRL_AGENT_ROOT to a shorter folder)")
         cli = harness.command(binary, prompt, episode / "home", list(options.extra_args))
+        cli_env = {**env, **harness.environment(episode / "home")}
+        if options.max_output_tokens and harness.max_output_env:
+            cli_env[harness.max_output_env] = str(options.max_output_tokens)
         argv = sandbox_argv(spec, [sys.executable, str(BRIDGE), socket_path, "--", *cli])
         async with SessionRelay(client, socket_path, max_turns) as relay:
-            run = await run_caged(argv, {**env, **harness.environment(episode / "home")},
-                                  spec, timeout_s, relay.over_budget)
+            run = await run_caged(argv, cli_env, spec, timeout_s, relay.over_budget)
         if run.returncode not in (0, None):
             logger.warning("%s exited with %s: %s", harness.name, run.returncode,
                            run.stderr[-2000:] or run.stdout[-2000:])
