@@ -17,6 +17,7 @@ runs, so `agentrl --help` stays fast and one command's heavy imports never slow 
     agentrl export CHECKPOINT_DIR --out DIR [--adapter]
     agentrl gateway --model MODEL_DIR --port P [key=value ...]
     agentrl env prepare SPEC --out DIR [--size N] [--test-size M] [--seed S]
+    agentrl doctor
     agentrl COMMAND --help
 """
 
@@ -52,6 +53,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "an OpenAI-compatible endpoint in front of the policy that records every call"),
     "env": ("agentrl.environments.cli",
             "prepare a reasoning-gym or TextArena environment as the data and configs of a run"),
+    "doctor": ("agentrl.doctor",
+               "list the optional parts (node, agent CLIs, bwrap, vLLM env, Chromium, env packages)"),
     "retriever": ("envs.retriever.cli", "serve a BM25 (or dense) retrieval index, Search-R1 API"),
     "sandbox": ("envs.sandbox.cli", "serve a resource-limited Python sandbox, SandboxFusion API"),
 }

@@ -1,0 +1,17 @@
+"""Harness agents: unmodified agent CLIs (Claude Code, Codex) as agent-mode functions.
+
+    actor_rollout_ref.rollout.agent_function: agentrl.agents.claude_code.run   # or .codex.run
+
+Each sample's episode runs the CLI in a fresh workspace made from the row, sandboxed
+(bubblewrap: the workspace the only writable place, no network but the gateway, rlimits,
+the process tree killed at the budget), its model calls sent to the sample's gateway
+session, and is scored by the row's check run in the workspace afterwards
+(docs/agents.md).
+
+- harness.py: one episode (options, workspace, relay, sandbox, check)
+- claude_code.py, codex.py: what each CLI needs (command, environment, final answer)
+- workspace.py: the row -> files, prompt, budget
+- relay.py: the unix socket -> the gateway session, with the turn budget
+- bridge.py: inside the sandbox, loopback TCP -> that socket, then the CLI
+- sandbox.py: the bubblewrap cage, rlimits, the kill of the process tree
+"""

@@ -1,0 +1,217 @@
+"""One episode of an agent CLI (a harness) on one dataset row, sandboxed, scored afterwards.
+
+    result = await run_episode(CLAUDE_CODE, task, client, AgentOptions.from_env(CLAUDE_CODE))
+
+The steps: a fresh episode folder (``workspace/`` made from the row, ``home/`` for the CLI's
+state, the gateway socket); the relay on that socket to the sample's gateway session
+(relay.py); the CLI started through bridge.py inside the sandbox (sandbox.py), its base URL
+on the bridge's loopback port, its prompt from the row, the flags that keep every call on
+the gateway; killed with its whole process tree at the wall-clock budget or at the call
+after the turn budget; then the row's check run in the workspace, in the same sandbox
+(exit 0 -> 1.0, else 0.0), or, without a check, the task's scorer on the CLI's final text
+(``agentrl.reward.default_compute_score`` with ``data_source`` and ``reward_model
+.ground_truth``); the folder is deleted. The return value is agent mode's reward dict:
+``score`` plus how the episode went (``turns``, ``stopped``, ``cli_exit``, ``check_exit``).
+
+Options come from, in order: the defaults below, environment variables (``AGENTRL_AGENT_*``
+and each harness's ``AGENTRL_CLAUDE_*`` / ``AGENTRL_CODEX_*``), the keyword arguments of
+``agent(...)`` in claude_code.py / codex.py, and the row's ``extra_info.agent``
+(``max_turns``, ``timeout_s``). docs/agents.md lists them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrl.agents.relay import SessionRelay
+from agentrl.agents.sandbox import (
+    INSTALL_BWRAP,
+    SANDBOX_KINDS,
+    SandboxSpec,
+    find_bwrap,
+    run_caged,
+    sandbox_argv,
+)
+from agentrl.agents.workspace import extra_info, make_workspace, prompt_text, row_budget
+
+logger = logging.getLogger(__name__)
+
+BRIDGE = Path(__file__).with_name("bridge.py")
+INSTALL_CLIS = "scripts/setup_agent_clis.sh (npm install @anthropic-ai/claude-code @openai/codex)"
+MODEL_NAME = "policy"
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class Harness:
+    """What differs between agent CLIs: how to find, configure, start and read one."""
+
+    name: str
+    binary_env: str                 # the variable naming the binary
+    binary_name: str                # else this on PATH
+    args_env: str                   # extra arguments, shell-split
+    command: Callable[[str, str, Path, list[str]], list[str]]  # (binary, prompt, home, extra)
+    environment: Callable[[Path], dict[str, str]]               # (home) -> CLI variables
+    prepare_home: Callable[[Path], None]
+    final_text: Callable[[str], str]                            # the CLI's stdout -> answer
+    max_output_env: str | None = None  # the CLI's variable for max_tokens per call, if any
+
+
+def _env(name: str, default: Any, kind: Callable[[str], Any]) -> Any:
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        return kind(value)
+    except ValueError as err:
+        raise ValueError(f"{name}={value!r}: {err}") from err
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """How an episode runs (docs/agents.md)."""
+
+    binary: str | None = None       # the CLI; None: $binary_env, else binary_name on PATH
+    extra_args: tuple[str, ...] = ()  # more CLI arguments (e.g. --bare for Claude Code)
+    max_turns: int = 16             # model calls; the next one kills the CLI
+    timeout_s: float = 240.0        # wall clock of the CLI (keep below rollout.agent_timeout)
+    check_timeout_s: float = 60.0   # wall clock of the row's check
+    sandbox: str = "bwrap"          # bwrap | none (no isolation: trusted tasks only)
+    memory_mb: int | None = None    # RLIMIT_AS per process; None: not limited
+    max_output_tokens: int | None = None  # tokens per model call the CLI asks for (Claude Code)
+    file_size_mb: int = 256         # RLIMIT_FSIZE
+    root: str | None = None         # where episode folders go; None: the temp dir
+    keep: bool = False              # keep episode folders (debugging)
+    ro_binds: tuple[str, ...] = field(default_factory=tuple)  # host paths shown read-only
+
+    @classmethod
+    def from_env(cls, harness: Harness, **overrides: Any) -> AgentOptions:
+        """Defaults <- environment variables <- ``overrides``."""
+        base = cls(
+            binary=os.environ.get(harness.binary_env) or None,
+            extra_args=tuple(shlex.split(os.environ.get(harness.args_env, ""))),
+            max_turns=_env("AGENTRL_AGENT_MAX_TURNS", cls.max_turns, int),
+            timeout_s=_env("AGENTRL_AGENT_TIMEOUT_S", cls.timeout_s, float),
+            check_timeout_s=_env("AGENTRL_AGENT_CHECK_TIMEOUT_S", cls.check_timeout_s, float),
+            sandbox=_env("AGENTRL_AGENT_SANDBOX", cls.sandbox, str),
+            memory_mb=_env("AGENTRL_AGENT_MEMORY_MB", cls.memory_mb, int),
+            max_output_tokens=_env("AGENTRL_AGENT_MAX_OUTPUT_TOKENS", None, int),
+            root=os.environ.get("AGENTRL_AGENT_ROOT") or None,
+            keep=_env("AGENTRL_AGENT_KEEP", False, lambda v: v not in ("0", "false")),
+        )  # fmt: skip
+        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise TypeError(f"unknown agent option(s) {unknown}; valid: "
+                            f"{[f.name for f in dataclasses.fields(cls)]}")
+        options = dataclasses.replace(base, **overrides)
+        if options.sandbox not in SANDBOX_KINDS:
+            raise ValueError(f"agent sandbox must be one of {SANDBOX_KINDS}, got "
+                             f"{options.sandbox!r} (AGENTRL_AGENT_SANDBOX)")
+        return options
+
+
+def find_binary(harness: Harness, options: AgentOptions) -> str:
+    """The CLI to run; a ``FileNotFoundError`` says how to install it."""
+    path = options.binary or shutil.which(harness.binary_name)
+    if not path or not Path(path).exists():
+        raise FileNotFoundError(
+            f"the {harness.binary_name} CLI was not found: set {harness.binary_env} or put "
+            f"{harness.binary_name} on PATH ({INSTALL_CLIS})")
+    return path
+
+
+def _spec(options: AgentOptions, episode: Path, cpu_s: float, binary: str) -> SandboxSpec:
+    bwrap = find_bwrap() if options.sandbox == "bwrap" else None
+    if options.sandbox == "bwrap" and bwrap is None:
+        raise FileNotFoundError(f"the agent sandbox needs bubblewrap: {INSTALL_BWRAP}; or "
+                                "AGENTRL_AGENT_SANDBOX=none to run without isolation")
+    visible = (binary, os.path.realpath(binary), sys.executable,
+               os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, str(BRIDGE),
+               shutil.which("node") or "/")
+    return SandboxSpec(kind=options.sandbox, writable=episode, workdir=episode / "workspace",
+                       bwrap=bwrap, keep_visible=visible, ro_binds=options.ro_binds,
+                       cpu_s=int(cpu_s) + 30, file_size_mb=options.file_size_mb,
+                       memory_mb=options.memory_mb)
+
+
+def _base_env(episode: Path, spec: SandboxSpec) -> dict[str, str]:
+    """All the caged processes see of the host's environment (no keys, no tokens)."""
+    tmp = "/tmp" if spec.kind == "bwrap" else str(episode / "tmp")
+    return {"PATH": os.environ.get("PATH", SANDBOX_PATH), "LANG": "C.UTF-8",
+            "HOME": str(episode / "home"), "TMPDIR": tmp, "USER": "agent"}
+
+
+def _score(task: Mapping[str, Any], final_text: str) -> float:
+    from agentrl.reward import default_compute_score
+
+    truth = (task.get("reward_model") or {}).get("ground_truth")
+    if truth is None:
+        raise ValueError("the row has neither extra_info.check nor reward_model.ground_truth "
+                         "to score the episode with")
+    score = default_compute_score(str(task.get("data_source") or ""), final_text, truth,
+                                  extra_info(task))
+    return float(score["score"] if isinstance(score, dict) else score)
+
+
+async def run_episode(harness: Harness, task: Mapping[str, Any], client: Any,
+                      options: AgentOptions) -> dict[str, Any]:
+    """One episode (the module docstring); returns ``{"score": ..., ...}``."""
+    budget = row_budget(task)
+    max_turns = int(budget.get("max_turns", options.max_turns))
+    timeout_s = budget.get("timeout_s", options.timeout_s)
+    binary = find_binary(harness, options)
+    prompt = prompt_text(task)
+    info = extra_info(task)
+    root = Path(options.root or tempfile.gettempdir())
+    root.mkdir(parents=True, exist_ok=True)
+    episode = Path(tempfile.mkdtemp(prefix="agentrl-ep-", dir=root))
+    try:
+        for sub in ("workspace", "home", "tmp"):
+            (episode / sub).mkdir()
+        make_workspace(task, episode / "workspace")
+        harness.prepare_home(episode / "home")
+        spec = _spec(options, episode, timeout_s, binary)
+        env = _base_env(episode, spec)
+        socket_path = str(episode / "gw.sock")
+        if len(socket_path) > 100:
+            raise ValueError(f"the episode folder's path is too long for a unix socket: "
+                             f"{socket_path!r} (set AGENTRL_AGENT_ROOT to a shorter folder)")
+        cli = harness.command(binary, prompt, episode / "home", list(options.extra_args))
+        cli_env = {**env, **harness.environment(episode / "home")}
+        if options.max_output_tokens and harness.max_output_env:
+            cli_env[harness.max_output_env] = str(options.max_output_tokens)
+        argv = sandbox_argv(spec, [sys.executable, str(BRIDGE), socket_path, "--", *cli])
+        async with SessionRelay(client, socket_path, max_turns) as relay:
+            run = await run_caged(argv, cli_env, spec, timeout_s, relay.over_budget)
+        if run.returncode not in (0, None):
+            logger.warning("%s exited with %s: %s", harness.name, run.returncode,
+                           run.stderr[-2000:] or run.stdout[-2000:])
+        result: dict[str, Any] = {"turns": min(relay.model_calls, max_turns),
+                                  "stopped": run.stopped, "cli_exit": run.returncode}
+        check = info.get("check")
+        if check:
+            timeout = float(info.get("check_timeout_s") or options.check_timeout_s)
+            checked = await run_caged(sandbox_argv(spec, ["/bin/bash", "-c", str(check)]),
+                                      env, spec, timeout)
+            result["check_exit"] = checked.returncode
+            result["score"] = 1.0 if checked.returncode == 0 else 0.0
+        else:
+            result["score"] = _score(task, harness.final_text(run.stdout))
+        return result
+    finally:
+        if not options.keep:
+            shutil.rmtree(episode, ignore_errors=True)
+
+
+__all__ = ["BRIDGE", "INSTALL_CLIS", "MODEL_NAME", "AgentOptions", "Harness", "find_binary",
+           "run_episode"]

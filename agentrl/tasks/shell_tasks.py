@@ -1,0 +1,105 @@
+"""Small offline shell tasks for the harness agents (agentrl.agents), with their checks.
+
+Three kinds, each row a verl row whose ``extra_info`` holds the workspace's files and the
+check command the harness runs in the workspace afterwards (exit 0 -> reward 1.0):
+
+- ``create_file``: create ``NAME`` holding exactly one given line;
+- ``count_lines``: count the lines of ``data.txt`` and write the number to ``count.txt``;
+- ``fix_bug``: ``calc.py`` has a one-line bug (a wrong operator); make ``python3
+  test_calc.py`` pass. The check also verifies the test file is unchanged (its sha256).
+
+    rows = make_shell_task_rows(12, "train", seed=0)
+    write_shell_task_dataset("~/data/shell_tasks", n_train=64, n_test=16, seed=0)
+
+Words and numbers are drawn from ``random.Random(seed)`` (the split is mixed into the
+seed), so a dataset is the same on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import shlex
+from pathlib import Path
+from typing import Any
+
+from agentrl.utils.jsonl import write_parquet
+
+logger = logging.getLogger(__name__)
+
+DATA_SOURCE = "agentrl/shell_tasks"
+KINDS = ("create_file", "count_lines", "fix_bug")
+WORDS = ("apple", "river", "stone", "cloud", "maple", "tiger", "lemon", "piano", "orbit",
+         "amber", "cedar", "delta", "ember", "frost", "grape", "harbor")
+OPERATIONS = {"add": ("+", "-"), "multiply": ("*", "+"), "subtract": ("-", "+")}
+
+
+def _create_file(rng: random.Random) -> tuple[str, list[dict], str]:
+    name = f"{rng.choice(WORDS)}.txt"
+    line = " ".join(rng.sample(WORDS, 3))
+    prompt = f"Create a file named {name} in the current folder containing exactly this one line: {line}"
+    check = (f"test -f {name} && test \"$(wc -l < {name})\" -le 1 && "
+             f"grep -qxF {shlex.quote(line)} {name}")
+    return prompt, [], check
+
+
+def _count_lines(rng: random.Random) -> tuple[str, list[dict], str]:
+    count = rng.randint(3, 30)
+    content = "".join(f"{rng.choice(WORDS)} {rng.randint(0, 999)}\n" for _ in range(count))
+    prompt = ("Count the lines of the file data.txt and write the number alone to a new "
+              "file count.txt.")
+    check = f"test \"$(tr -d '[:space:]' < count.txt)\" = {count}"
+    return prompt, [{"path": "data.txt", "content": content}], check
+
+
+def _fix_bug(rng: random.Random) -> tuple[str, list[dict], str]:
+    name = rng.choice(sorted(OPERATIONS))
+    right, wrong = OPERATIONS[name]
+    calc = f"def {name}(a, b):\n    return a {wrong} b\n"
+    cases = [(rng.randint(2, 20), rng.randint(2, 20)) for _ in range(3)]
+    asserts = "".join(f"assert {name}({a}, {b}) == {eval(f'{a} {right} {b}')}\n"
+                      for a, b in cases)
+    test = f"from calc import {name}\n\n{asserts}print('ok')\n"
+    digest = hashlib.sha256(test.encode()).hexdigest()
+    prompt = ("calc.py has a one-line bug. Fix it so that `python3 test_calc.py` passes; "
+              "do not change test_calc.py.")
+    check = f"echo '{digest}  test_calc.py' | sha256sum -c --quiet && python3 test_calc.py"
+    return prompt, [{"path": "calc.py", "content": calc},
+                    {"path": "test_calc.py", "content": test}], check
+
+
+MAKERS = {"create_file": _create_file, "count_lines": _count_lines, "fix_bug": _fix_bug}
+
+
+def make_shell_task_rows(n: int, split: str, seed: int) -> list[dict[str, Any]]:
+    """``n`` rows cycling through the kinds; the same ``(n, split, seed)`` gives the same rows."""
+    if n < 1:
+        raise ValueError(f"the number of rows must be >= 1, got {n}")
+    rng = random.Random(f"{seed}-{split}")
+    rows = []
+    for index in range(n):
+        kind = KINDS[index % len(KINDS)]
+        prompt, files, check = MAKERS[kind](rng)
+        rows.append({
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": prompt}],
+            "ability": "shell",
+            "reward_model": {"style": "rule", "ground_truth": check},
+            "extra_info": {"index": index, "split": split, "kind": kind, "files": files,
+                           "check": check},
+        })
+    return rows
+
+
+def write_shell_task_dataset(out_dir: str | Path, n_train: int, n_test: int,
+                             seed: int) -> tuple[Path, Path]:
+    """Write ``train.parquet`` and ``test.parquet`` into ``out_dir``; return both paths."""
+    out_dir = Path(out_dir).expanduser()
+    train = write_parquet(make_shell_task_rows(n_train, "train", seed), out_dir / "train.parquet")
+    test = write_parquet(make_shell_task_rows(n_test, "test", seed), out_dir / "test.parquet")
+    logger.info("wrote %d train rows to %s, %d test rows to %s", n_train, train, n_test, test)
+    return train, test
+
+
+__all__ = ["DATA_SOURCE", "KINDS", "make_shell_task_rows", "write_shell_task_dataset"]

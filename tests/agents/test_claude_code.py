@@ -1,0 +1,88 @@
+"""Claude Code (``--bare``) as agent mode's function, run for real against the gateway with
+the scripted policy, inside bubblewrap: the trained tokens are the policy's, the reward is
+the workspace check's; a policy that deletes outside its workspace and connects to another
+address changes nothing and reaches nothing; the turn budget stops the CLI."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.agents import claude_code
+from tests.agents.conftest import (
+    agent_rollout,
+    cli_binary,
+    hostile_command,
+    shell_call,
+)
+
+pytestmark = pytest.mark.harness
+CHECK = {"files": [{"path": "notes/a.txt", "content": "one\ntwo\n"}],
+         "check": "test \"$(cat answer.txt)\" = 42 && test -f notes/a.txt"}
+
+
+def _agent(**options):
+    return claude_code.agent(binary=cli_binary("AGENTRL_CLAUDE_BIN", "claude"),
+                             extra_args=("--bare",), sandbox="bwrap", **options)
+
+
+def _trained(out, row: int) -> list[int]:
+    mask = out.batch["response_mask"][row].bool()
+    return out.batch["responses"][row][mask].tolist()
+
+
+def test_an_episode_is_token_exact_and_scored_by_the_check(tiny_tokenizer, bwrap):
+    replies = [shell_call("Bash", "command", "wc -l < notes/a.txt; echo 42 > answer.txt"),
+               "done"]
+    wrong = [shell_call("Bash", "command", "echo 41 > answer.txt"), "done"]
+    out, backend = agent_rollout(_agent(), replies, tiny_tokenizer, [CHECK])
+    assert list(out.non_tensor_batch["request_state"]) == ["completed"]
+    assert out.batch["rm_scores"][0].sum().item() == 1.0
+    calls = [ids for rid, ids in backend.outputs if "~side" not in rid]
+    assert len(calls) == 2 and _trained(out, 0) == calls[0] + calls[1]
+    assert out.meta_info["metrics"]["gateway/forks"] == 0
+    assert out.meta_info["metrics"]["gateway/side_calls"] == 0
+    # the tool's output (2 lines in the row's file) is in the trajectory, untrained
+    response = out.batch["responses"][0]
+    untrained = response[~out.batch["response_mask"][0].bool()
+                         & out.batch["attention_mask"][0, -response.shape[0]:].bool()]
+    assert "2" in tiny_tokenizer.decode(untrained.tolist())
+    out, _ = agent_rollout(_agent(), wrong, tiny_tokenizer, [CHECK])
+    assert list(out.non_tensor_batch["request_state"]) == ["completed"]
+    assert out.batch["rm_scores"][0].sum().item() == 0.0
+
+
+def test_the_sandbox_keeps_the_host_and_the_network_out_of_reach(tiny_tokenizer, bwrap,
+                                                                 hostile_targets):
+    sentinel, listener = hostile_targets
+    replies = [shell_call("Bash", "command", hostile_command(sentinel, listener.port)), "done"]
+    results = []
+    agent = _agent(ro_binds=(str(sentinel),))
+
+    async def recorded(task, client):
+        results.append(await agent(task, client))
+        return results[-1]
+
+    out, _ = agent_rollout(recorded, replies, tiny_tokenizer, [CHECK])
+    assert (sentinel / "keep.txt").read_text() == "still here"  # rm -rf failed: read-only
+    assert listener.connections == 0
+    text = tiny_tokenizer.decode(out.batch["responses"][0].tolist())
+    assert "python-connect-failed" in text and "curl-failed" in text
+    assert "Read-only file system" in text
+    assert results[0]["score"] == 1.0  # the workspace was writable
+    assert out.batch["rm_scores"][0].sum().item() == 1.0
+
+
+def test_the_turn_budget_stops_the_cli(tiny_tokenizer, bwrap):
+    replies = [shell_call("Bash", "command", f"echo {k} >> log.txt") for k in range(4)] + ["done"]
+    results = []
+    agent = _agent(max_turns=2)
+
+    async def recorded(task, client):
+        results.append(await agent(task, client))
+        return results[-1]
+
+    out, backend = agent_rollout(recorded, replies, tiny_tokenizer,
+                                 [{"check": "test $(wc -l < log.txt) = 2"}])
+    assert results[0]["stopped"] == "turns" and results[0]["turns"] == 2
+    assert results[0]["score"] == 1.0  # two commands ran, no third
+    assert len([rid for rid, _ in backend.outputs if "~side" not in rid]) == 2

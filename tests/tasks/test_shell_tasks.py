@@ -1,0 +1,68 @@
+"""The shell tasks: deterministic rows that survive parquet, and checks that pass on a
+solved workspace and fail on the untouched one (run with bash, in a temporary folder)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from agentrl.agents.workspace import make_workspace
+from agentrl.tasks.shell_tasks import (
+    KINDS,
+    OPERATIONS,
+    make_shell_task_rows,
+    write_shell_task_dataset,
+)
+
+
+def _fix(row: dict, workspace: Path) -> None:
+    calc = workspace / "calc.py"
+    name = calc.read_text().split()[1].split("(")[0]
+    right, wrong = OPERATIONS[name]
+    calc.write_text(calc.read_text().replace(f"a {wrong} b", f"a {right} b"))
+
+
+SOLUTIONS = {
+    "create_file": lambda row, ws: (ws / row["prompt"][0]["content"].split()[4]).write_text(
+        row["prompt"][0]["content"].split(": ", 1)[1] + "\n"),
+    "count_lines": lambda row, ws: (ws / "count.txt").write_text(
+        f"{len((ws / 'data.txt').read_text().splitlines())}\n"),
+    "fix_bug": _fix,
+}
+
+
+def _check(row: dict, workspace: Path) -> int:
+    return subprocess.run(["bash", "-c", row["extra_info"]["check"]], cwd=workspace,
+                          capture_output=True).returncode
+
+
+def test_rows_are_deterministic_and_cycle_the_kinds():
+    rows = make_shell_task_rows(6, "train", seed=1)
+    assert rows == make_shell_task_rows(6, "train", seed=1)
+    assert rows != make_shell_task_rows(6, "test", seed=1)
+    assert [r["extra_info"]["kind"] for r in rows] == list(KINDS) * 2
+    with pytest.raises(ValueError, match=">= 1"):
+        make_shell_task_rows(0, "train", 0)
+
+
+def test_checks_fail_untouched_and_pass_solved_also_after_parquet(tmp_path):
+    train, _ = write_shell_task_dataset(tmp_path / "data", 9, 3, seed=0)
+    frame = pd.read_parquet(train)
+    assert len(frame) == 9
+    for k, row in enumerate(frame.to_dict("records")):
+        workspace = tmp_path / f"ws{k}"
+        workspace.mkdir()
+        make_workspace(row, workspace)
+        assert _check(row, workspace) != 0, row["extra_info"]["kind"]
+        SOLUTIONS[row["extra_info"]["kind"]](row, workspace)
+        assert _check(row, workspace) == 0, row["extra_info"]["kind"]
+    # the test file is guarded: an edited test fails the check
+    row = frame.to_dict("records")[2]
+    workspace = tmp_path / "cheat"
+    workspace.mkdir()
+    make_workspace(row, workspace)
+    (workspace / "test_calc.py").write_text("print('ok')\n")
+    assert _check(row, workspace) != 0

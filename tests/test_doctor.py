@@ -1,0 +1,32 @@
+"""`agentrl doctor`: each optional part found (with its version) or missing (with how to
+install it), exit 0 either way."""
+
+from __future__ import annotations
+
+from agentrl.cli import main
+from agentrl.doctor import collect
+
+
+def test_found_and_missing_parts_are_listed_and_it_exits_0(tmp_path, monkeypatch, capsys):
+    claude = tmp_path / "claude"
+    claude.write_text("#!/bin/sh\necho '2.1.197 (Claude Code)'\n")
+    claude.chmod(0o755)
+    monkeypatch.setenv("AGENTRL_CLAUDE_BIN", str(claude))
+    monkeypatch.setenv("AGENTRL_CODEX_BIN", "")
+    monkeypatch.setenv("PATH", str(tmp_path))          # no node, no codex, no bwrap on PATH
+    monkeypatch.setenv("AGENTRL_BWRAP", str(tmp_path / "none"))
+    monkeypatch.setenv("AGENTRL_VLLM_VENV", str(tmp_path / "no-venv"))
+    parts = {p.name: p for p in collect()}
+    assert list(parts) == ["node", "claude", "codex", "bubblewrap", "vllm environment",
+                           "chromium", "reasoning-gym", "textarena", "verifiers"]
+    assert parts["claude"].found and parts["claude"].detail.startswith("2.1.197 (Claude Code)")
+    assert not parts["codex"].found and "setup_agent_clis.sh" in parts["codex"].install
+    assert not parts["node"].found and not parts["bubblewrap"].found
+    assert "apt-get install bubblewrap" in parts["bubblewrap"].install
+    assert not parts["vllm environment"].found
+    assert "setup_vllm_env.sh" in parts["vllm environment"].install
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "claude" in out and "found" in out and "2.1.197" in out
+    assert "codex" in out and "missing" in out and "install: bash scripts/setup_agent_clis.sh" in out
+    assert out.count("install:") == sum(not p.found for p in parts.values())
