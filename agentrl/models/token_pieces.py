@@ -82,7 +82,8 @@ class PieceEncoder:
     Args:
         tokenizer: the transformers tokenizer `encode_text` uses.
         encode_text: the whole-text encode to reproduce (`ChatRenderer.encode`).
-        cache_size: pieces kept across texts (least recently used dropped first).
+        cache_size: pieces kept across texts (least recently used dropped first), and
+            recorded texts.
     """
 
     def __init__(self, tokenizer: Any, encode_text: Callable[[str], list[int]],
@@ -91,6 +92,8 @@ class PieceEncoder:
         self.reason = _not_piece_local(tokenizer)
         self.exact = self.reason is None
         self.cache: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        # the pieces of texts recorded before, by text (deltas repeat: "the tool said done")
+        self.remembered: OrderedDict[str, dict[str, tuple[int, ...]]] = OrderedDict()
         self.cache_size = cache_size
         self.added: dict[str, int] = {}  # content -> id
         self._cut: re.Pattern | None = None
@@ -139,12 +142,19 @@ class PieceEncoder:
         (nothing when the tokenizer is not piece-local or the ids do not split cleanly)."""
         if not self.exact:
             return
-        pieces = self.pieces(text)
-        spans = self._split_ids(ids, pieces[1::2])
-        if spans is not None:
-            for piece, span in zip(pieces[::2], spans, strict=True):
-                if piece:
-                    known[piece] = span
+        pairs = self.remembered.get(text)
+        if pairs is None:  # not a text seen before (the same tool response, ...)
+            pieces = self.pieces(text)
+            spans = self._split_ids(ids, pieces[1::2])
+            if spans is None:
+                return
+            pairs = {piece: span for piece, span in zip(pieces[::2], spans, strict=True) if piece}
+            self.remembered[text] = pairs
+            while len(self.remembered) > self.cache_size:
+                self.remembered.popitem(last=False)
+        else:
+            self.remembered.move_to_end(text)
+        known.update(pairs)
 
     def _lookup(self, piece: str, known: Known | None) -> tuple[int, ...] | None:
         if known is not None and piece in known:

@@ -91,6 +91,19 @@ def test_the_cache_keeps_the_recently_used_pieces(tiny):
     assert list(enc.cache) == ["a", "c"]
 
 
+def test_a_text_recorded_before_is_not_cut_again(tiny, monkeypatch):
+    enc = encoder_of(tiny)
+    delta = "\n<|im_start|>user\n<tool_response>\ndone\n</tool_response><|im_end|>\n"
+    first: dict = {}
+    enc.remember(delta, whole(tiny, delta), first)
+    monkeypatch.setattr(enc, "_split_ids", lambda ids, added: pytest.fail("cut again"))
+    second: dict = {}
+    enc.remember(delta, whole(tiny, delta), second)
+    assert second == first == {"\n": tuple(whole(tiny, "\n")),
+                               "user\n": tuple(whole(tiny, "user\n")),
+                               "\ndone\n": tuple(whole(tiny, "\ndone\n"))}
+
+
 def test_ids_that_do_not_split_at_the_added_tokens_are_not_recorded(tiny):
     enc = encoder_of(tiny)
     known: dict = {}
