@@ -17,6 +17,15 @@ accuracy is greedy on the quickstart's 256 held-out problems (± standard error)
 with the plain calculator. Prints a markdown table per seed and, last, one JSON line with
 ``sync_steps_per_min``, ``one_step_off_steps_per_min``, ``async_steps_per_min`` and
 ``async_over_sync`` (means over the seeds) and each seed's numbers.
+
+A slower machine on purpose (bench/slowed.py), around the training runs and their
+evaluations (the SFT warm start included, the data preparation too): `--busy-share 0.3` (a
+competing process pinned to each core, busy 30% of every 10 ms at nice -20: every core
+~1.43x slower) or `--cpu-quota 0.7` (a cgroup allowed 70% of the machine's CPU time, the
+trainer, its Ray workers and servers inside; root). The JSON line records it as ``slowed``
+(null when idle):
+
+    python bench/async_vs_sync.py --seeds 0 --steps 25 --busy-share 0.3
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import slowed
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,13 +141,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--max-staleness", type=int, default=2, help="async mode's bound")
     parser.add_argument("--out-dir", type=Path, default=Path("outputs/async_vs_sync"))
+    slowed.add_arguments(parser)
     args = parser.parse_args(argv)
+    slowed.check_arguments(parser, args)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     sys.path.insert(0, str(ROOT))  # tools.calculator for the latency tool
     modes = tuple(args.modes)
-    results = [run_seed(args.out_dir.resolve() / f"seed_{seed}", seed, args.steps, modes,
-                        args.max_staleness)
-               for seed in args.seeds]
+    with slowed.slowed_machine(args) as slowed_record:
+        results = [run_seed(args.out_dir.resolve() / f"seed_{seed}", seed, args.steps, modes,
+                            args.max_staleness)
+                   for seed in args.seeds]
     for result in results:
         print(table(result, modes) + "\n")
     mean = {mode: sum(r[mode]["steps_per_min"] for r in results) / len(results)
@@ -145,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     line = {f"{mode}_steps_per_min": round(mean[mode], 3) for mode in modes}
     if "sync" in mean and "async" in mean:
         line["async_over_sync"] = round(mean["async"] / mean["sync"], 3)
+    line["slowed"] = slowed_record
     line["seeds"] = results
     print(json.dumps(line, default=float))
     return 0

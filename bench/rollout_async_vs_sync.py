@@ -29,6 +29,14 @@ Backends:
 - `hf`: the embedded transformers backend on the tiny offline model: each call generates
   as many tokens as the script's turn (ignore_eos) for the real compute, and returns the
   scripted tokens so both modes follow the same conversation.
+
+A slower machine on purpose (bench/slowed.py): `--busy-share 0.3` runs both modes with a
+competing process pinned to each core, busy 30% of every 10 ms at nice -20 (every core ~1.43x
+slower, the engine's one event loop included); `--cpu-quota 0.7` runs them in a cgroup
+allowed 70% of the machine's CPU time (root; it slows work spread over the cores, not one
+busy loop alone). The JSON line records it as `slowed` (null when idle):
+
+    python bench/rollout_async_vs_sync.py --requests 2048 --capacity 1024 --seed 0 --busy-share 0.3
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import slowed
 from transformers import AutoTokenizer
 
 from agentrl.config import load_config
@@ -338,9 +347,11 @@ def main() -> None:
     parser.add_argument("--engine-workers", "--agent-workers", dest="engine_workers", type=int, default=1,
                         help="latency: run (a) over this many engine processes (Ray actors), "
                              "each with capacity / N of the latency model")
+    slowed.add_arguments(parser)
     args = parser.parse_args()
     if args.engine_workers > 1 and args.backend != "latency":
         parser.error("--engine-workers > 1 needs --backend latency")
+    slowed.check_arguments(parser, args)
 
     from agentrl.models.tiny import make_tiny_model
 
@@ -355,13 +366,16 @@ def main() -> None:
         f"max {max(workload.latency.values()):.3f} s; backend {args.backend}"
     )
 
-    if args.engine_workers > 1:
-        wall_async, out = run_sharded(args, workload)
-        busy = busy_from_output(out, args)
-    else:
-        wall_async, backend, out = run_mode(args, tokenizer, workload, synchronous=False)
-        busy = backend.busy
-    wall_sync, _, _ = run_mode(args, tokenizer, workload, synchronous=True)
+    with slowed.slowed_machine(args) as slowed_record:  # both modes, the set-up excluded
+        if args.engine_workers > 1:
+            wall_async, out = run_sharded(args, workload)
+            busy = busy_from_output(out, args)
+        else:
+            wall_async, backend, out = run_mode(args, tokenizer, workload, synchronous=False)
+            busy = backend.busy
+        wall_sync, _, _ = run_mode(args, tokenizer, workload, synchronous=True)
+    if slowed_record is not None:
+        print(f"slowed machine: {slowed_record}")
     print(f"(a) async engine      {wall_async:8.2f} s")
     print(f"(b) turn-synchronous  {wall_sync:8.2f} s")
     print(f"(b) / (a)             {wall_sync / wall_async:8.2f}x   (target >= 2 on latency)")
@@ -390,6 +404,7 @@ def main() -> None:
             "async_s": round(wall_async, 3),
             "bound_s": round(bound, 3), "async_over_bound": round(wall_async / bound, 3),
             "turn_sync_s": round(wall_sync, 3), "per_event_ms": round(per_event_ms, 4),
+            "slowed": slowed_record,
         }))
 
 

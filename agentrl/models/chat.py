@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentrl.models.token_pieces import PieceEncoder
+
 _BASE_USER = [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "Hi."},
@@ -72,6 +74,8 @@ class ChatRenderer:
         # template writes that role's content verbatim (checked with probes): such a delta
         # is a concatenation, not a template render (the common tool-response turn)
         self._verbatim: dict[tuple[str, bool], tuple[str, str] | None] = {}
+        # `encode` of a text reusing the ids of pieces seen before (the sanity check's)
+        self.pieces = PieceEncoder(tokenizer, self.encode)
 
     # ------------------------------------------------------------------ rendering
 

@@ -304,6 +304,9 @@ class AsyncRolloutEngine:
             tools_kwargs, interaction_kwargs, schemas, callable_schemas, messages = rows[i]
             if "raw_prompt_ids" in columns:
                 self._compare_with_dataset(i, prompt_ids, columns["raw_prompt_ids"][i])
+            known: dict[str, tuple[int, ...]] = {}  # for the sanity check, shared by the n
+            if self.multi_turn.tokenization_sanity_check_mode != "disable":
+                self.renderer.pieces.remember(texts[i], prompt_ids, known)
             for offset in range(n):
                 requests.append(
                     AsyncRolloutRequest.from_prompt(
@@ -317,6 +320,7 @@ class AsyncRolloutEngine:
                         interaction_kwargs=interaction_kwargs,
                         prompt_ids=prompt_ids,
                         tool_names=[s["function"]["name"] for s in callable_schemas],
+                        known_pieces=known,
                     )
                 )
         return requests

@@ -15,7 +15,9 @@ method that grows them:
 Model tokens are appended exactly as the backend returned them (never decoded and
 re-encoded); every other turn is a template delta (`agentrl.models.chat`). `finalize`
 re-renders the whole conversation and compares it with the trajectory (the tokenization
-sanity check), then cuts every aligned list at the response budget.
+sanity check: the text, then the ids of its encoding, where only the pieces between added
+tokens that the trajectory did not encode itself are encoded again), then cuts every
+aligned list at the response budget.
 """
 
 from __future__ import annotations
@@ -135,11 +137,15 @@ class AsyncRolloutRequest(TokenTrajectory):
         interaction_kwargs: dict | None = None,
         prompt_ids: list[int] | None = None,
         tool_names: list[str] | None = None,
+        known_pieces: dict[str, tuple[int, ...]] | None = None,
     ) -> AsyncRolloutRequest:
         """A PENDING request whose trajectory is the rendered prompt (loss mask 0).
 
         `prompt_ids` skips the rendering when the caller already has it (n samples of one
-        prompt); they must be `renderer.prompt_ids(messages, tool_schemas)`.
+        prompt); they must be `renderer.prompt_ids(messages, tool_schemas)`, and
+        `known_pieces` then the prompt's pieces (`renderer.pieces.remember`), which the
+        request extends with its own (the n samples may share the dict: its entries are
+        facts about the tokenizer).
         """
         request = cls(
             batch_data_id=batch_data_id,
@@ -151,8 +157,12 @@ class AsyncRolloutRequest(TokenTrajectory):
             interaction_kwargs=dict(interaction_kwargs or {}),
             tool_names=None if tool_names is None else list(tool_names),
         )
+        if known_pieces is not None:
+            request.known_pieces = known_pieces
         if prompt_ids is None:
-            prompt_ids = renderer.prompt_ids(request.messages, request.tool_schemas)
+            text = renderer.render(request.messages, True, request.tool_schemas)
+            prompt_ids = renderer.encode(text)
+            renderer.pieces.remember(text, prompt_ids, request.known_pieces)
         request.append(list(prompt_ids), 0)
         request.prompt_length = len(request.input_ids)
         return request
@@ -275,6 +285,7 @@ class AsyncRolloutRequest(TokenTrajectory):
         self.step_rewards = [(p, r) for p, r in self.step_rewards if p < self.response_length]
         if self.state == RequestState.FAILED:
             self.loss_mask = [0] * len(self.loss_mask)
+        self.known_pieces = {}  # read by the check only
 
     def _check_tokenization(self, renderer: ChatRenderer) -> str:
         """Compare the trajectory with the rendering of the whole conversation."""
@@ -295,7 +306,9 @@ class AsyncRolloutRequest(TokenTrajectory):
                 actual,
             )
             return "text_drift"
-        if renderer.encode(expected) != self.input_ids:
+        # encode(expected), re-encoding only the pieces whose ids are not known yet (the
+        # model's text, mostly): agentrl/models/token_pieces.py
+        if renderer.pieces.encode(expected, self.known_pieces) != self.input_ids:
             return "token_drift"  # same text, other token split: the trainer sees our ids
         return "match"
 

@@ -39,6 +39,9 @@ class TokenTrajectory:
     # Template text after the last model turn that is not in input_ids yet (e.g. the
     # newline after <|im_end|>); it opens the next delta.
     pending_suffix: str = ""
+    # The ids of the template pieces appended so far, by text (ChatRenderer.pieces): the
+    # sanity check re-encodes only the other pieces of the whole rendering.
+    known_pieces: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     def append(
         self,
@@ -84,7 +87,9 @@ class TokenTrajectory:
         generation prompt (loss mask 0)."""
         text = self.pending_suffix + renderer.delta_text(messages)
         self.pending_suffix = ""
-        self.append(renderer.encode(text), 0)
+        ids = renderer.encode(text)
+        renderer.pieces.remember(text, ids, self.known_pieces)
+        self.append(ids, 0)
 
     def cut(self, keep: int) -> bool:
         """Keep the first `keep` tokens of every aligned list; whether anything was cut."""
@@ -95,7 +100,8 @@ class TokenTrajectory:
         return True
 
     def copy_tokens(self, other: TokenTrajectory) -> None:
-        """Take `other`'s aligned lists (copies) and pending suffix."""
+        """Take `other`'s aligned lists (copies), pending suffix and known pieces."""
         for name in ALIGNED:
             setattr(self, name, list(getattr(other, name)))
         self.pending_suffix = other.pending_suffix
+        self.known_pieces = dict(other.known_pieces)

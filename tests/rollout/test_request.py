@@ -145,3 +145,100 @@ def test_metrics_as_dict_and_num_turns(renderer):
     assert req.num_turns() == 6
     as_dict = req.metrics.as_dict()
     assert as_dict["tool_calls"] == {"calc": 2} and type(as_dict["tool_calls"]) is dict
+
+
+# ---------------------------------------------------------------------- the sanity check
+
+
+def reference_check(req: AsyncRolloutRequest, renderer: ChatRenderer) -> str:
+    """The check as it was before it reused known pieces: the whole rendering encoded."""
+    ends_with_model = req.messages[-1]["role"] == "assistant"
+    expected = renderer.render(req.messages, not ends_with_model, req.tool_schemas)
+    if ends_with_model and req.pending_suffix:
+        if not expected.endswith(req.pending_suffix):
+            return "text_drift"
+        expected = expected[: len(expected) - len(req.pending_suffix)]
+    actual = renderer.decode(req.input_ids)
+    if actual != expected:
+        return "strippable_drift" if "".join(actual.split()) == "".join(expected.split()) \
+            else "text_drift"  # fmt: skip
+    return "token_drift" if renderer.encode(expected) != req.input_ids else "match"
+
+
+WORDS = ["the", "answer", "is", "42", "  ", "\n", "é", "e\u0301", "calc", "<|im_", "end|>", "😀"]
+
+
+def random_conversation(renderer, tokenizer, rng) -> AsyncRolloutRequest:
+    """A request after 1-3 model turns: canonical or spelled-out ids, tool calls with unique
+    responses, stops at <|im_end|> or mid-turn, and (sometimes) its messages edited
+    afterwards by whitespace only or by a word."""
+    req = new_request(renderer)
+    for turn in range(rng.randint(1, 3)):
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 6)))
+        calls = rng.random() < 0.6 and turn < 2
+        if calls:
+            text += "\n" + CALL
+        if rng.random() < 0.8:
+            text += "<|im_end|>"
+        output = ids(tokenizer, text)
+        if rng.random() < 0.3:  # a word spelled letter by letter: token drift
+            output = [t for piece in text.partition("the")[::2] for t in ids(tokenizer, piece)]
+            if "the" in text:
+                at = len(ids(tokenizer, text.partition("the")[0]))
+                output[at:at] = tokenizer.convert_tokens_to_ids(list("the"))
+        content = req.add_model_output(renderer, output, None)
+        call = {"type": "function", "function": {"name": "calc", "arguments": {"x": "2*3"}}}
+        if calls and content.endswith(CALL):
+            req.add_assistant_message(renderer, content, content[: -len(CALL)], [call])
+        else:
+            req.add_assistant_message(renderer, content, content, [])
+        if not calls:
+            break
+        req.add_messages(renderer, [{"role": "tool", "content": f"{rng.random()} <x>\n"}])
+    edit = rng.random()
+    last = next(m for m in reversed(req.messages) if m["role"] == "assistant")
+    if edit < 0.15:
+        last["content"] = last["content"] + "  "
+    elif edit < 0.3:
+        last["content"] = last["content"].replace("is", "was") + "!"
+    return req
+
+
+def test_the_check_reports_what_encoding_the_whole_rendering_reports(renderer, tiny_tokenizer):
+    import random
+
+    rng = random.Random(0)
+    seen = []
+    for _ in range(300):
+        req = random_conversation(renderer, tiny_tokenizer, rng)
+        req.verify_messages(renderer)
+        expected = reference_check(req, renderer)
+        req.finish(FinishReason.STOP)
+        req.finalize(renderer, 10_000, "response_length", "ignore_strippable")
+        assert req.metrics.tokenization == expected, req.messages
+        assert req.known_pieces == {}  # dropped once checked
+        seen.append(expected)
+    counts = {result: seen.count(result) for result in set(seen)}
+    assert set(counts) == {"match", "token_drift", "strippable_drift", "text_drift"}, counts
+    assert min(counts.values()) >= 10, counts
+
+
+def test_the_check_reuses_the_prompt_and_tool_pieces(tiny_tokenizer, monkeypatch):
+    renderer = ChatRenderer(tiny_tokenizer)  # an empty cache of pieces
+    req = new_request(renderer)
+    prompt_pieces = dict(req.known_pieces)
+    assert prompt_pieces  # recorded when the prompt was encoded
+    output = ids(tiny_tokenizer, CALL + "<|im_end|>")
+    content = req.add_model_output(renderer, output, None)
+    call = {"type": "function", "function": {"name": "calc", "arguments": {"x": "2*3"}}}
+    req.add_assistant_message(renderer, content, "", [call])
+    req.add_messages(renderer, [{"role": "tool", "content": "a tool response seen once"}])
+    assert "\na tool response seen once\n" in req.known_pieces
+    encoded: list[str] = []
+    real = renderer.encode
+    monkeypatch.setattr(renderer.pieces, "encode_text", lambda t: encoded.append(t) or real(t))
+    req.finish(FinishReason.STOP)
+    req.finalize(renderer, 10_000, "response_length", "strict")
+    assert req.metrics.tokenization == "match"
+    # the prompt (system, tool schemas), the tool turn: known; the model's own text: encoded
+    assert encoded == ['\n{"name": "calc", "arguments": {"x": "2*3"}}\n']
