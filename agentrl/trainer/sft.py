@@ -34,6 +34,7 @@ from agentrl.algos.chunked_head import head_log_probs
 from agentrl.data.sft import SFTDataset, read_sft_rows, sft_collate_fn
 from agentrl.trainer.sft_check import SkillCheck, SkillStop, turn_reproduction
 from agentrl.utils.seeding import seed_everything
+from agentrl.utils.threads import CPUThreads
 from agentrl.workers.forward import chunkable_head
 
 logger = logging.getLogger(__name__)
@@ -259,12 +260,14 @@ def _train_steps(
         disable=not progress,
         leave=False,
     )
+    threads = CPUThreads()  # as many intra-op threads as cores other programs leave free
     while reason == "steps" and step < total_steps:
         if deadline is not None and time.perf_counter() >= deadline:
             reason = "time"
             break
         total, tokens = 0.0, 0.0
         for batch in loader:
+            threads.tick()
             loss, n = batch_loss(model, batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

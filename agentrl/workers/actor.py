@@ -38,6 +38,7 @@ from agentrl.models.tokenizer import load_tokenizer
 from agentrl.protocol import DataProto
 from agentrl.utils.memory import peak_memory_metrics
 from agentrl.utils.seeding import seed_everything
+from agentrl.utils.threads import CPUThreads
 from agentrl.utils.trace import TRACE_EVENTS, TraceRecorder, span
 from agentrl.workers import checkpoint
 from agentrl.workers.fsdp import build_sharded_model, device_mesh, full_state_dict
@@ -96,6 +97,7 @@ class ActorRolloutRefWorker(Worker):
         self.lr_scheduler: Any = None
         self.tokenizer: Any = None
         self.global_step = 0
+        self.cpu_threads = CPUThreads()  # intra-op threads that follow the free cores
 
     # ------------------------------------------------------------------ setup
 
@@ -230,6 +232,7 @@ class ActorRolloutRefWorker(Worker):
         full-vocabulary entropy the trainer does not need costs a large share of the pass;
         ``update_actor`` reports ``actor/entropy`` anyway). The output has no meta_info, so
         it unions into any batch."""
+        self.cpu_threads.tick()
         actor = self._require(self.actor, "the actor")
         calc_entropy = bool(data.meta_info.get("calculate_entropy", False))
         with self.actor_residency.on_device():
@@ -244,6 +247,7 @@ class ActorRolloutRefWorker(Worker):
     @register(Dispatch.DP_COMPUTE, pad=True)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """``ref_log_prob`` (B, R) of the responses under the frozen initial weights."""
+        self.cpu_threads.tick()
         ref = self._require(self.ref, "the reference model")
         with self.ref_residency.on_device():
             log_probs, _ = ref.compute_log_prob(
@@ -256,6 +260,7 @@ class ActorRolloutRefWorker(Worker):
         """``teacher_log_prob`` (B, R): the teacher's log-probs of the sampled responses, at
         the rollout's temperature as the student's ``old_log_probs`` (on-policy
         distillation)."""
+        self.cpu_threads.tick()
         teacher = self._require(self.teacher, "the teacher (actor_rollout_ref.teacher)")
         with self.teacher_residency.on_device():
             log_probs, _ = teacher.compute_log_prob(
@@ -271,6 +276,7 @@ class ActorRolloutRefWorker(Worker):
         off-policy modes call ``sync_rollout_weights`` when their producer allows). Returns
         ``meta_info["metrics"]`` (and, traced, this rank's `update_policy` and `weight_sync`
         spans in ``meta_info["trace_events"]``)."""
+        self.cpu_threads.tick()
         actor = self._require(self.actor, "the actor")
         scheduler = self._require(self.lr_scheduler, "training (roles with the actor)")
         started = time.perf_counter()

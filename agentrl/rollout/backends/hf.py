@@ -64,6 +64,7 @@ from agentrl.rollout.backends.decode_attention import use_packed_decode_attentio
 from agentrl.rollout.backends.kv_cache import KV_CACHES, make_kv_cache
 from agentrl.rollout.backends.registry import BACKEND_PLUGINS, BackendPlugin
 from agentrl.rollout.backends.verify import WeightMismatchError
+from agentrl.utils.threads import CPUThreads
 
 logger = logging.getLogger(__name__)
 
@@ -234,6 +235,7 @@ class HFBackend:
         self._worker: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_cpu_copy = False  # release_memory moved the weights to the CPU
+        self.cpu_threads = CPUThreads()  # the generation thread's, following the free cores
 
     @classmethod
     def from_pretrained(
@@ -443,9 +445,11 @@ class HFBackend:
         ids, mask = self._left_pad([r.prompt for r in batch])  # (B, P)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
         cache = make_kv_cache(self.model.config, self.kv_cache)
+        self.cpu_threads.tick()
         logits = self._forward(ids, mask, positions, cache)  # (B, V)
         active, sampler = batch, _RowSampler(batch, self.device)
         while True:
+            self.cpu_threads.tick()  # another program may have taken a core meanwhile
             tokens, log_probs = sampler.sample(logits, self._generator)  # (B,), (B,)
             # one device-to-host copy per step, not two per row (each a GPU sync)
             token_list, log_prob_list = tokens.tolist(), log_probs.tolist()
