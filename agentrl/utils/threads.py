@@ -8,9 +8,10 @@
 torch's CPU ops run on an OpenMP pool of one thread per core, whose workers spin-wait
 between parallel regions. On a laptop something else always runs: when another program takes
 one of two cores, every region waits for the worker that has no core, and a small model's
-step gets 4-10x slower, not 2x. Measured on 2 cores (torch 2.13 CPU, the quickstart's nano
-model, one SFT step of 32 x 96 tokens, median of 25): idle, 2 threads 63 ms and 1 thread
-106 ms; with `yes > /dev/null` on one core, 2 threads 280-640 ms and 1 thread 112 ms.
+step gets several times slower, not 2x. Measured on 2 cores (torch 2.13 CPU, the
+quickstart's nano model, one SFT step of 32 x 96 tokens, median of 25 steps, a few runs each,
+2026-11-28; a probe, not a bench): idle, 2 threads 63 ms and 1 thread 106 ms; with
+`yes > /dev/null` on one core, 2 threads 280-640 ms and 1 thread 112 ms.
 OpenMP's passive wait (`OMP_WAIT_POLICY=PASSIVE`) mends the busy case (117-132 ms) but costs
 the idle one (115 ms), so the fix is the thread count: `tick` reads how much CPU the rest of
 the machine used since its last reading (`/proc/stat` less this process's own time) and uses
