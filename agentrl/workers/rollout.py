@@ -198,17 +198,27 @@ class HybridRollout:
 
     def _probe(self, model: torch.nn.Module) -> Any:
         """The trainer's log-probs of the probe sequence under the weights it sends (every
-        rank runs the forward: the sharded model gathers its layers)."""
+        rank runs the forward: the sharded model gathers its layers), in eval mode. None when
+        the servers hold weights in another dtype than fp32 (a GPU's bf16: rounding hides a
+        small difference there, and there every tensor has its checksum)."""
         from agentrl.rollout.backends.verify import Probe, probe_ids, probe_tolerance
 
+        dtype = getattr(self.backend, "weights_dtype", None)
+        if dtype not in (None, "float32"):
+            return None
         ids = probe_ids(int(model.config.vocab_size))
         device = next(model.parameters()).device
-        with torch.no_grad():
-            logits = model(input_ids=torch.tensor([ids], device=device), use_cache=False).logits
+        training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([ids], device=device),
+                               use_cache=False).logits  # fmt: skip
+        finally:
+            model.train(training)
         log_probs = torch.log_softmax(logits[0, :-1].float(), -1)  # (T - 1, V)
         chosen = log_probs.gather(1, torch.tensor(ids[1:], device=device)[:, None])[:, 0]
-        return Probe(ids, chosen.cpu().tolist(),
-                     probe_tolerance(getattr(self.backend, "weights_dtype", None)))
+        return Probe(ids, chosen.cpu().tolist(), probe_tolerance(dtype))
 
     def close(self) -> None:
         """Stop the engine workers, the backend (and servers it launched), the loop thread."""

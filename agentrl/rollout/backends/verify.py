@@ -73,7 +73,7 @@ class Probe:
 
 
 PROBE_LENGTH = 32  # tokens of the probe sequence
-PROBE_TOLERANCE = {"float32": 1e-3}  # |log-prob| difference; any other dtype: 0.5
+PROBE_TOLERANCE = {"float32": 1e-3}  # |log-prob| difference (the probe runs on fp32 servers)
 
 
 def probe_ids(vocab_size: int, length: int = PROBE_LENGTH) -> list[int]:
@@ -83,7 +83,8 @@ def probe_ids(vocab_size: int, length: int = PROBE_LENGTH) -> list[int]:
 
 def probe_tolerance(dtype: str | None) -> float:
     """How far a server's log-probs may be from the trainer's when both hold the same
-    weights: fp32 servers agree to ~1e-6 (measured); bf16 ones round every layer."""
+    weights: fp32 servers agree to ~1e-6 (measured); bf16 ones round every layer (the
+    trainer does not probe them: 0.5 if asked)."""
     return PROBE_TOLERANCE.get(dtype or "float32", 0.5)
 
 
