@@ -607,4 +607,29 @@ def _normalize(url: str) -> str:
     return url if "://" in url else f"http://{url}"
 
 
-__all__ = ["SERVER_FAILURES", "ServerAPI", "ServerBackend"]
+def client_options(rollout: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
+    """`ServerBackend`'s arguments from ``actor_rollout_ref.rollout`` (a plain dict)."""
+    return {
+        "control_urls": list(rollout.get("control_urls") or []) or None,
+        "request_timeout": rollout["request_timeout"],
+        "max_retries": rollout["max_retries"],
+        "load_balance": rollout["load_balance"],
+        "return_logprob": rollout["calculate_log_probs"],
+        "tokenizer": tokenizer,
+        "update_weights_bucket_megabytes": rollout["update_weights_bucket_megabytes"],
+        "server_cooldown_s": rollout["server_cooldown_s"],
+        "weights_dtype": server_dtype(rollout.get("dtype")),
+    }
+
+
+def server_dtype(dtype: str | None) -> str | None:
+    """The dtype GPU servers hold weights in (``rollout.dtype``); None on CPU, where the
+    servers keep what was written (fp32)."""
+    import torch
+
+    if not dtype or not torch.cuda.is_available():
+        return None
+    return {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype)
+
+
+__all__ = ["SERVER_FAILURES", "ServerAPI", "ServerBackend", "client_options", "server_dtype"]

@@ -41,6 +41,7 @@ from agentrl.rollout.backends.servers import (
     Request,
     ServerAPI,
     ServerBackend,
+    client_options,
 )
 
 
@@ -139,18 +140,7 @@ def sglang_client(rollout: Mapping[str, Any], urls: Sequence[str], tokenizer: An
                   **kwargs: Any) -> SGLangBackend:  # fmt: skip
     """An `SGLangBackend` of the servers at `urls` with `rollout`'s client settings
     (`kwargs` override them, e.g. `on_close`)."""
-    options: dict[str, Any] = {
-        "control_urls": list(rollout.get("control_urls") or []) or None,
-        "request_timeout": rollout["request_timeout"],
-        "max_retries": rollout["max_retries"],
-        "load_balance": rollout["load_balance"],
-        "return_logprob": rollout["calculate_log_probs"],
-        "tokenizer": tokenizer,
-        "update_weights_bucket_megabytes": rollout["update_weights_bucket_megabytes"],
-        "server_cooldown_s": rollout["server_cooldown_s"],
-        "weights_dtype": _server_dtype(rollout.get("dtype")),
-    }
-    return SGLangBackend(list(urls), **{**options, **kwargs})
+    return SGLangBackend(list(urls), **{**client_options(rollout, tokenizer), **kwargs})
 
 
 @BACKEND_PLUGINS.register("sglang")
@@ -196,16 +186,6 @@ class SGLangPlugin(BackendPlugin):
             }
         return gpu_server_launcher(rollout, model_path, ("-m", "sglang.launch_server"),
                                    server_args, env=env, host=host, gpus=gpus)
-
-
-def _server_dtype(dtype: str | None) -> str | None:
-    """The dtype GPU servers hold weights in (``rollout.dtype``); None on CPU, where the
-    servers keep what was written (fp32)."""
-    import torch
-
-    if not dtype or not torch.cuda.is_available():
-        return None
-    return {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype)
 
 
 def parse_generate_response(body: Any, tokenizer: Any = None) -> GenerationOutput:

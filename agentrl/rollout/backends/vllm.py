@@ -56,7 +56,13 @@ from typing import Any
 
 from agentrl.rollout.backends.base import GenerationOutput
 from agentrl.rollout.backends.registry import BACKEND_PLUGINS, BackendPlugin
-from agentrl.rollout.backends.servers import Post, Request, ServerAPI, ServerBackend
+from agentrl.rollout.backends.servers import (
+    Post,
+    Request,
+    ServerAPI,
+    ServerBackend,
+    client_options,
+)
 
 SERVED_MODEL_NAME = "agentrl-policy"  # --served-model-name of the servers agentrl launches
 CPU_KVCACHE_GIB = "1"  # VLLM_CPU_KVCACHE_SPACE when unset
@@ -274,19 +280,7 @@ def _fused(name: str) -> tuple[str, list[str]] | None:
 def vllm_client(rollout: Mapping[str, Any], urls: Sequence[str], tokenizer: Any,
                 **kwargs: Any) -> VLLMBackend:  # fmt: skip
     """A `VLLMBackend` of the servers at `urls` with `rollout`'s client settings."""
-    from agentrl.rollout.backends.sglang import _server_dtype
-
-    options: dict[str, Any] = {
-        "control_urls": list(rollout.get("control_urls") or []) or None,
-        "request_timeout": rollout["request_timeout"],
-        "max_retries": rollout["max_retries"],
-        "load_balance": rollout["load_balance"],
-        "return_logprob": rollout["calculate_log_probs"],
-        "tokenizer": tokenizer,
-        "server_cooldown_s": rollout["server_cooldown_s"],
-        "weights_dtype": _server_dtype(rollout.get("dtype")),
-    }
-    return VLLMBackend(list(urls), **{**options, **kwargs})
+    return VLLMBackend(list(urls), **{**client_options(rollout, tokenizer), **kwargs})
 
 
 @BACKEND_PLUGINS.register("vllm")
