@@ -74,6 +74,24 @@ def _hidden_home(spec: SandboxSpec) -> list[str]:
     return ["--tmpfs", str(home)]
 
 
+MASKED = ("/tmp", "/var/tmp", "/dev/shm")  # a fresh tmpfs in the sandbox
+
+
+def _unmasked(spec: SandboxSpec, hidden: list[str]) -> list[str]:
+    """``--ro-bind`` of what must stay readable but lies under a masked folder (a clone in
+    /tmp with its venv and agent CLIs, say): the masked folder's child that holds it."""
+    masks = [Path(m) for m in (*MASKED, *hidden[1:2])]
+    binds: list[str] = []
+    for path in spec.keep_visible:
+        real = Path(path).resolve()
+        for mask in masks:
+            if mask in real.parents:
+                top = str(mask / real.relative_to(mask).parts[0])
+                if top not in binds:
+                    binds.append(top)
+    return [arg for top in binds for arg in ("--ro-bind", top, top)]
+
+
 def sandbox_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
     """``command`` wrapped in the cage of ``spec`` (unchanged for kind ``none``)."""
     if spec.kind == "none":
@@ -82,9 +100,10 @@ def sandbox_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
         raise ValueError(f"sandbox must be one of {SANDBOX_KINDS}, got {spec.kind!r}")
     if not spec.bwrap:
         raise FileNotFoundError(f"the agent sandbox needs bubblewrap: {INSTALL_BWRAP}")
+    hidden = _hidden_home(spec)
     argv = [spec.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm",
-            *_hidden_home(spec)]
+            *(arg for mask in MASKED for arg in ("--tmpfs", mask)), *hidden,
+            *_unmasked(spec, hidden)]
     for path in spec.ro_binds:
         argv += ["--ro-bind", path, path]
     argv += ["--bind", str(spec.writable), str(spec.writable),

@@ -83,3 +83,20 @@ def test_bad_kinds_are_named():
     with pytest.raises(FileNotFoundError, match="apt-get install bubblewrap"):
         sandbox_argv(SandboxSpec(kind="bwrap", writable=Path("/tmp"), workdir=Path("/tmp")),
                      ["true"])
+
+
+def test_a_program_kept_visible_under_tmp_still_runs(tmp_path, bwrap):
+    """A clone in /tmp (its venv, its agent CLIs): /tmp is a fresh tmpfs in the cage, so what
+    must stay readable there is bound back, read-only."""
+    import tempfile
+
+    tool_dir = Path(tempfile.mkdtemp(prefix="agentrl-visible-", dir="/tmp"))
+    tool = tool_dir / "bin" / "hello"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho visible-ok\n")
+    tool.chmod(0o755)
+    spec = _spec(tmp_path, bwrap, keep_visible=(str(tool),))
+    result = _run(spec, f"{tool}; touch {tool_dir}/written 2>/dev/null || echo read-only")
+    assert "visible-ok" in result.stdout
+    if bwrap:
+        assert "read-only" in result.stdout and not (tool_dir / "written").exists()
