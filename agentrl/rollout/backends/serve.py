@@ -334,7 +334,11 @@ def create_app(
         trainer's weight verification reads, agentrl/rollout/backends/verify.py)."""
         body = await _json_object(request)
         name = str(body.get("name") or "")
-        tensor = backend.model.state_dict().get(name)
+        model = getattr(backend, "model", None)
+        if model is None:  # a stand-in backend (tests) has no weights to show
+            return JSONResponse({"success": False, "message": "this server's backend holds "
+                                 "no weights to show"}, status_code=501)  # fmt: skip
+        tensor = model.state_dict().get(name)
         if tensor is None:
             return JSONResponse({"success": False, "message": f"no weight named {name!r}"},
                                 status_code=400)  # fmt: skip

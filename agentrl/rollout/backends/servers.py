@@ -303,21 +303,34 @@ class ServerBackend:
 
         dtype = getattr(torch, self.weights_dtype) if self.weights_dtype else None
         urls = self.pool.live(self.control_urls)
-        await asyncio.gather(*(self._verify_server(u, os.fspath(source), dtype, probe)
-                               for u in urls))  # fmt: skip
-        return len(urls)
+        verified = await asyncio.gather(*(self._verify_server(u, os.fspath(source), dtype, probe)
+                                          for u in urls))  # fmt: skip
+        return sum(verified)
 
-    async def _verify_server(self, url: str, source: str, dtype: Any, probe: Any) -> None:
-        from agentrl.rollout.backends.verify import WeightMismatchError
+    async def _verify_server(self, url: str, source: str, dtype: Any, probe: Any) -> bool:
+        """Whether `url` showed it holds the weights (False: it has no route to show them,
+        logged); a mismatch raises."""
+        from agentrl.rollout.backends.verify import VerificationUnavailable, WeightMismatchError
 
-        await self.api.verify_server(self._request, url, source, dtype)
+        try:
+            await self.api.verify_server(self._request, url, source, dtype)
+        except VerificationUnavailable as err:
+            logger.warning("weights on %s not verified: %s", url, err)
+            return False
         if probe is None:
-            return
+            return True
         payload = self.api.prompt_log_probs_payload(list(probe.input_ids), "agentrl-verify")
-        body = await self._request("POST", url + self.api.generate_path, payload)
-        why = probe.mismatch(self.api.parse_prompt_log_probs(body))
+        try:
+            body = await self._request("POST", url + self.api.generate_path, payload)
+            got = self.api.parse_prompt_log_probs(body)
+        except (BackendError, KeyError, TypeError, ValueError, IndexError) as err:
+            logger.warning("weights on %s not verified by the probe: it did not score it (%s)",
+                           url, err)  # fmt: skip
+            return False
+        why = probe.mismatch(got)
         if why is not None:
             raise WeightMismatchError(url, None, why)
+        return True
 
     async def release_memory(self, tags: list[str] | None = None) -> None:
         """Give the servers' memory back (SGLang: `/release_memory_occupation`, needs

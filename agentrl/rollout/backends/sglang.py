@@ -105,6 +105,7 @@ class SGLangAPI(ServerAPI):
                             dtype: Any) -> None:  # fmt: skip
         from agentrl.rollout.backends.verify import (
             VERIFY_ROWS,
+            VerificationUnavailable,
             WeightMismatchError,
             first_prefix_mismatch,
             iter_directory_tensors,
@@ -116,6 +117,9 @@ class SGLangAPI(ServerAPI):
             try:
                 reply = await request("POST", url + "/get_weights_by_name", body)
             except Exception as err:  # noqa: BLE001 - named in the mismatch error
+                status = getattr(err.__cause__, "status_code", None)
+                if status in (404, 405, 501):
+                    raise VerificationUnavailable(f"{url}/get_weights_by_name: {err}") from err
                 raise WeightMismatchError(url, name, f"it did not answer: {err}") from err
             why = first_prefix_mismatch(prefix_values(tensor, VERIFY_ROWS, dtype), reply)
             if why is not None:

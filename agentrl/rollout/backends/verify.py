@@ -49,6 +49,11 @@ class WeightMismatchError(RuntimeError):
                          "(actor_rollout_ref.rollout.verify_weights)")
 
 
+class VerificationUnavailable(RuntimeError):
+    """A server has no route to show its weights (a 404/501: an old server, a stand-in):
+    not verified, and said so, but not a mismatch."""
+
+
 @dataclass(frozen=True)
 class Probe:
     """A fixed token sequence and the trainer's log-probs of its tokens 1.. under the weights
@@ -157,6 +162,7 @@ __all__ = [
     "PROBE_LENGTH",
     "Probe",
     "VERIFY_MODES",
+    "VerificationUnavailable",
     "VERIFY_ROWS",
     "WeightMismatchError",
     "first_prefix_mismatch",
