@@ -320,20 +320,25 @@ def test_weights_sync_from_disk_are_verified_and_a_corrupt_server_is_named(
 
 
 @pytest.mark.vllm
-def test_abort_ends_a_long_generation(vllm_server, varied_model_dir):
+def test_abort_ends_a_generation(vllm_server, varied_model_dir):
+    """A warm server writes thousands of the tiny model's tokens in well under a second, so
+    the request is held first: while the server is paused (mode keep) it is queued, not run;
+    the abort (repeated: one before the request arrives is a no-op) ends it there."""
     backend, _ = vllm_server
     tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
+    url = backend.server_urls[0]
 
     async def run():
-        task = asyncio.create_task(backend.generate(
-            _prompts(tokenizer)[0], {"max_new_tokens": 3000, "temperature": 1.0,
-                                     "ignore_eos": True}, "long-t0-a0"))  # fmt: skip
-        # an abort that reaches the server before the request does is a no-op: repeat it
-        for _ in range(120):
-            await asyncio.sleep(0.25)
-            if task.done():
-                break
-            await backend.abort("long-t0-a0")
+        await backend._post_control(url, "/pause?mode=keep", {})
+        try:
+            task = asyncio.create_task(backend.generate(
+                _prompts(tokenizer)[0], {"max_new_tokens": 3000, "temperature": 1.0,
+                                         "ignore_eos": True}, "long-t0-a0"))  # fmt: skip
+            for _ in range(15):
+                await asyncio.sleep(0.2)
+                await backend.abort("long-t0-a0")
+        finally:
+            await backend._post_control(url, "/resume", {})
         return await asyncio.wait_for(task, 60)
 
     out = asyncio.run(run())
