@@ -278,9 +278,10 @@ def test_weights_sync_from_disk_are_verified_and_a_corrupt_server_is_named(
     tokenizer = AutoTokenizer.from_pretrained(untied_model_dir)
     backend = backend_plugin("vllm").create(rollout, str(untied_model_dir), tokenizer)
     trained = AutoModelForCausalLM.from_pretrained(untied_model_dir)
+    generator = torch.Generator().manual_seed(0)  # the same trained weights in any test order
     with torch.no_grad():
         for param in trained.parameters():
-            param.add_(0.01 * torch.randn_like(param))
+            param.add_(0.01 * torch.randn(param.shape, generator=generator))
     good = tmp_path / "step_1"
     trained.save_pretrained(good)
     bad = tmp_path / "bad"
@@ -295,8 +296,8 @@ def test_weights_sync_from_disk_are_verified_and_a_corrupt_server_is_named(
     async def run():
         await backend.update_weights(str(good), weight_version="1")
         verified = await backend.verify_weights(str(good), _probe(trained))
-        out = await backend.generate(prompt, {"max_new_tokens": 8, "temperature": 0.0},
-                                     "sync1-t0-a0")  # fmt: skip
+        out = await backend.generate(prompt, {"max_new_tokens": 8, "temperature": 0.0,
+                                              "ignore_eos": True}, "sync1-t0-a0")  # fmt: skip
         # the server loads other weights behind the client's back
         await backend.api.load_directory(backend._post_control, url, str(bad), "1", True)
         with pytest.raises(WeightMismatchError) as err:
