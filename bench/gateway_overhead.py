@@ -20,9 +20,9 @@ calls and building the streamed answer. The tokenizer is the offline tiny model'
 makes more tokens of the same text than a real model's would.
 
 Without the CLIs (node or the binaries absent, or ``--synthesize``) the bodies are
-synthesized in Claude Code's documented shape (docs: /work/shared/reference: a ~5.8k
-character system prompt, 24 tools with ~64.5k characters of schemas, a growing tool loop)
-and the report says ``"source": "synthesized"``.
+synthesized in Claude Code's default-mode shape (a ~5.8k character system prompt, 24 tools
+with ~64.5k characters of schemas, a growing tool loop: docs/gateway.md) and the report
+says ``"source": "synthesized"``.
 
 Prefix reuse, per episode turn: whether the prompt the gateway sent the backend extends the
 previous turn's prompt + completion (``extends_previous``: the gateway's own recording), the
@@ -381,6 +381,9 @@ def main() -> None:
     if args.runs < 1 or args.turns < 1:
         parser.error("--runs and --turns must be at least 1")
     logging.basicConfig(level=logging.WARNING)
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # the tiny tokenizer's 32k length notice
     tokenizer, tokenizer_name = load_tokenizer(args.tokenizer)
     episodes = {}
     for cli in ["claude_code"] if args.synthesize else args.clis:

@@ -190,3 +190,20 @@ def test_the_seeds_table_puts_the_worst_seed_first():
     rows = [line for line in quickstart_seeds.table(ordered).splitlines()
             if line.startswith("| ") and line[2].isdigit()]  # fmt: skip
     assert [int(r.split("|")[1]) for r in rows[:4]] == [1, 4, 7, 3]  # the main table's rows
+
+
+@pytest.mark.slow
+def test_the_gateway_overhead_bench_replays_a_cli_shaped_episode(tmp_path):
+    out = tmp_path / "gateway.json"
+    done = _run("bench/gateway_overhead.py", "--synthesize", "--runs", "1", "--turns", "2",
+                "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    (episode,) = json.loads(out.read_text())["episodes"].values()
+    assert episode["source"] == "synthesized" and episode["requests"] == 3
+    assert episode["body_bytes_max"] > 70_000  # Claude Code's default-mode size
+    assert all(t["overhead_ms_median"] > 0 for t in episode["turns"])
+    reuse = episode["prefix_reuse"]
+    assert reuse["every_prompt_extends_previous"] and reuse["full_render_matches_recording"]
+    assert reuse["rewrites"] == 0 and reuse["segments"] == 1
+    later = reuse["turns"][1:]
+    assert all(t["shared_prefix"] == t["previous_tokens"] > 0 for t in later)
