@@ -276,7 +276,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 def prefix_reuse(first: dict[str, Any]) -> list[dict[str, Any]]:
     """Per episode call of one replay: tokens, whether the prompt extends the previous
     prompt + completion, the shared prefix, and a full render's agreement with it."""
-    from agentrl.gateway.sessions import template_message
+    from agentrl.gateway.sessions import normalize_message, template_message
 
     rows = []
     episode = [(c, p) for c, p in zip(first["calls"], first["prepares"], strict=True)
@@ -284,8 +284,6 @@ def prefix_reuse(first: dict[str, Any]) -> list[dict[str, Any]]:
     previous: list[int] | None = None
     for k, (call, prep) in enumerate(episode):
         prompt = call["input_ids"]
-        from agentrl.gateway.sessions import normalize_message
-
         renderer = prep["renderer"]
         start = time.perf_counter()
         full = renderer.prompt_ids([template_message(normalize_message(m))
@@ -306,8 +304,9 @@ def prefix_reuse(first: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def summarize(cli: str, source: str, requests: list[dict[str, Any]], runs: list[dict]) -> dict:
-    """Per turn over the runs (median/min/max ms), the episode's per-turn mean per run and
-    their median/min/max, and the prefix reuse of the first run."""
+    """Per turn over the runs (median/min/max ms); each run's mean per turn (all turns, the
+    first, the later ones) and their median/min/max over the runs; the prefix reuse of the
+    first run."""
     def ms(seconds: float) -> float:
         return round(seconds * 1e3, 3)
 
@@ -321,7 +320,18 @@ def summarize(cli: str, source: str, requests: list[dict[str, Any]], runs: list[
             "prepare_ms_median": ms(statistics.median(r["turns"][k]["prepare_s"] for r in runs)),
             "generate_ms_median": ms(statistics.median(r["turns"][k]["generate_s"] for r in runs)),
         })  # fmt: skip
-    run_means = [statistics.fmean(t["total_s"] - t["generate_s"] for t in r["turns"]) for r in runs]
+    def run_stat(pick: Any, turns: slice) -> dict[str, float]:
+        """median/min/max over the runs of each run's mean of ``pick(turn)`` over ``turns``."""
+        means = [statistics.fmean(pick(t) for t in r["turns"][turns]) for r in runs]
+        return {"median": ms(statistics.median(means)), "min": ms(min(means)),
+                "max": ms(max(means))}
+
+    def overhead(turn: dict) -> float:
+        return turn["total_s"] - turn["generate_s"]
+
+    def prepare(turn: dict) -> float:
+        return turn["prepare_s"]
+
     reuse = prefix_reuse(runs[0])
     for row, timing in zip(reuse, per_turn, strict=False):
         timing["prompt_tokens"] = row["prompt_tokens"]
@@ -331,8 +341,11 @@ def summarize(cli: str, source: str, requests: list[dict[str, Any]], runs: list[
         "cli": cli, "source": source, "requests": len(requests),
         "body_bytes_max": max(t["body_bytes"] for t in per_turn),
         "prompt_tokens_max": max(r["prompt_tokens"] for r in reuse),
-        "overhead_ms_per_turn": {"median": ms(statistics.median(run_means)),
-                                 "min": ms(min(run_means)), "max": ms(max(run_means))},
+        "overhead_ms_per_turn": run_stat(overhead, slice(None)),
+        "first_turn_overhead_ms": run_stat(overhead, slice(0, 1)),
+        "first_turn_prepare_ms": run_stat(prepare, slice(0, 1)),
+        "later_turns_overhead_ms": run_stat(overhead, slice(1, None)),
+        "later_turns_prepare_ms": run_stat(prepare, slice(1, None)),
         "turns": per_turn,
         "prefix_reuse": {
             "every_prompt_extends_previous": all(r["extends_previous"] for r in later),
