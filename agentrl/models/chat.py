@@ -23,6 +23,7 @@ which the delta never contains.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +35,11 @@ _BASE_USER = [
 ]
 _BASE = [*_BASE_USER, {"role": "assistant", "content": "Hello."}]
 _SENTINEL = "<<agentrl-sentinel-31f7>>"
-_MAX_VERBATIM_SHAPES = 256  # cached (role, name, ...) shapes of one-message deltas
+_MAX_VERBATIM_SHAPES = 256  # cached (role, name, ...) shapes of one-message deltas (LRU)
+# fields new on every message (a tool result's call id): a template that does not write them
+# shares one cached shape for all their values
+_PER_MESSAGE_FIELDS = frozenset({"tool_call_id"})
+_ID_PROBES = ("call_probe_a", "call_probe_b")
 
 
 class TemplateError(ValueError):
@@ -73,7 +78,7 @@ class ChatRenderer:
         # role -> (text before, text after) the content of a one-message delta, where the
         # template writes that role's content verbatim (checked with probes): such a delta
         # is a concatenation, not a template render (the common tool-response turn)
-        self._verbatim: dict[tuple[str, bool], tuple[str, str] | None] = {}
+        self._verbatim: OrderedDict[tuple, tuple[str, str] | None] = OrderedDict()
         # `encode` of a text reusing the ids of pieces seen before (the sanity check's)
         self.pieces = PieceEncoder(tokenizer, self.encode)
 
@@ -136,12 +141,40 @@ class ChatRenderer:
     def _verbatim_pieces(
         self, fields: tuple[tuple[str, str], ...], add_generation_prompt: bool
     ) -> tuple[str, str] | None:
-        key = (fields, add_generation_prompt)
+        """The cached text around a one-message delta's content (least recently used shapes
+        leave the cache first). A per-message field (a tool result's `tool_call_id`) that the
+        template does not write is left out of the key, so every result of one tool shares
+        one entry; where the template writes it, the pieces are per value."""
+        per_message = [k for k, _ in fields if k in _PER_MESSAGE_FIELDS]
+        key: tuple = (fields, add_generation_prompt)
+        if per_message:
+            shape = tuple((k, v) for k, v in fields if k not in _PER_MESSAGE_FIELDS)
+            general = (shape, tuple(per_message), add_generation_prompt)
+            if general not in self._verbatim:
+                self._remember(general, self._probe_id_free(fields, add_generation_prompt))
+            self._verbatim.move_to_end(general)
+            if self._verbatim[general] is not None:
+                return self._verbatim[general]
         if key not in self._verbatim:
-            if len(self._verbatim) >= _MAX_VERBATIM_SHAPES:  # many tool names: stop caching
-                return None
-            self._verbatim[key] = self._probe_verbatim(dict(fields), add_generation_prompt)
+            self._remember(key, self._probe_verbatim(dict(fields), add_generation_prompt))
+        self._verbatim.move_to_end(key)
         return self._verbatim[key]
+
+    def _remember(self, key: tuple, pieces: tuple[str, str] | None) -> None:
+        self._verbatim[key] = pieces
+        while len(self._verbatim) > _MAX_VERBATIM_SHAPES:
+            self._verbatim.popitem(last=False)
+
+    def _probe_id_free(
+        self, fields: tuple[tuple[str, str], ...], add_generation_prompt: bool
+    ) -> tuple[str, str] | None:
+        """The pieces for these fields if they do not depend on the per-message fields' values
+        (two probe values render the same pieces); else None."""
+        found = []
+        for value in _ID_PROBES:
+            probe = {k: (value if k in _PER_MESSAGE_FIELDS else v) for k, v in fields}
+            found.append(self._probe_verbatim(probe, add_generation_prompt))
+        return found[0] if found[0] is not None and found[0] == found[1] else None
 
     def _probe_verbatim(
         self, fields: dict[str, str], add_generation_prompt: bool

@@ -132,3 +132,38 @@ def test_a_template_that_trims_content_gets_no_fast_path(tiny_tokenizer):
     message = {"role": "tool", "name": "calc", "content": "  padded  "}
     assert renderer.delta_text([message]) == renderer._render_delta([message], True)
     assert all(v is None for v in renderer._verbatim.values())
+
+
+def test_tool_results_with_new_call_ids_share_one_cached_shape(tiny_tokenizer):
+    renderer = ChatRenderer(tiny_tokenizer)
+    for i in range(300):  # more call ids than the cache holds shapes
+        message = {"role": "tool", "name": "bash", "tool_call_id": f"call_{i}", "content": f"r{i}"}
+        assert renderer.delta_text([message]) == renderer._render_delta([message], True)
+    # one id-free entry serves every call id (the template does not write the id)
+    assert len(renderer._verbatim) == 1
+    assert next(iter(renderer._verbatim.values())) is not None
+
+
+def test_a_template_that_writes_the_call_id_keeps_it_in_the_text(tiny_tokenizer):
+    import copy
+
+    writing_ids = copy.deepcopy(tiny_tokenizer)
+    writing_ids.chat_template = tiny_tokenizer.chat_template.replace(
+        "message.content", "(message.tool_call_id or '') + message.content")
+    renderer = ChatRenderer(writing_ids)
+    for i in range(3):
+        message = {"role": "tool", "tool_call_id": f"id{i}", "content": "out"}
+        text = renderer.delta_text([message])
+        assert text == renderer._render_delta([message], True)
+        assert f"id{i}out" in text
+
+
+def test_the_shape_cache_evicts_the_least_recently_used(tiny_tokenizer, monkeypatch):
+    from agentrl.models import chat
+
+    monkeypatch.setattr(chat, "_MAX_VERBATIM_SHAPES", 2)
+    renderer = ChatRenderer(tiny_tokenizer)
+    for name in ("a", "b", "a", "c"):
+        renderer.delta_text([{"role": "tool", "name": name, "content": "x"}])
+    names = [dict(key[0]).get("name") for key in renderer._verbatim]
+    assert names == ["a", "c"]  # "b" was the least recently used
