@@ -146,6 +146,7 @@ class PPOTrainer:
                     bar.update(1)
                     if stop:
                         break
+            self.trace.flush()  # trainer.trace: every step's file is on disk when fit returns
         except Exception as err:
             hang = self.hang_guard.hang_error(err, self.save_checkpoint)
             if hang is None or hang is err:
@@ -294,6 +295,7 @@ class PPOTrainer:
     def close(self) -> None:
         """Finish tracking, stop the rollout and the workers (and Ray if we started it)."""
         self.hang_guard.stop()
+        self.trace.close()  # trainer.trace: the files still pending are written
         with self.source.closing():
             self.tracking.finish()
             if self.workers is not None:

@@ -22,14 +22,19 @@ ui.perfetto.dev or chrome://tracing, offline. Its processes and tracks:
 - the off-policy producer (`producer`): its requests as they ran, drained after each
   step's weight sync, so they overlap the trainer's stages of the step they ran in.
 
+Recording is cheap (a tuple per span, agentrl/utils/trace.py); the file is not built
+in the step: when a step ends its events go to a `TraceWriter` (agentrl/utils/trace_writer.py),
+whose thread builds the trace and writes it while the next step runs. `flush` waits for the
+files so far (the trainer's `fit` does before it returns), `close` also stops the thread
+(`PPOTrainer.close`).
+
 Off (the default) the trainer holds a `StepTrace` whose `stages` is None and whose methods
-return at once: no recorder exists and no batch asks for events.
+return at once: no recorder exists, no batch asks for events, and no thread is started.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -42,10 +47,8 @@ from agentrl.utils.trace import (
     TraceRecorder,
     Track,
     wall_us,
-    write_chrome_trace,
 )
-
-logger = logging.getLogger(__name__)
+from agentrl.utils.trace_writer import TraceWriter
 
 DRIVER = "trainer"  # the driver's process in the trace
 STAGES = "stages"  # the driver's track of the step and its stages
@@ -65,6 +68,7 @@ class StepTrace:
         self.directory = directory
         self.recorder: TraceRecorder | None = None  # while a step is traced
         self._started_us = 0
+        self._writer: TraceWriter | None = None  # made by the first traced step
 
     @property
     def stages(self) -> Track | None:
@@ -73,7 +77,8 @@ class StepTrace:
 
     @contextlib.contextmanager
     def step(self, step: int) -> Iterator[None]:
-        """Trace step `step`: its file is written when the block ends without an error."""
+        """Trace step `step`: its file is written (by the writer's thread: `flush`) when
+        the block ends without an error."""
         if not self.enabled:
             yield
             return
@@ -84,11 +89,25 @@ class StepTrace:
             yield
             ended = time.perf_counter()
             recorder.complete(STAGES, "step", started, ended, {"step": step})
-            path = write_chrome_trace(trace_path(self.directory, step), recorder.drain(),
-                                      step=step, window_us=[wall_us(started), wall_us(ended)])
-            logger.debug("step %d: trace written to %s", step, path)
+            if self._writer is None:
+                self._writer = TraceWriter()
+            self._writer.submit(trace_path(self.directory, step), recorder.drain(),
+                                step=step, window_us=[wall_us(started), wall_us(ended)])
         finally:
             self.recorder = None
+
+    def flush(self) -> None:
+        """Wait until the files of the steps traced so far are written (raises a file's
+        `TraceWriteError`)."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Write the files still pending and stop the writer's thread (a failure is
+        logged); a later traced step starts a new one."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
 
     def request(self, batch: DataProto) -> None:
         """Ask the worker calls on `batch` (and the batches made from it) for their events."""

@@ -32,7 +32,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +71,14 @@ class TraceRecorder:
     def complete(self, track: str, name: str, started: float, ended: float,
                  args: dict[str, Any] | None = None) -> None:  # fmt: skip
         """A span from two ``time.perf_counter()`` readings."""
-        ts = wall_us(started)
-        self.events.append((self.process, track, name, ts, wall_us(ended) - ts, args or {}))
+        ts = round(_WALL_US + (started - _PERF_S) * 1e6)  # wall_us, inlined: once per span
+        dur = round(_WALL_US + (ended - _PERF_S) * 1e6) - ts
+        self.events.append((self.process, track, name, ts, dur, args or {}))
 
     def extend(self, events: Iterable[Event]) -> None:
         """Add events recorded elsewhere (another process's, a worker call's)."""
-        self.events.extend(tuple(e) for e in events)  # tuples may arrive as JSON lists
+        # tuples may arrive as JSON lists
+        self.events.extend(e if type(e) is tuple else tuple(e) for e in events)
 
     def drain(self) -> list[Event]:
         """The events so far, handed over (the recorder starts empty again)."""
@@ -101,24 +103,39 @@ class Track:
                  args: dict[str, Any] | None = None) -> None:  # fmt: skip
         self.recorder.complete(self.name, name, started, ended, args)
 
-    @contextlib.contextmanager
-    def span(self, name: str, **args: Any) -> Iterator[dict[str, Any]]:
-        """Time the block; yields its args dict (results go in it). An exception is
-        recorded as ``args["error"]`` and raised on."""
-        started = time.perf_counter()
-        try:
-            yield args
-        except BaseException as err:
-            args["error"] = type(err).__name__
-            raise
-        finally:
-            self.recorder.complete(self.name, name, started, time.perf_counter(), args)
+    def span(self, name: str, **args: Any) -> Span:
+        """Time the block; its ``as`` value is the span's args dict (results go in it). An
+        exception is recorded as ``args["error"]`` and raised on."""
+        return Span(self, name, args)
+
+
+class Span:
+    """`Track.span`'s context manager: a plain class, not a generator one (contextlib's
+    costs a generator and its frame per span, on the rollout's event loop)."""
+
+    __slots__ = ("args", "name", "started", "track")
+
+    def __init__(self, track: Track, name: str, args: dict[str, Any]) -> None:
+        self.track, self.name, self.args = track, name, args
+        self.started = 0.0
+
+    def __enter__(self) -> dict[str, Any]:
+        self.started = time.perf_counter()
+        return self.args
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> bool:
+        ended = time.perf_counter()
+        if exc_type is not None:
+            self.args["error"] = exc_type.__name__
+        track = self.track
+        track.recorder.complete(track.name, self.name, self.started, ended, self.args)
+        return False  # an exception goes on
 
 
 def span(track: Track | None, name: str, **args: Any) -> contextlib.AbstractContextManager:
     """``track.span(name, **args)``, or a null context (yielding None) when ``track`` is
     None: the one check the code pays when tracing is off."""
-    return _NULL if track is None else track.span(name, **args)
+    return _NULL if track is None else Span(track, name, args)
 
 
 def chrome_trace(events: Iterable[Event], **other: Any) -> dict[str, Any]:
@@ -162,6 +179,7 @@ __all__ = [
     "TRACE_EVENTS",
     "TRACE_FLAG",
     "Event",
+    "Span",
     "TraceRecorder",
     "Track",
     "chrome_trace",

@@ -176,9 +176,48 @@ def test_step_trace_off_is_inert_and_a_failed_step_writes_nothing(tmp_path):
                                                    1 << 62, 1, {})]  # fmt: skip
         on.absorb(batch)
         assert "trace_events" not in batch.meta_info
+    on.flush()  # the writer's thread has written the file
     tracks = {e["args"]["name"] for e in json.loads(trace_path(tmp_path / "on", 4).read_text())
               ["traceEvents"] if e["name"] == "thread_name"}  # fmt: skip
     assert tracks == {"stages", "request b"}  # a replayed rollout's old events are left out
+    on.close()
+
+
+def test_step_files_are_written_off_the_step_and_all_there_after_close(tmp_path, monkeypatch):
+    """The step hands its events to the writer's thread and goes on; close writes every
+    step's file (valid JSON, traceEvents) and stops the thread; no thread when off."""
+    import threading
+
+    from agentrl.utils import trace_writer
+
+    release = threading.Event()
+    written = trace_writer.write_chrome_trace
+
+    def slow_write(path, events, **other):  # a writer that is still busy when the step ends
+        release.wait(timeout=30)
+        return written(path, events, **other)
+
+    monkeypatch.setattr(trace_writer, "write_chrome_trace", slow_write)
+    on = StepTrace(True, tmp_path / "trace")
+    for step in (1, 2):
+        with on.step(step), on.stages.span("gen"):
+            pass
+    assert not (tmp_path / "trace").exists()  # both steps ended; nothing written yet
+    thread = on._writer._thread
+    release.set()
+    on.close()
+    assert not thread.is_alive() and on._writer is None
+    for step in (1, 2):
+        trace = json.loads(trace_path(tmp_path / "trace", step).read_text())
+        assert trace["otherData"]["step"] == step
+        assert sorted(e["name"] for e in trace["traceEvents"] if e["ph"] == "X") == ["gen", "step"]
+
+    off = StepTrace(False, tmp_path / "off")
+    with off.step(1):
+        pass
+    off.flush()
+    off.close()
+    assert off._writer is None and not (tmp_path / "off").exists()
 
 
 @pytest.mark.slow

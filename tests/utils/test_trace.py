@@ -95,3 +95,16 @@ def test_the_file_is_written_whole_and_reads_back(tmp_path):
     trace = json.loads(path.read_text())
     (gen,) = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert gen["dur"] == 250_000 and gen["args"] == {"n": 4}
+
+
+def test_span_of_a_track_records_its_args_and_any_base_exception():
+    recorder = TraceRecorder("rollout")
+    track = recorder.track("request r2")
+    with span(track, "generate", prompt_tokens=5) as args:
+        args["output_tokens"] = 2
+    with pytest.raises(KeyboardInterrupt), span(track, "tool"):
+        raise KeyboardInterrupt  # a BaseException is recorded too, and goes on
+    (generate, tool) = recorder.drain()
+    assert generate[1:3] == ("request r2", "generate") and generate[4] >= 0
+    assert generate[5] == {"prompt_tokens": 5, "output_tokens": 2}
+    assert tool[2] == "tool" and tool[5] == {"error": "KeyboardInterrupt"}
