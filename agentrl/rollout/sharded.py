@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.compat import renamed_attributes
 from agentrl.protocol import DataProto
-from agentrl.utils.deprecation import renamed_attributes
 
 logger = logging.getLogger(__name__)
 
@@ -155,4 +155,4 @@ class ShardedRolloutEngine:
 __all__ = ["EngineWorker", "ShardedRolloutEngine", "shard_rows"]
 
 
-__getattr__ = renamed_attributes(__name__, {"AgentWorker": "EngineWorker"})
+__getattr__ = renamed_attributes(__name__)  # old names: agentrl/compat.py
