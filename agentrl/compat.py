@@ -47,6 +47,8 @@ MOVED_MODULES: dict[str, str] = {
 RENAMED_NAMES: dict[str, dict[str, str]] = {
     "agentrl.trainer.off_policy": {"AsyncPPOTrainer": "OffPolicyTrainer"},
     "agentrl.rollout.sharded": {"AgentWorker": "EngineWorker"},
+    "agentrl.rollout.output": {"batch_metrics": "request_metrics"},
+    "agentrl.trainer.metrics": {"batch_metrics": "train_step_metrics"},
 }
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentrl.compat import renamed_attributes
 from agentrl.protocol import INFRA_ERROR_KEY, DataProto, to_object_array
 from agentrl.rollout.request import AsyncRolloutRequest, RequestState
 
@@ -189,8 +190,9 @@ def model_token_versions(versions: torch.Tensor, response_mask: torch.Tensor) ->
     return sorted({v for v in versions[response_mask.bool()].tolist() if v >= 0})
 
 
-def batch_metrics(requests: Sequence[AsyncRolloutRequest]) -> dict[str, float]:
-    """Counts and means over a batch's requests (`meta_info["metrics"]`)."""
+def request_metrics(requests: Sequence[AsyncRolloutRequest]) -> dict[str, float]:
+    """The `rollout/*` counts and means over a batch's finished requests (the rollout's
+    `meta_info["metrics"]`; the trainer's whole step is `trainer.metrics.train_step_metrics`)."""
     n = max(len(requests), 1)
     metrics: dict[str, float] = {
         "rollout/requests": float(len(requests)),
@@ -251,3 +253,5 @@ def batch_timing(requests: Sequence[AsyncRolloutRequest], wall_s: float) -> dict
         "rollout/tool_s": sum(r.metrics.tool_s for r in requests),
         "rollout/interaction_s": sum(r.metrics.interaction_s for r in requests),
     }
+
+__getattr__ = renamed_attributes(__name__)  # old names: agentrl/compat.py
