@@ -1,17 +1,23 @@
 """Old public names, kept working in one place: the table of moved modules and renamed names.
 
-A module that moved has no file at its old path. `import agentrl` installs a meta-path
-finder (`install`) that serves each old path in MOVED_MODULES as the new module (the very
-same object: classes compare equal and `isinstance` holds), with a DeprecationWarning that
-names the new path. A renamed class or function keeps its old name through the table
-RENAMED_NAMES and a module `__getattr__` the module takes from `renamed_attributes`:
+A module that moved has no file at its old path. `import agentrl` calls `install`, which
+puts one meta-path finder first on `sys.meta_path`:
 
-    __getattr__ = renamed_attributes(__name__)
+- each old path in MOVED_MODULES is served as the new module (the very same object:
+  classes compare equal and `isinstance` holds), with a DeprecationWarning that names the
+  new path;
+- each module of RENAMED_NAMES gets, as it is imported, a module `__getattr__` that serves
+  its old names as the new ones, with a DeprecationWarning (the module itself holds no
+  trace of its old names).
 
-To move a module: move it, add `old: new` to MOVED_MODULES, and the test
-(tests/test_compat.py) checks that the old path imports and warns. This module imports no
-other agentrl module at import time (it sits at the lowest layer); it resolves the new
-paths by name, only when an old path is imported.
+To move a module: move it and add `old: new` to MOVED_MODULES; to rename a public class or
+function: rename it and add it to RENAMED_NAMES. tests/test_compat.py imports every old path
+and name, and fails if a module made only of re-exports and a deprecation warning
+reappears.
+
+Its layer: it names modules of every layer, by string, so it sits at the top (beside
+`cli`, `pyproject.toml`'s contract) and nothing in agentrl imports it but
+`agentrl/__init__.py`; it imports no agentrl module at import time.
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ RENAMED_NAMES: dict[str, dict[str, str]] = {
 
 def renamed_attributes(module: str, renamed: dict[str, str] | None = None) -> Callable[[str], Any]:
     """A module `__getattr__` that serves each old name of MODULE (RENAMED_NAMES[module], or
-    RENAMED when given: old -> new) as the module's new attribute, with a DeprecationWarning."""
+    RENAMED when given: old -> new) as the module's new attribute, with a DeprecationWarning
+    (`install` gives it to the modules of RENAMED_NAMES; no module needs to call this)."""
     table = dict(RENAMED_NAMES.get(module, {}) if renamed is None else renamed)
 
     def __getattr__(name: str) -> Any:
@@ -88,25 +95,79 @@ class _MovedModuleLoader(importlib.abc.Loader):
         sys.modules[old] = importlib.import_module(self.new)
 
 
-class MovedModuleFinder(importlib.abc.MetaPathFinder):
-    """Finds the old paths of MOVED (old -> new) and nothing else."""
+def serve_renamed_names(module: ModuleType, renamed: dict[str, str]) -> None:
+    """Give MODULE a `__getattr__` that serves RENAMED's old names (old -> new), chained
+    to the module's own `__getattr__` when it has one."""
+    own = module.__dict__.get("__getattr__")
+    if getattr(own, "__agentrl_renamed__", False):
+        return  # already served
+    name_of_module = module.__name__
 
-    def __init__(self, moved: dict[str, str]) -> None:
+    def __getattr__(name: str) -> Any:
+        if name in renamed:
+            warnings.warn(f"{name_of_module}.{name} is deprecated: it is "
+                          f"{name_of_module}.{renamed[name]} now", DeprecationWarning,
+                          stacklevel=2)  # fmt: skip
+            return getattr(module, renamed[name])
+        if own is not None:
+            return own(name)
+        raise AttributeError(f"module {name_of_module!r} has no attribute {name!r}")
+
+    __getattr__.__agentrl_renamed__ = True  # type: ignore[attr-defined]
+    module.__getattr__ = __getattr__  # type: ignore[method-assign]
+
+
+class _ServeRenamedNames(importlib.abc.Loader):
+    """Runs a module's own loader, then serves the module's old names (RENAMED_NAMES)."""
+
+    def __init__(self, loader: importlib.abc.Loader, renamed: dict[str, str]) -> None:
+        self.loader = loader
+        self.renamed = renamed
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__loader__ = self.loader  # the module keeps its own loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        serve_renamed_names(module, self.renamed)
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder):
+    """Finds the old paths of MOVED (old -> new), and the modules of RENAMED (module ->
+    {old: new}) to serve their old names; nothing else."""
+
+    def __init__(self, moved: dict[str, str],
+                 renamed: dict[str, dict[str, str]] | None = None) -> None:  # fmt: skip
         self.moved = moved
+        self.renamed = renamed or {}
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:  # fmt: skip
         new = self.moved.get(fullname)
-        if new is None:
+        if new is not None:
+            return importlib.machinery.ModuleSpec(fullname, _MovedModuleLoader(new))
+        renamed = self.renamed.get(fullname)
+        if renamed is None:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _MovedModuleLoader(new))
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _ServeRenamedNames(spec.loader, renamed)
+        return spec
 
 
 def install() -> None:
-    """Put the finder of MOVED_MODULES on sys.meta_path (once per process)."""
+    """Put the finder of MOVED_MODULES and RENAMED_NAMES first on sys.meta_path (once per
+    process), and serve the old names of the modules already imported."""
     if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
-        sys.meta_path.insert(0, MovedModuleFinder(MOVED_MODULES))
+        sys.meta_path.insert(0, MovedModuleFinder(MOVED_MODULES, RENAMED_NAMES))
+    for name, renamed in RENAMED_NAMES.items():
+        if name in sys.modules:
+            serve_renamed_names(sys.modules[name], renamed)
 
 
 __all__ = ["MOVED_MODULES", "RENAMED_NAMES", "MovedModuleFinder", "install",
-           "renamed_attributes"]  # fmt: skip
+           "renamed_attributes", "serve_renamed_names"]  # fmt: skip

@@ -75,8 +75,9 @@ def test_renamed_names_keep_their_old_names_with_a_warning(module):
     imported = __import__(module, fromlist=["_"])
     for old, new in RENAMED_NAMES[module].items():
         with pytest.warns(DeprecationWarning, match=f"{module}.{old} is deprecated: it is "
-                          f"{module}.{new} now"):  # fmt: skip
+                          f"{module}.{new} now") as caught:  # fmt: skip
             assert getattr(imported, old) is getattr(imported, new)
+        assert caught[-1].filename == __file__  # the warning names the line that asked
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         imported.Nope  # noqa: B018
 

@@ -1,6 +1,6 @@
 """Validation and normalisation of one verl-format dataset row.
 
-A row (DESIGN.md section 5) holds `prompt` (a list of role/content messages),
+A row (docs/data.md, "The row format") holds `prompt` (a list of role/content messages),
 `data_source`, `reward_model`, `extra_info` with `tools_kwargs` and
 `interaction_kwargs`. Parquet cannot store an empty mapping and fills the keys other rows
 have with nulls, so a row read back may lack a kwargs dict, carry `None` for a tool

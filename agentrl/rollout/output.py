@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.compat import renamed_attributes
 from agentrl.protocol import INFRA_ERROR_KEY, DataProto, to_object_array
 from agentrl.rollout.request import AsyncRolloutRequest, RequestState
 
@@ -253,5 +252,3 @@ def batch_timing(requests: Sequence[AsyncRolloutRequest], wall_s: float) -> dict
         "rollout/tool_s": sum(r.metrics.tool_s for r in requests),
         "rollout/interaction_s": sum(r.metrics.interaction_s for r in requests),
     }
-
-__getattr__ = renamed_attributes(__name__)  # old names: agentrl/compat.py

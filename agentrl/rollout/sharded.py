@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.compat import renamed_attributes
 from agentrl.protocol import DataProto
 
 logger = logging.getLogger(__name__)
@@ -154,5 +153,3 @@ class ShardedRolloutEngine:
 
 __all__ = ["EngineWorker", "ShardedRolloutEngine", "shard_rows"]
 
-
-__getattr__ = renamed_attributes(__name__)  # old names: agentrl/compat.py

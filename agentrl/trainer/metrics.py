@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.compat import renamed_attributes
 from agentrl.protocol import INFRA_ERROR_KEY, SCORE_FAILED_KEY
 from agentrl.reward import SCORE_ERROR_KEY
 from agentrl.rollout.output import infra_error_metrics
@@ -327,5 +326,3 @@ def train_step_metrics(data: Any, timing: dict[str, float], n_workers: int, use_
     metrics |= compute_data_metrics(data, use_critic=use_critic)
     metrics |= compute_timing_metrics(timing)
     return metrics | compute_throughput_metrics(data, timing, n_workers)
-
-__getattr__ = renamed_attributes(__name__)  # old names: agentrl/compat.py
