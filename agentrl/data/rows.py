@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 TOOL_KWARGS_KEYS = ("create_kwargs", "execute_kwargs", "calc_reward_kwargs", "release_kwargs")
-_ROLES = ("system", "user", "assistant", "tool")
+CHAT_ROLES = ("system", "user", "assistant", "tool")  # a message's roles (also the gateway's)
 
 
 class RowError(ValueError):
@@ -38,9 +38,9 @@ def normalize_messages(value: Any, where: str, prompt_key: str = "prompt") -> li
             raise RowError(f"{where}: '{prompt_key}'[{i}] must be a message mapping with "
                            f"'role' and 'content', got {type(message).__name__}")
         role, content = message.get("role"), message.get("content")
-        if role not in _ROLES:
+        if role not in CHAT_ROLES:
             raise RowError(f"{where}: '{prompt_key}'[{i}] has role {role!r}; "
-                           f"expected one of {', '.join(_ROLES)}")
+                           f"expected one of {', '.join(CHAT_ROLES)}")
         if not isinstance(content, str) and not (role == "assistant" and message.get("tool_calls")):
             raise RowError(f"{where}: '{prompt_key}'[{i}] ({role}) must have string 'content', "
                            f"got {type(content).__name__}")

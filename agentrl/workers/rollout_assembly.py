@@ -43,9 +43,9 @@ ENGINE_KINDS = ("engine", "sharded", "agent")
 
 def engine_kind(rollout: Mapping[str, Any]) -> str:
     """`agent` with `agent_function`, `sharded` with `engine_workers > 1`, else `engine`."""
-    if rollout.get("agent_function"):
+    if rollout["agent_function"]:
         return "agent"
-    if int(rollout.get("engine_workers") or 1) > 1:
+    if int(rollout["engine_workers"]) > 1:
         return "sharded"
     return "engine"
 
