@@ -83,7 +83,7 @@ def test_build_output_sorts_pads_and_repeats_columns():
     assert "rollout_log_probs" not in without.batch.keys()
 
 
-def test_batch_metrics_counts():
+def test_request_metrics_counts():
     ok = request(0, 0, [1], [(2, 1, 0.0)])
     ok.metrics.tool_calls.update({"calc": 2, "search": 1})
     ok.metrics.tool_errors["timeout"] += 1
