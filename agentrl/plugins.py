@@ -13,8 +13,11 @@ Every failure raises ``PluginLoadError`` naming the path and what went wrong: a 
 dotted path that does not exist is named as the missing module (``tools.calculatr`` in
 ``tools.calculatr.CalculatorTool``), a missing name gets the module's closest names.
 
-Before importing, the loader installs agentrl's stand-ins for verl's module paths
-(agentrl/verl_compat.py), so a plugin written for verl loads where verl is not installed.
+Before importing, the loader runs the hooks registered with `before_load` (once each):
+`import agentrl` registers the one that installs agentrl's stand-ins for verl's module
+paths (agentrl/verl_compat.py), so a plugin written for verl loads where verl is not
+installed. A stand-in finder that knows a package but not the module asked for raises
+`StandInMissing`, which the loader reports as is.
 """
 
 from __future__ import annotations
@@ -25,11 +28,10 @@ import importlib
 import importlib.util
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-
-from agentrl import verl_compat
 
 _FILE_MODULE_PREFIX = "agentrl_plugin_"
 _file_lock = threading.Lock()
@@ -39,6 +41,19 @@ class PluginLoadError(ImportError):
     """A plugin path could not be loaded (bad syntax, import error, missing name, wrong type)."""
 
 
+class StandInMissing(ModuleNotFoundError):
+    """A module of a package a stand-in finder serves, which it does not stand in for."""
+
+
+_BEFORE_LOAD: list[Callable[[], None]] = []
+
+
+def before_load(hook: Callable[[], None]) -> None:
+    """Run HOOK before every load (a finder's `install`: it must be idempotent)."""
+    if hook not in _BEFORE_LOAD:
+        _BEFORE_LOAD.append(hook)
+
+
 def load_object(
     path: str, expected_base: type | None = None, *, base_dir: str | Path | None = None
 ) -> Any:
@@ -46,7 +61,8 @@ def load_object(
     if not isinstance(path, str) or not path.strip():
         raise PluginLoadError(f"plugin path must be a non-empty string, got {path!r}")
     path = path.strip()
-    verl_compat.install()
+    for hook in _BEFORE_LOAD:
+        hook()
     if ":" in path and (path.rsplit(":", 1)[0].endswith(".py")):
         file_part, attr_path = path.rsplit(":", 1)
         module = _load_file_module(file_part, base_dir, path)
@@ -82,7 +98,7 @@ def _import_longest_module(path: str) -> tuple[ModuleType, str, str | None]:
         try:
             missing = ".".join(parts[: cut + 1]) if cut < len(parts) - 1 else None
             return importlib.import_module(module_name), ".".join(parts[cut:]), missing
-        except verl_compat.MissingVerlModule as err:
+        except StandInMissing as err:
             raise PluginLoadError(f"cannot import {path!r}: {err}") from err
         except ModuleNotFoundError as err:
             # Only "this prefix is not a module" means: try a shorter prefix. A module

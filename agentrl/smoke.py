@@ -26,12 +26,15 @@ import yaml
 
 from agentrl.config import load_config
 from agentrl.models.tiny import make_tiny_model
+from agentrl.plugins import load_object
 from agentrl.reward import default_compute_score
 from agentrl.tasks.arithmetic import write_arithmetic_dataset
 from agentrl.trainer import run_train
-from tools.calculator import DEFAULT_SCHEMA as CALCULATOR_SCHEMA
 
 logger = logging.getLogger(__name__)
+
+# the tool plugin, named by path as a user's tool config names it
+CALCULATOR_TOOL = "tools.calculator.CalculatorTool"
 
 
 def smoke_compute_score(data_source: str, solution_str: str, ground_truth: Any,
@@ -71,9 +74,9 @@ def prepare(out_dir: Path, size: str, seed: int,
     train_path, _ = write_arithmetic_dataset(out_dir / "data", n_train=64, n_test=8, seed=seed)
     tool_config = out_dir / "calculator_tool.yaml"
     tool_config.write_text(yaml.safe_dump({"tools": [{
-        "class_name": "tools.calculator.CalculatorTool",
+        "class_name": CALCULATOR_TOOL,
         "config": {"type": "native"},
-        "tool_schema": CALCULATOR_SCHEMA,
+        "tool_schema": load_object("tools.calculator.DEFAULT_SCHEMA"),
     }]}))
     return load_config(overrides=[
         f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={train_path}",

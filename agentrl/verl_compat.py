@@ -9,9 +9,16 @@ is logged once at INFO ("verl.tools.base_tool -> agentrl.tools.base").
 
 `install()` appends an import finder at the end of `sys.meta_path`: it is asked only after
 every normal finder failed, so an installed verl is always imported, never shadowed (the
-finder also steps aside for good once a real `verl` is in `sys.modules`). The plugin loader
-(agentrl/plugins.py) installs it before it imports a tool class, reward function, dataset
-or sampler. A `verl.*` module not in the table is an import error that lists the table.
+finder also steps aside for good once a real `verl` is in `sys.modules`). `import agentrl`
+imports this module, which registers `install` with the plugin loader
+(`agentrl.plugins.before_load`): the finder is installed before the loader imports a tool
+class, reward function, dataset or sampler. A `verl.*` module not in the table is an import
+error that lists the table.
+
+Its layer: the table names modules of `tools`, `data` and `reward` (and the tool plugins of
+the top-level `tools` package, by plugin path), so this module sits above those layers
+(`pyproject.toml`'s contract; `tests/test_layers.py` checks that every path of the table
+is below it) and nothing in agentrl imports it but `agentrl/__init__.py`.
 
 `verl.utils.rollout_trace`'s decorators are no-ops here (`rollout_trace_op` returns the
 function unchanged; agentrl records trajectories with `trainer.rollout_data_dir`).
@@ -29,6 +36,8 @@ import sys
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
+
+from agentrl.plugins import StandInMissing, before_load
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +67,7 @@ MODULES: dict[str, tuple[str | None, dict[str, str]]] = {
 }
 
 
-class MissingVerlModule(ModuleNotFoundError):
+class MissingVerlModule(StandInMissing):
     """A `verl.*` module agentrl does not stand in for (and verl is not installed)."""
 
 
@@ -142,6 +151,9 @@ def install() -> None:
     """Serve `verl.*` imports from agentrl where verl is not installed (idempotent)."""
     if _FINDER not in sys.meta_path:
         sys.meta_path.append(_FINDER)
+
+
+before_load(install)
 
 
 def is_installed() -> bool:

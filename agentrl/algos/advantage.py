@@ -9,7 +9,8 @@ Every estimator has one signature, so the trainer never branches on the name::
 ``token_level_rewards`` and ``response_mask`` are (B, T); ``index`` is a numpy object array
 with the ``uid`` of each row (rows with the same uid answer the same prompt and form a
 group). An estimator that needs an input it was not given raises ValueError naming it.
-Built-in estimators read nothing from ``config``; it is passed through for user estimators.
+Built-in estimators read nothing from ``config`` but ``on_policy_distill`` (its
+``distill`` section); it is passed through for user estimators.
 
 - ``gae``: Generalized Advantage Estimation (Schulman et al. 2016, arXiv:1506.02438),
   whitened over the batch, as in PPO.
@@ -351,14 +352,18 @@ def compute_on_policy_distill_advantage(
     reverse KL to the teacher, ``kl_coef * (log p_teacher(y_t) - log p_student(y_t))`` (the
     single-sample estimate of ``-KL(student || teacher)`` at that token, no discounting),
     plus ``task_reward_weight`` times the GRPO advantage of the task reward when that weight
-    is not 0. ``config.distill.{kl_coef, task_reward_weight}`` (defaults 1 and 0); only
-    the model's own tokens (``response_mask``) get one."""
+    is not 0. ``config.distill.{kl_coef, task_reward_weight}`` (``algorithm.distill``, its
+    defaults in agentrl/config/ppo_trainer.yaml); only the model's own tokens
+    (``response_mask``) get one."""
     if teacher_log_prob is None or student_log_prob is None:
         raise KeyError("on_policy_distill needs data.batch['teacher_log_prob'] (the teacher's "
                        "log-probs of the sampled tokens) and ['old_log_probs'] (the student's)")
     distill = config.get("distill") if config is not None else None
-    kl_coef = float((distill or {}).get("kl_coef", 1.0))
-    task_weight = float((distill or {}).get("task_reward_weight", 0.0))
+    if distill is None:
+        raise ValueError("on_policy_distill needs config.distill (algorithm.distill: kl_coef, "
+                         "task_reward_weight)")
+    kl_coef = float(distill["kl_coef"])
+    task_weight = float(distill["task_reward_weight"])
     adv = _where_mask(kl_coef * (teacher_log_prob - student_log_prob), response_mask.bool())
     if task_weight:
         task, _ = compute_grpo_outcome_advantage(

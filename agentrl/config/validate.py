@@ -69,7 +69,7 @@ NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 _STRATEGIES = ("fsdp", "fsdp2")
-_CKPT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")  # workers/checkpoint.py
 
 # the optimizer's schedules after warmup (agentrl/workers/optim.py imports this list)
 WARMUP_STYLES = ("constant", "cosine")
@@ -105,10 +105,10 @@ CHOICES: dict[str, tuple[Any, ...]] = {
 LOGGERS = ("console", "file", "tensorboard", "wandb", "mlflow")
 LIST_CHOICES: dict[str, tuple[str, ...]] = {
     "trainer.logger": LOGGERS,
-    "actor_rollout_ref.actor.checkpoint.save_contents": _CKPT_CONTENTS,
-    "actor_rollout_ref.actor.checkpoint.load_contents": _CKPT_CONTENTS,
-    "critic.checkpoint.save_contents": _CKPT_CONTENTS,
-    "critic.checkpoint.load_contents": _CKPT_CONTENTS,
+    "actor_rollout_ref.actor.checkpoint.save_contents": CHECKPOINT_CONTENTS,
+    "actor_rollout_ref.actor.checkpoint.load_contents": CHECKPOINT_CONTENTS,
+    "critic.checkpoint.save_contents": CHECKPOINT_CONTENTS,
+    "critic.checkpoint.load_contents": CHECKPOINT_CONTENTS,
 }
 # verl keys whose feature agentrl does not have yet: accepted at their default, refused
 # otherwise (a run must never silently lack what its config turned on).
@@ -158,6 +158,12 @@ NON_NEGATIVE: dict[str, str] = {
 
 def check_consistency(cfg: DictConfig) -> list[str]:
     """All cross-key problems of a merged, resolved config (empty when it is valid)."""
+    from agentrl.algos.batch_split import (
+        BatchSplitError,
+        micro_batch_per_worker,
+        trajectories_per_worker,
+    )
+
     problems = _choice_problems(cfg) + _bound_problems(cfg)
     if problems:  # the batch arithmetic below assumes sane values
         return problems
@@ -176,15 +182,16 @@ def check_consistency(cfg: DictConfig) -> list[str]:
     for prefix in ("actor_rollout_ref.ref", "actor_rollout_ref.rollout",
                    "actor_rollout_ref.teacher"):
         node = OmegaConf.select(cfg, prefix)
-        if (node.log_prob_micro_batch_size is not None
-                and node.log_prob_micro_batch_size_per_gpu is not None):
-            problems.append(f"set only one of {prefix}.log_prob_micro_batch_size (deprecated) "
-                            f"and {prefix}.log_prob_micro_batch_size_per_gpu")
-    if cfg.data.train_batch_size * n % workers:
-        problems.append(
-            f"data.train_batch_size x actor_rollout_ref.rollout.n = "
-            f"{cfg.data.train_batch_size} x {n} trajectories cannot be split evenly across "
-            f"trainer.nnodes x trainer.n_gpus_per_node = {workers} workers")
+        try:
+            micro_batch_per_worker(node.log_prob_micro_batch_size_per_gpu,
+                                   node.log_prob_micro_batch_size, workers,
+                                   f"{prefix}.log_prob_micro_batch_size")  # fmt: skip
+        except BatchSplitError as err:
+            problems.append(str(err))
+    try:
+        trajectories_per_worker(cfg.data.train_batch_size, n, workers, "data.train_batch_size")
+    except BatchSplitError as err:
+        problems.append(str(err))
     return (problems + _length_problems(cfg) + _misc_problems(cfg) + _judge_problems(cfg)
             + _distill_problems(cfg))
 
@@ -229,33 +236,34 @@ def _judge_problems(cfg: DictConfig) -> list[str]:
 def _batch_problems(prefix: str, mini: int, micro_global: int | None,
                     micro_per_gpu: int | None, train_batch: int, n: int,
                     workers: int) -> list[str]:
+    # the rules the workers apply to the sizes they train with
+    from agentrl.algos.batch_split import (
+        BatchSplitError,
+        micro_batch_per_worker,
+        mini_batch_per_worker,
+    )
+
     mini_key = f"{prefix}.ppo_mini_batch_size"
     if mini > train_batch:
         return [f"{mini_key} ({mini}) is larger than data.train_batch_size ({train_batch})"]
     if train_batch % mini:
         return [f"{mini_key} ({mini}) must divide data.train_batch_size ({train_batch})"]
-    if mini * n % workers:
-        return [f"{mini_key} x actor_rollout_ref.rollout.n = {mini} x {n} trajectories cannot "
-                f"be split evenly across trainer.nnodes x trainer.n_gpus_per_node = "
-                f"{workers} workers"]
-    per_worker = mini * n // workers
-    micro_key = f"{prefix}.ppo_micro_batch_size_per_gpu"
-    if micro_global is not None:
-        if micro_per_gpu is not None:
-            return [f"set only one of {prefix}.ppo_micro_batch_size (deprecated) and "
-                    f"{micro_key}"]
-        if micro_global % workers:
-            return [f"{prefix}.ppo_micro_batch_size ({micro_global}) must be divisible by the "
-                    f"{workers} workers"]
-        micro_per_gpu, micro_key = micro_global // workers, f"{prefix}.ppo_micro_batch_size"
-    if micro_per_gpu is None:
+    try:
+        per_worker = mini_batch_per_worker(mini, n, workers, mini_key)
+        micro = micro_batch_per_worker(micro_per_gpu, micro_global, workers,
+                                       f"{prefix}.ppo_micro_batch_size")  # fmt: skip
+    except BatchSplitError as err:
+        return [str(err)]
+    if micro is None:
         return []
-    if micro_per_gpu > per_worker:
-        return [f"{micro_key} ({micro_per_gpu} per worker) is larger than the mini-batch per "
+    micro_key = (f"{prefix}.ppo_micro_batch_size" if micro_per_gpu is None
+                 else f"{prefix}.ppo_micro_batch_size_per_gpu")  # fmt: skip
+    if micro > per_worker:
+        return [f"{micro_key} ({micro} per worker) is larger than the mini-batch per "
                 f"worker: {mini_key} x rollout.n / workers = {mini} x {n} / {workers} = "
                 f"{per_worker}"]
-    if per_worker % micro_per_gpu:
-        return [f"{micro_key} ({micro_per_gpu} per worker) must divide the mini-batch per "
+    if per_worker % micro:
+        return [f"{micro_key} ({micro} per worker) must divide the mini-batch per "
                 f"worker: {mini_key} x rollout.n / workers = {mini} x {n} / {workers} = "
                 f"{per_worker}"]
     return []

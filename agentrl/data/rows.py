@@ -1,6 +1,6 @@
 """Validation and normalisation of one verl-format dataset row.
 
-A row (DESIGN.md section 5) holds `prompt` (a list of role/content messages),
+A row (docs/data.md, "The row format") holds `prompt` (a list of role/content messages),
 `data_source`, `reward_model`, `extra_info` with `tools_kwargs` and
 `interaction_kwargs`. Parquet cannot store an empty mapping and fills the keys other rows
 have with nulls, so a row read back may lack a kwargs dict, carry `None` for a tool
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 TOOL_KWARGS_KEYS = ("create_kwargs", "execute_kwargs", "calc_reward_kwargs", "release_kwargs")
-_ROLES = ("system", "user", "assistant", "tool")
+CHAT_ROLES = ("system", "user", "assistant", "tool")  # a message's roles (also the gateway's)
 
 
 class RowError(ValueError):
@@ -38,9 +38,9 @@ def normalize_messages(value: Any, where: str, prompt_key: str = "prompt") -> li
             raise RowError(f"{where}: '{prompt_key}'[{i}] must be a message mapping with "
                            f"'role' and 'content', got {type(message).__name__}")
         role, content = message.get("role"), message.get("content")
-        if role not in _ROLES:
+        if role not in CHAT_ROLES:
             raise RowError(f"{where}: '{prompt_key}'[{i}] has role {role!r}; "
-                           f"expected one of {', '.join(_ROLES)}")
+                           f"expected one of {', '.join(CHAT_ROLES)}")
         if not isinstance(content, str) and not (role == "assistant" and message.get("tool_calls")):
             raise RowError(f"{where}: '{prompt_key}'[{i}] ({role}) must have string 'content', "
                            f"got {type(content).__name__}")

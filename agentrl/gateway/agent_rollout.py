@@ -72,7 +72,7 @@ class AgentRollout:
         self.config = config
         self.agent_fn = agent_fn
         self.timeout = float(config.agent_timeout)
-        self.client_kind = str(config.get("agent_client") or "openai")
+        self.client_kind = str(config.agent_client)
         if self.client_kind not in AGENT_CLIENTS:
             raise ValueError(f"rollout.agent_client must be one of {AGENT_CLIENTS}, got "
                              f"{self.client_kind!r}")

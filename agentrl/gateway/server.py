@@ -54,6 +54,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentrl.data.rows import CHAT_ROLES
 from agentrl.gateway import anthropic_api, responses_api
 from agentrl.gateway.sessions import Session, normalize_message
 from agentrl.gateway.tools import SessionTools
@@ -63,7 +64,7 @@ from agentrl.utils.http_limits import BodyLimitMiddleware
 
 DEFAULT_MAX_TOKENS = 512
 MAX_STOPS = 4  # OpenAI's limit on stop sequences
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = CHAT_ROLES
 
 
 class ChatRequest(BaseModel):

@@ -42,7 +42,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,24 +84,25 @@ class JudgeError(RuntimeError):
 
 @dataclass(frozen=True)
 class JudgeSettings:
-    """``reward_model.judge`` (module docstring); ``from_config`` checks every field."""
+    """``reward_model.judge`` (module docstring); ``from_config`` checks every field. Every
+    field's default is in agentrl/config/ppo_trainer.yaml, and only there."""
 
     url: str
     model: str
-    api_key_env: str | None = None
-    prompt_template: str = DEFAULT_TEMPLATE
-    score_parser: str = "number"
-    labels: dict[str, float] = field(default_factory=dict)
-    score_range: tuple[float, float] = (0.0, 1.0)
-    weight: float = 1.0
-    rule_weight: float = 0.0
-    max_concurrency: int = 8
-    requests_per_minute: float | None = None
-    tokens_per_minute: float | None = None
-    timeout: float = 60.0
-    max_retries: int = 3
-    max_tokens: int = 256
-    temperature: float = 0.0
+    api_key_env: str | None
+    prompt_template: str
+    score_parser: str
+    labels: dict[str, float]
+    score_range: tuple[float, float]
+    weight: float
+    rule_weight: float
+    max_concurrency: int
+    requests_per_minute: float | None
+    tokens_per_minute: float | None
+    timeout: float
+    max_retries: int
+    max_tokens: int
+    temperature: float
 
     @classmethod
     def from_config(cls, judge: Mapping[str, Any]) -> JudgeSettings:
@@ -111,21 +112,21 @@ class JudgeSettings:
         template = judge.get("prompt_template") or DEFAULT_TEMPLATE
         if template.endswith(".txt") and "\n" not in template:
             template = Path(template).expanduser().read_text()
-        lo, hi = judge.get("score_range") or (0.0, 1.0)
+        lo, hi = judge["score_range"]
         return cls(
             url=str(judge["url"]).rstrip("/"), model=str(judge["model"]),
-            api_key_env=judge.get("api_key_env") or None, prompt_template=template,
-            score_parser=str(judge.get("score_parser") or "number"),
-            labels={str(k).lower(): float(v) for k, v in (judge.get("labels") or {}).items()},
-            score_range=(float(lo), float(hi)), weight=float(judge.get("weight", 1.0)),
-            rule_weight=float(judge.get("rule_weight", 0.0)),
-            max_concurrency=int(judge.get("max_concurrency") or 8),
-            requests_per_minute=_optional(judge.get("requests_per_minute")),
-            tokens_per_minute=_optional(judge.get("tokens_per_minute")),
-            timeout=float(judge.get("timeout") or 60.0),
-            max_retries=int(judge.get("max_retries", 3)),
-            max_tokens=int(judge.get("max_tokens") or 256),
-            temperature=float(judge.get("temperature", 0.0)),
+            api_key_env=judge["api_key_env"] or None, prompt_template=template,
+            score_parser=str(judge["score_parser"]),
+            labels={str(k).lower(): float(v) for k, v in (judge["labels"] or {}).items()},
+            score_range=(float(lo), float(hi)), weight=float(judge["weight"]),
+            rule_weight=float(judge["rule_weight"]),
+            max_concurrency=int(judge["max_concurrency"]),
+            requests_per_minute=_optional(judge["requests_per_minute"]),
+            tokens_per_minute=_optional(judge["tokens_per_minute"]),
+            timeout=float(judge["timeout"]),
+            max_retries=int(judge["max_retries"]),
+            max_tokens=int(judge["max_tokens"]),
+            temperature=float(judge["temperature"]),
         )  # fmt: skip
 
     def api_key(self) -> str | None:
@@ -146,15 +147,18 @@ def _optional(value: Any) -> float | None:
 def judge_problems(judge: Mapping[str, Any]) -> list[str]:
     """What is wrong with an enabled ``reward_model.judge`` (the validator's check)."""
     key = "reward_model.judge"
+    missing = [name for name in JudgeSettings.__dataclass_fields__ if name not in judge]
+    if missing:  # a section of the loaded config has every key (their defaults: the YAML)
+        return [f"{key}.{name} is missing" for name in missing]
     problems = [f"{key}.{name} must be set when {key}.enable is true"
                 for name in ("url", "model") if not judge.get(name)]
-    parser = judge.get("score_parser") or "number"
+    parser = judge["score_parser"]
     if parser not in SCORE_PARSERS:
         problems.append(f"{key}.score_parser is {parser!r}; choose one of {SCORE_PARSERS}")
     if parser == "label" and not judge.get("labels"):
         problems.append(f"{key}.labels must map the judge's labels to scores "
                         "(score_parser: label)")
-    score_range = judge.get("score_range") or (0.0, 1.0)
+    score_range = judge["score_range"] or ()
     if len(score_range) != 2 or not float(score_range[0]) < float(score_range[1]):
         problems.append(f"{key}.score_range must be [lo, hi] with lo < hi")
     for name in ("max_concurrency", "max_tokens"):

@@ -18,7 +18,7 @@ from typing import Any
 
 from agentrl.models.chat import ChatRenderer
 from agentrl.protocol import DataProto
-from agentrl.rollout.output import PaddedRows, batch_metrics, batch_timing, build_output
+from agentrl.rollout.output import PaddedRows, batch_timing, build_output, request_metrics
 from agentrl.rollout.request import AsyncRolloutRequest
 from agentrl.utils.plain_config import plain_config
 
@@ -84,6 +84,6 @@ class TrajectoryCollector:
             with_log_probs=self.config.calculate_log_probs,
             rows=rows,
         )
-        out.meta_info["metrics"] = batch_metrics(requests)
+        out.meta_info["metrics"] = request_metrics(requests)
         out.meta_info["timing"] = batch_timing(requests, wall_s)
         return out

@@ -10,7 +10,7 @@ The input batch is `collate_fn` output of RLHFDataset (non-tensor `raw_prompt`,
 runs one coroutine per request with `asyncio.gather`, and returns the DataProto described
 in agentrl/rollout/output.py, in `repeat(n, interleave=True)` order.
 
-One handler per state (DESIGN.md section 3):
+One handler per state (docs/rollout.md, "The state machine"):
 
 - PENDING: create one tool instance per tool shown to the sample (create_kwargs from its
   `tools_kwargs`), start its interaction -> RUNNING.

@@ -189,8 +189,9 @@ def model_token_versions(versions: torch.Tensor, response_mask: torch.Tensor) ->
     return sorted({v for v in versions[response_mask.bool()].tolist() if v >= 0})
 
 
-def batch_metrics(requests: Sequence[AsyncRolloutRequest]) -> dict[str, float]:
-    """Counts and means over a batch's requests (`meta_info["metrics"]`)."""
+def request_metrics(requests: Sequence[AsyncRolloutRequest]) -> dict[str, float]:
+    """The `rollout/*` counts and means over a batch's finished requests (the rollout's
+    `meta_info["metrics"]`; the trainer's whole step is `trainer.metrics.train_step_metrics`)."""
     n = max(len(requests), 1)
     metrics: dict[str, float] = {
         "rollout/requests": float(len(requests)),

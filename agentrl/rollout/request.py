@@ -1,6 +1,6 @@
 """AsyncRolloutRequest: one sample's state, messages and token-level trajectory.
 
-States (DESIGN.md section 3):
+States (docs/rollout.md, "The state machine"):
 
     PENDING -> RUNNING -> TOOL_CALLING -> RUNNING ... -> COMPLETED
                        -> INTERACTING  -> RUNNING ...    (or FAILED from any state)

@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from agentrl.protocol import DataProto
-from agentrl.utils.deprecation import renamed_attributes
 
 logger = logging.getLogger(__name__)
 
@@ -154,5 +153,3 @@ class ShardedRolloutEngine:
 
 __all__ = ["EngineWorker", "ShardedRolloutEngine", "shard_rows"]
 
-
-__getattr__ = renamed_attributes(__name__, {"AgentWorker": "EngineWorker"})

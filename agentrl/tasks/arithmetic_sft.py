@@ -27,13 +27,16 @@ Rows record which kind they are in ``uses_tool``.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Collection
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
+from agentrl.plugins import load_object
 from agentrl.tasks.arithmetic import (
     SYSTEM_PROMPT,
     TOOL_NAME,
@@ -41,16 +44,21 @@ from agentrl.tasks.arithmetic import (
     make_arithmetic_rows,
 )
 from agentrl.utils.jsonl import write_jsonl
-from tools.calculator import DEFAULT_SCHEMA, Limits, evaluate
-from tools.calculator import format_number as calculator_text
 
-_NO_TIME_LIMIT = Limits(max_time=math.inf)
+# the calculator tool plugin, reached by path as a user's config reaches it
+CALCULATOR = "tools.calculator"
+
+
+@functools.cache
+def _calculator(name: str) -> Any:
+    return load_object(f"{CALCULATOR}.{name}")
 
 
 def calculator_output(expression: str) -> str:
     """What the calculator tool answers for `expression` (its `execute` text). No time
     limit: the data must not depend on how busy the machine was while writing it."""
-    return calculator_text(evaluate(expression, _NO_TIME_LIMIT))
+    no_time_limit = _calculator("Limits")(max_time=math.inf)
+    return _calculator("format_number")(_calculator("evaluate")(expression, no_time_limit))
 
 
 def answer_from_output(output: str) -> str:
@@ -99,7 +107,7 @@ def make_arithmetic_sft_rows(
     """
     if not 0.0 <= direct_rate <= 1.0:
         raise ValueError(f"direct_rate must be in [0, 1], got {direct_rate}")
-    schema = tool_schema or DEFAULT_SCHEMA
+    schema = tool_schema or _calculator("DEFAULT_SCHEMA")
     rng = random.Random(f"agentrl/arithmetic_sft:{seed}:{split}:{difficulty}")
     out = []
     for row in make_arithmetic_rows(n, split, seed, difficulty, system_prompt):

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from agentrl.data.retool import TOOL_NAME
+from agentrl.plugins import load_object
 from agentrl.tasks.code_arithmetic import make_code_rows, make_code_sft_rows
 from agentrl.tasks.quickstart import TaskData, check_disjoint, write_task_data
 
@@ -63,10 +64,9 @@ def serve_sandbox_tool(data_dir: Path) -> Iterator[Path]:
     """Serve the code sandbox on a free local port for as long as the context lasts; yield
     a code_interpreter tool config (verl's format) that points at it."""
     from agentrl.utils.serving import serve_in_thread
-    from envs.sandbox.config import SandboxConfig
-    from envs.sandbox.server import create_app
-
-    app = create_app(SandboxConfig(max_concurrent=SANDBOX_CONCURRENCY))
+    sandbox_config = load_object("envs.sandbox.config.SandboxConfig")
+    create_app = load_object("envs.sandbox.server.create_app")
+    app = create_app(sandbox_config(max_concurrent=SANDBOX_CONCURRENCY))
     with serve_in_thread(app) as url:
         config = {
             "tools": [

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 DATA_SOURCE = "agentrl/search_facts"
 TOOL_NAME = "search"
 SEARCH_SYSTEM_PROMPT = "Search, then reply <answer>ANSWER</answer>."
-POOLS = ("sft", "train", "test")
 
 # phrasing -> (kind, question template); {person} / {org} are filled in
 SEARCH_PHRASINGS: dict[str, tuple[str, str]] = {

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from agentrl.plugins import load_object
 from agentrl.tasks.quickstart import TaskData, check_disjoint, write_task_data
 from agentrl.tasks.search_facts import (
     TOOL_NAME,
@@ -51,16 +52,13 @@ SEARCH_SCHEMA = {
 
 
 def _index(docs: list[dict[str, Any]]) -> Any:
-    from envs.retriever.index import BM25Index
-
-    return BM25Index.build(docs)
+    return load_object("envs.retriever.index.BM25Index").build(docs)
 
 
 def teacher_messages(row: dict[str, Any], index: Any, direct: bool) -> list[dict[str, Any]]:
     """The prompt, then either the answer at once (`direct`) or one search per hop with
     the tool's real responses, then the answer."""
-    from tools.search import format_documents
-
+    format_documents = load_object("tools.search.format_documents")
     messages = [dict(m) for m in row["prompt"]]
     answer = row["reward_model"]["ground_truth"]["target"][0]
     if not direct:
@@ -109,9 +107,8 @@ def serve_search_tool(data_dir: Path) -> Iterator[Path]:
     """Serve a BM25 index of `data_dir/corpus.jsonl` on a free local port for as long as
     the context lasts; yield a search tool config (verl's format) that points at it."""
     from agentrl.utils.serving import serve_in_thread
-    from envs.retriever.index import read_corpus
-    from envs.retriever.server import create_app
-
+    read_corpus = load_object("envs.retriever.index.read_corpus")
+    create_app = load_object("envs.retriever.server.create_app")
     app = create_app(_index(list(read_corpus(data_dir / "corpus.jsonl"))), default_topk=TOPK)
     with serve_in_thread(app) as url:
         config = {

@@ -312,9 +312,9 @@ def progress_postfix(metrics: dict[str, float]) -> dict[str, str]:
     return {short: f"{metrics[k]:.3g}" for k, short in _PROGRESS_KEYS.items() if k in metrics}
 
 
-def batch_metrics(data: Any, timing: dict[str, float], n_workers: int, use_critic: bool,
-                  reward_fn_key: str = "data_source") -> dict[str, float]:  # fmt: skip
-    """A trained batch's metrics: what the rollout and the workers put in its `meta_info`
+def train_step_metrics(data: Any, timing: dict[str, float], n_workers: int, use_critic: bool,
+                       reward_fn_key: str = "data_source") -> dict[str, float]:  # fmt: skip
+    """A training step's metrics over its trained batch: what the rollout and the workers put in its `meta_info`
     (`metrics`, `timing`), then the failure, data, timing and throughput metrics of the step
     (`rollout/infra_failed*` counted on the batch, with the scoring's failures, replace the
     rollout's own count)."""

@@ -39,8 +39,9 @@ class RemoteTeacher:
                                  "actor_rollout_ref.teacher.model.path",
                                  trust_remote_code=bool(teacher_cfg.model.trust_remote_code))
         self.loop = LoopThread("agentrl-teacher")
-        self.max_concurrency = int(teacher_cfg.get("max_concurrency") or 32)
-        timeout = float(teacher_cfg.get("request_timeout") or 300.0)
+        # defaults: actor_rollout_ref.teacher in agentrl/config/ppo_trainer.yaml
+        self.max_concurrency = int(teacher_cfg.max_concurrency)
+        timeout = float(teacher_cfg.request_timeout)
         urls = list(teacher_cfg.server_urls)
         self.backend = backend or self.loop.run(self._client(urls, timeout))
 

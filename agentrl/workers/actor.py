@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
+from agentrl.algos.batch_split import micro_batch_per_worker, mini_batch_per_worker
 from agentrl.distributed import Dispatch, Worker, register
 from agentrl.models.tokenizer import load_tokenizer
 from agentrl.protocol import DataProto
@@ -50,19 +51,6 @@ from agentrl.workers.ppo_actor import PPOActor, micro_batching
 logger = logging.getLogger(__name__)
 
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
-
-
-def per_rank_size(
-    per_gpu: int | None, global_size: int | None, world_size: int, key: str
-) -> int | None:
-    """A micro-batch size per rank from the per-GPU key, or the deprecated global one."""
-    if per_gpu is not None:
-        return int(per_gpu)
-    if global_size is None:
-        return None
-    if global_size % world_size:
-        raise ValueError(f"{key} ({global_size}) must be divisible by the {world_size} ranks")
-    return global_size // world_size
 
 
 class ActorRolloutRefWorker(Worker):
@@ -182,18 +170,14 @@ class ActorRolloutRefWorker(Worker):
         )
 
     def _mini_batch_size(self) -> int:
-        actor = self.config.actor
-        trajectories = int(actor.ppo_mini_batch_size) * int(self.config.rollout.n)
-        if trajectories % self.world_size:
-            raise ValueError(
-                f"actor.ppo_mini_batch_size x rollout.n = {trajectories} cannot "
-                f"be split across {self.world_size} ranks"
-            )
-        return trajectories // self.world_size
+        return mini_batch_per_worker(
+            self.config.actor.ppo_mini_batch_size, self.config.rollout.n, self.world_size,
+            "actor_rollout_ref.actor.ppo_mini_batch_size",
+        )
 
     def _update_micro_batch_size(self) -> int | None:
         actor = self.config.actor
-        return per_rank_size(
+        return micro_batch_per_worker(
             actor.ppo_micro_batch_size_per_gpu,
             actor.ppo_micro_batch_size,
             self.world_size,
@@ -202,7 +186,7 @@ class ActorRolloutRefWorker(Worker):
 
     def _log_prob_batching(self, section: str) -> MicroBatching:
         node = self.config[section]
-        size = per_rank_size(
+        size = micro_batch_per_worker(
             node.log_prob_micro_batch_size_per_gpu,
             node.log_prob_micro_batch_size,
             self.world_size,

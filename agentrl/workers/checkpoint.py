@@ -32,12 +32,13 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from agentrl.config.validate import CHECKPOINT_CONTENTS
 from agentrl.workers.fsdp import full_state_dict
 from agentrl.workers.lora import base_model, full_state_dict_of_adapters, is_lora
 
 logger = logging.getLogger(__name__)
 
-CONTENTS = ("model", "optimizer", "extra", "hf_model")
+CONTENTS = CHECKPOINT_CONTENTS  # the one list: the validator's
 
 
 def _rank() -> int:

@@ -25,11 +25,11 @@ import torch
 from transformers import AutoModelForTokenClassification
 
 from agentrl.algos import compute_value_loss, masked_mean
+from agentrl.algos.batch_split import micro_batch_per_worker, mini_batch_per_worker
 from agentrl.distributed import Dispatch, Worker, register
 from agentrl.protocol import DataProto
 from agentrl.utils.seeding import seed_everything
 from agentrl.workers import checkpoint
-from agentrl.workers.actor import per_rank_size
 from agentrl.workers.forward import response_values
 from agentrl.workers.fsdp import build_sharded_model, device_mesh
 from agentrl.workers.offload import Residency
@@ -102,20 +102,16 @@ class CriticWorker(Worker):
 
     def _settings(self) -> UpdateSettings:
         cfg = self.config
-        trajectories = int(cfg.ppo_mini_batch_size) * int(cfg.rollout_n)
-        if trajectories % self.world_size:
-            raise ValueError(
-                f"critic.ppo_mini_batch_size x rollout_n = {trajectories} cannot "
-                f"be split across {self.world_size} ranks"
-            )
-        micro = per_rank_size(
+        mini = mini_batch_per_worker(cfg.ppo_mini_batch_size, cfg.rollout_n, self.world_size,
+                                     "critic.ppo_mini_batch_size")  # fmt: skip
+        micro = micro_batch_per_worker(
             cfg.ppo_micro_batch_size_per_gpu,
             cfg.ppo_micro_batch_size,
             self.world_size,
             "critic.ppo_micro_batch_size",
         )
         return UpdateSettings(
-            mini_batch_size=trajectories // self.world_size,
+            mini_batch_size=mini,
             epochs=int(cfg.ppo_epochs),
             shuffle=bool(cfg.shuffle),
             batching=micro_batching(cfg.use_dynamic_bsz, micro, cfg.ppo_max_token_len_per_gpu),

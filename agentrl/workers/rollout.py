@@ -128,7 +128,7 @@ class HybridRollout:
     @property
     def engine_kind(self) -> str:
         """``engine``, ``sharded`` or ``agent`` (``rollout_assembly.ENGINE_KINDS``)."""
-        return self.rollout.kind
+        return self.rollout.engine_kind
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Roll out ``prompts``; the engine is woken first and put to sleep after on GPU."""

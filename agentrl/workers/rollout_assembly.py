@@ -43,9 +43,9 @@ ENGINE_KINDS = ("engine", "sharded", "agent")
 
 def engine_kind(rollout: Mapping[str, Any]) -> str:
     """`agent` with `agent_function`, `sharded` with `engine_workers > 1`, else `engine`."""
-    if rollout.get("agent_function"):
+    if rollout["agent_function"]:
         return "agent"
-    if int(rollout.get("engine_workers") or 1) > 1:
+    if int(rollout["engine_workers"]) > 1:
         return "sharded"
     return "engine"
 
@@ -54,7 +54,7 @@ def engine_kind(rollout: Mapping[str, Any]) -> str:
 class Rollout:
     """A backend and the engine of one kind over it (see the module docstring)."""
 
-    kind: str
+    engine_kind: str  # `engine`, `sharded` or `agent`: `engine_kind(rollout)`
     config: PlainConfig  # the actor_rollout_ref.rollout subtree, resolved
     backend: Any
     engine: Any
@@ -65,7 +65,7 @@ class Rollout:
         self, prompts: DataProto, on_request_done: Callable[[Any], None] | None = None
     ) -> DataProto:
         """Roll out `prompts` (`on_request_done` is called as each sample finishes)."""
-        if self.kind == "sharded":  # Ray workers: wait for them off the event loop
+        if self.engine_kind == "sharded":  # Ray workers: wait for them off the event loop
             out = await asyncio.to_thread(self.engine.generate_sequences, prompts)
             if on_request_done is not None:
                 for _ in range(len(out)):
@@ -76,7 +76,7 @@ class Rollout:
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """`agenerate_sequences` for a sync caller, on `loop` (the sharded engine directly)."""
-        if self.kind == "sharded":
+        if self.engine_kind == "sharded":
             return self.engine.generate_sequences(prompts)
         if self.loop is None:
             raise RuntimeError("Rollout.generate_sequences needs the loop it was built with")
@@ -84,7 +84,7 @@ class Rollout:
 
     async def aclose(self) -> None:
         """Stop the engine workers, then the backend (and the servers it launched) if ours."""
-        if self.kind == "sharded":
+        if self.engine_kind == "sharded":
             await asyncio.to_thread(self.engine.close)
         closer = getattr(self.backend, "aclose", None) if self.own_backend else None
         if closer is not None:
@@ -93,7 +93,7 @@ class Rollout:
     def close(self) -> None:
         """`aclose` on `loop`; a failure is logged, not raised (closing must not mask the
         error that ended the run)."""
-        if self.kind == "sharded":
+        if self.engine_kind == "sharded":
             self.engine.close()
         closer = getattr(self.backend, "aclose", None) if self.own_backend else None
         if closer is None or self.loop is None:

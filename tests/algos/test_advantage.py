@@ -413,6 +413,7 @@ def test_masked_positions_are_zero_and_outputs_finite(batch, name, norm):
     if name == "on_policy_distill":  # the per-token log-probs it reads from the batch
         kwargs["teacher_log_prob"] = -torch.linspace(0.1, 5, rewards.numel()).view_as(rewards)
         kwargs["student_log_prob"] = -torch.linspace(3, 0.2, rewards.numel()).view_as(rewards)
+        kwargs["config"] = {"distill": {"kl_coef": 1.0, "task_reward_weight": 0.0}}
     adv, ret = run(name, rewards, mask, index, **kwargs)
     assert adv.shape == ret.shape == rewards.shape
     assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
@@ -456,6 +457,8 @@ def test_on_policy_distill_is_the_negative_reverse_kl_per_model_token():
     with_task = compute_advantage(data, "on_policy_distill", config=mixed).batch["advantages"]
     grpo = compute_advantage(data, "grpo").batch["advantages"]
     torch.testing.assert_close(with_task, adv + grpo)
+    with pytest.raises(ValueError, match="on_policy_distill needs config.distill"):
+        compute_advantage(data, "on_policy_distill", config=OmegaConf.create({}))
     del data.batch["teacher_log_prob"]
     with pytest.raises(KeyError, match="teacher_log_prob"):
         compute_advantage(data, "on_policy_distill", config=config)

@@ -10,6 +10,7 @@ import time
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from omegaconf import OmegaConf
 
 from agentrl.config import ConfigError, load_config
 from agentrl.protocol import SCORE_FAILED_KEY
@@ -27,7 +28,9 @@ from agentrl.reward.judge import (
 )
 from agentrl.utils.serving import serve_in_thread
 
-BASE = {"url": "http://127.0.0.1:9/v1", "model": "judge"}
+# the defaults of reward_model.judge (agentrl/config/ppo_trainer.yaml) and a judge
+DEFAULTS = OmegaConf.to_container(load_config().reward_model.judge, resolve=True)
+BASE = {**DEFAULTS, "url": "http://127.0.0.1:9/v1", "model": "judge"}
 
 
 def _settings(**overrides) -> JudgeSettings:
@@ -77,7 +80,8 @@ def test_the_prompt_carries_the_trajectory_and_the_ground_truth():
 
 
 def test_bad_settings_are_named():
-    assert judge_problems({}) == [
+    assert judge_problems({"url": "u"})[0] == "reward_model.judge.model is missing"
+    assert judge_problems(DEFAULTS) == [
         "reward_model.judge.url must be set when reward_model.judge.enable is true",
         "reward_model.judge.model must be set when reward_model.judge.enable is true"]
     problems = " | ".join(judge_problems({**BASE, "score_parser": "label",

@@ -1,4 +1,4 @@
-"""build_output / batch_metrics: padding, order, masks and counts from finished requests."""
+"""build_output / request_metrics: padding, order, masks and counts from finished requests."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrl.protocol import DataProto
-from agentrl.rollout.output import PaddedRows, batch_metrics, batch_timing, build_output
+from agentrl.rollout.output import PaddedRows, batch_timing, build_output, request_metrics
 from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
 
 
@@ -83,7 +83,7 @@ def test_build_output_sorts_pads_and_repeats_columns():
     assert "rollout_log_probs" not in without.batch.keys()
 
 
-def test_batch_metrics_counts():
+def test_request_metrics_counts():
     ok = request(0, 0, [1], [(2, 1, 0.0)])
     ok.metrics.tool_calls.update({"calc": 2, "search": 1})
     ok.metrics.tool_errors["timeout"] += 1
@@ -96,7 +96,7 @@ def test_batch_metrics_counts():
     bad.note_infra_error("generation", "the engine is down")
     bad.note_infra_error("search", "the second failure is not kept")
     assert bad.infra_error == {"kind": "generation", "error": "the engine is down"}
-    metrics = batch_metrics([ok, bad])
+    metrics = request_metrics([ok, bad])
     assert metrics == {
         "rollout/requests": 2.0,
         "rollout/failed": 1.0,

@@ -63,7 +63,7 @@ def test_a_users_engine_runs_on_the_callers_loop_over_a_given_backend(tiny_token
     try:
         rollout = build_rollout(_actor_rollout_ref(f"engine_class={ENGINE}"), tiny_tokenizer,
                                 loop=loop, backend=backend)
-        assert rollout.kind == "engine" and type(rollout.engine).__name__ == "CountingEngine"
+        assert rollout.engine_kind == "engine" and type(rollout.engine).__name__ == "CountingEngine"
         assert isinstance(rollout.config, PlainConfig) and isinstance(
             rollout.engine.config.multi_turn, PlainConfig)
         before = type(rollout.engine).requests_run
@@ -82,7 +82,7 @@ def test_agent_mode_is_built_from_the_agent_function_and_reports_each_sample(tin
         tiny_tokenizer, backend=ScriptedBackend(tiny_tokenizer, {0: ["4<|im_end|>"],
                                                                  1: ["no<|im_end|>"]}),
     )  # fmt: skip
-    assert rollout.kind == "agent" and type(rollout.engine).__name__ == "AgentRollout"
+    assert rollout.engine_kind == "agent" and type(rollout.engine).__name__ == "AgentRollout"
     done: list = []
     out = asyncio.run(rollout.agenerate_sequences(prompts_batch(2), on_request_done=done.append))
     assert out.batch["rm_scores"].sum(-1).tolist() == [1.0, 0.0]

@@ -1,4 +1,4 @@
-"""The inference-backend protocol the rollout engine talks to (DESIGN.md section 4).
+"""The inference-backend protocol the rollout engine talks to (docs/backends.md, "The protocol").
 
 A backend is any object with these coroutines; `hf` (embedded transformers) and
 `sglang` (HTTP client) are ours, and a user may plug their own (a vLLM client, a scripted

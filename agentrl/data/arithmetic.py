@@ -1,5 +1,0 @@
-"""Deprecated: moved to agentrl.tasks.arithmetic."""
-
-from agentrl.utils.deprecation import moved_module
-
-moved_module(__name__, "agentrl.tasks.arithmetic")

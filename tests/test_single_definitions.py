@@ -1,0 +1,189 @@
+"""One definition per rule: no choice list written in two modules of agentrl, and no default
+of the config YAML repeated in the code as a `.get(key, default)` fallback.
+
+A choice list is a module-level tuple, list, set or frozenset of two or more string literals;
+two modules holding the same strings (in any order) define one rule twice: one of them must
+import the other's (components below the config layer own theirs, the validator imports
+them; components above import theirs from the validator). A fallback is
+`X.get("key", LITERAL)` or `X.get("key") or LITERAL` where "key" is a key of the default
+YAML (agentrl/config/*.yaml) and LITERAL is its default there: the default lives in the
+YAML, and the code reads the key of the validated config.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "agentrl"
+
+# (module path, key): why the literal there is not the YAML's default of that key
+NOT_CONFIG = {
+    ("agentrl/gateway/responses_api.py", "temperature"): "an OpenAI request body's default",
+    ("agentrl/gateway/responses_api.py", "top_p"): "an OpenAI request body's default",
+    ("agentrl/rollout/backends/serve.py", "max_tokens"): "an OpenAI request body's default",
+    ("agentrl/rollout/backends/serve.py", "temperature"): "an OpenAI request body's default",
+    ("agentrl/rollout/backends/serve.py", "top_p"): "an OpenAI request body's default",
+    ("agentrl/interactions/openenv.py", "timeout"): "an interaction config's (the user's YAML)",
+}
+
+
+def _string_elements(value: ast.expr) -> list[str] | None:
+    if (isinstance(value, ast.Call) and ast.unparse(value.func) in ("frozenset", "set", "tuple")
+            and len(value.args) == 1):  # fmt: skip
+        value = value.args[0]
+    if not isinstance(value, (ast.Tuple, ast.List, ast.Set)) or len(value.elts) < 2:
+        return None
+    if not all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts):
+        return None
+    return [e.value for e in value.elts]
+
+
+def choice_lists(source: str) -> dict[tuple[str, ...], str]:
+    """The module-level choice lists of SOURCE: sorted strings -> the name they are bound to."""
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        name = ast.unparse(target)
+        elements = _string_elements(value)
+        if elements is not None and name != "__all__":
+            found[tuple(sorted(elements))] = name
+    return found
+
+
+def duplicated_choice_lists(modules: dict[str, str]) -> list[str]:
+    """Each choice list bound in two or more of MODULES (path -> source)."""
+    where = defaultdict(list)
+    for path, source in modules.items():
+        for strings, name in choice_lists(source).items():
+            where[strings].append(f"{path}:{name}")
+    return [f"{list(strings)} in {', '.join(places)}" for strings, places in where.items()
+            if len(places) > 1]  # fmt: skip
+
+
+def yaml_defaults(documents: Iterable[object]) -> dict[str, set[object]]:
+    """Every leaf key of the YAML documents -> its (non-null, non-interpolated) defaults."""
+    defaults: dict[str, set[object]] = defaultdict(set)
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if isinstance(value, (dict, list)):
+                    walk(value)
+                elif value is not None and not (isinstance(value, str) and "${" in value):
+                    defaults[str(key)].add(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    for document in documents:
+        walk(document)
+    return defaults
+
+
+def _same(literal: object, default: object) -> bool:
+    if isinstance(literal, bool) or isinstance(default, bool):
+        return literal is default
+    if isinstance(literal, (int, float)) and isinstance(default, (int, float)):
+        return float(literal) == float(default)
+    return literal == default
+
+
+def _fallback(node: ast.AST) -> tuple[str, object] | None:
+    """(key, literal) of `X.get("key", literal)` or `X.get("key") or literal`."""
+    def get_key(call: ast.AST, n_args: int) -> str | None:
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "get" and len(call.args) == n_args
+                and isinstance(call.args[0], ast.Constant)
+                and isinstance(call.args[0].value, str)):  # fmt: skip
+            return call.args[0].value
+        return None
+
+    if (key := get_key(node, 2)) is not None and isinstance(node.args[1], ast.Constant):
+        return key, node.args[1].value
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) == 2:
+        call, literal = node.values
+        if (key := get_key(call, 1)) is not None and isinstance(literal, ast.Constant):
+            return key, literal.value
+    return None
+
+
+def repeated_defaults(modules: dict[str, str], defaults: dict[str, set[object]]) -> list[str]:
+    """Each `.get` fallback in MODULES (path -> source) that repeats a YAML default."""
+    found = []
+    for path, source in modules.items():
+        for node in ast.walk(ast.parse(source)):
+            hit = _fallback(node)
+            if hit is None or hit[1] is None or (path, hit[0]) in NOT_CONFIG:
+                continue
+            key, literal = hit
+            if any(_same(literal, default) for default in defaults.get(key, ())):
+                found.append(f"{path}:{node.lineno}: .get({key!r}, {literal!r})")
+    return found
+
+
+def _package_sources() -> dict[str, str]:
+    return {str(path.relative_to(REPO)): path.read_text()
+            for path in sorted(PACKAGE.rglob("*.py"))}  # fmt: skip
+
+
+def _default_yaml() -> dict[str, set[object]]:
+    return yaml_defaults(yaml.safe_load(path.read_text())
+                         for path in sorted((PACKAGE / "config").glob("*.yaml")))  # fmt: skip
+
+
+def test_no_choice_list_is_written_in_two_modules():
+    assert duplicated_choice_lists(_package_sources()) == []
+
+
+def test_no_yaml_default_is_repeated_as_a_code_fallback():
+    assert repeated_defaults(_package_sources(), _default_yaml()) == []
+
+
+def test_the_allowed_fallbacks_are_still_there():
+    """An entry of NOT_CONFIG whose fallback is gone is stale: remove it."""
+    sources = _package_sources()
+    for path, key in NOT_CONFIG:
+        keys = {hit[0] for node in ast.walk(ast.parse(sources[path]))
+                if (hit := _fallback(node)) is not None}  # fmt: skip
+        assert key in keys, (path, key)
+
+
+def test_a_reintroduced_choice_list_is_found():
+    modules = {
+        "agentrl/a.py": 'MODES = ("token-mean", "seq-mean")\n__all__ = ["x", "y"]\n',
+        "agentrl/b.py": '_MODES: tuple = frozenset({"seq-mean", "token-mean"})\n'
+                        '__all__ = ["x", "y"]\nOTHER = ("token-mean",)\n',
+        "agentrl/c.py": 'def f():\n    modes = ("token-mean", "seq-mean")\n',
+    }
+    (problem,) = duplicated_choice_lists(modules)
+    assert "agentrl/a.py:MODES" in problem and "agentrl/b.py:_MODES" in problem
+    assert duplicated_choice_lists({"agentrl/a.py": modules["agentrl/a.py"]}) == []
+
+
+@pytest.mark.parametrize(("source", "found"), [
+    ('n = int(cfg.get("max_concurrency") or 32)\n', True),
+    ('n = float(cfg.get("request_timeout", 300))\n', True),  # 300 == 300.0
+    ('n = cfg.get("max_concurrency", 7)\n', False),  # not the YAML's default
+    ('n = cfg.get("not_a_key", 32)\n', False),
+    ('n = cfg.max_concurrency\n', False),
+    ('flag = cfg.get("enable", False)\n', True),
+    ('flag = cfg.get("enable", 0)\n', False),  # a bool default is not 0
+])  # fmt: skip
+def test_a_reintroduced_fallback_is_found(source, found):
+    defaults = yaml_defaults([yaml.safe_load(
+        "teacher:\n  max_concurrency: 32\n  request_timeout: 300.0\n  path: ${x.y}\n"
+        "judge:\n  enable: false\n")])  # fmt: skip
+    assert bool(repeated_defaults({"agentrl/x.py": source}, defaults)) is found
+    assert "path" not in defaults  # an interpolation is no default
