@@ -35,7 +35,7 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.container import ErrorbarContainer
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 # report.json's evaluations (the quickstart's names): key -> label.
 EVAL_LABELS = {"eval_sft": "after SFT", "eval_rl": "after GRPO", "control": "SFT-only control"}
@@ -274,9 +274,9 @@ def _sft_loss(sft: dict[str, Any]) -> Plot | None:
             markersize=3 if len(curve) <= 40 else 0, label="training loss")  # fmt: skip
     if all(p[1] > 0 for p in curve):
         ax.set_yscale("log")
-        plain = FuncFormatter(lambda value, _: f"{value:g}")
-        ax.yaxis.set_major_formatter(plain)
-        ax.yaxis.set_minor_formatter(plain)
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("SFT step")
     reached = (sft.get("skill_check") or {}).get("reached_at")
     if _number(reached):
