@@ -72,6 +72,14 @@ def _fmt(value: Any) -> str:
     return f"{value:.3f}"
 
 
+# What a grouping's groups mean, said under its table (the quickstart's phrasing split).
+GROUPING_NOTES = {
+    "phrasing": "In the quickstart, the direct phrasings are those on which the imperfect "
+    "teacher mostly answered at once, without the tool (the model cannot know these answers); "
+    "on the tool phrasings it called the tool. RL has to discover the tool on the first.",
+}
+
+
 def column_label(key: str) -> str:
     """The header of a report.json key (`COLUMN_LABELS`, else the key made readable)."""
     return COLUMN_LABELS.get(key, key.replace("_", " ").replace("/", " "))
@@ -145,6 +153,7 @@ def grouping_table(grouping: str, results: dict[str, dict[str, dict[str, float]]
         f'<div class="table-wrap"><table class="eval grouping" data-grouping="'
         f'{html.escape(grouping)}"><thead><tr><th rowspan="2">{html.escape(grouping)}</th>'
         f"{top}</tr><tr>{sub}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+        + (f"<p>{html.escape(GROUPING_NOTES[grouping])}</p>" if grouping in GROUPING_NOTES else "")
     )
 
 

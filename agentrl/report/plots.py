@@ -41,6 +41,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 EVAL_LABELS = {"eval_sft": "after SFT", "eval_rl": "after GRPO", "control": "SFT-only control"}
 EVAL_COLOURS = {"eval_sft": "tab:blue", "eval_rl": "tab:orange", "control": "tab:grey"}
 VAL_TOOL_RATE = "val-aux/rollout/tool_call_rate"
+# Stages the trainer times after a step, outside timing_s/step (ppo_trainer._after_step).
+AFTER_STEP = ("timing_s/testing", "timing_s/save_checkpoint")
 
 
 @dataclass
@@ -353,11 +355,13 @@ def _timing(rows: list[dict[str, Any]]) -> Plot | None:
     fig, (ax,) = _figure("time per stage")
     steps = [int(row["step"]) for row in rows]
     bottom = [0.0] * len(rows)
-    for key in stages:
+    for key in sorted(stages, key=lambda k: k in AFTER_STEP):  # the step's own stages first
         values = [float(row.get(key) or 0.0) for row in rows]
-        ax.bar(steps, values, bottom=bottom, label=key.removeprefix("timing_s/"), width=0.8)
+        label = key.removeprefix("timing_s/") + (" (after the step)" if key in AFTER_STEP else "")
+        ax.bar(steps, values, bottom=bottom, label=label, width=0.8,
+               hatch="//" if key in AFTER_STEP else None)  # fmt: skip
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    _lines(ax, rows, ["timing_s/step"], {"timing_s/step": "whole step"}, color="black",
+    _lines(ax, rows, ["timing_s/step"], {"timing_s/step": "step (timing_s/step)"}, color="black",
            linewidth=1)  # fmt: skip
     ax.set_ylabel("seconds")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
@@ -365,7 +369,8 @@ def _timing(rows: list[dict[str, Any]]) -> Plot | None:
         "timing",
         "Time per stage",
         fig,
-        "seconds per step in each stage (timing_s/*); the line is the whole step",
+        "seconds per step in each stage (timing_s/*); the line is the step itself "
+        "(timing_s/step): validation (testing) and checkpoint saves come after it, hatched",
     )
 
 
@@ -433,6 +438,7 @@ def stage_plots(evaluation: dict[str, Any]) -> list[Plot]:
     ax.set_title(f"time per stage{suffix}", fontsize=11)
     for y, name in enumerate(names):
         ax.text(stages[name], y, f" {stages[name]:.1f}", va="center", fontsize=8)
+    ax.set_xlim(0, max(stages.values()) * 1.12 or 1.0)  # room for the longest bar's label
     return [
         Plot(
             "stages",
