@@ -177,7 +177,8 @@ def _evaluation_points(ax: Axes, evaluation: dict[str, Any], key: str, last_step
         if isinstance(result, dict) and _number(result.get(key)):
             err = result.get(f"{key}_stderr")
             ax.errorbar([x], [result[key]], yerr=[err if _number(err) else 0.0], fmt="s",
-                        capsize=4, markersize=7, color=EVAL_COLOURS[name], zorder=3,
+                        capsize=4, markersize=8, color=EVAL_COLOURS[name], zorder=3,
+                        markerfacecolor="none", markeredgewidth=1.8,  # the curve shows through
                         label=f"{EVAL_LABELS[name]} (full test set)")  # fmt: skip
             drawn = True
     control = evaluation.get("control")
