@@ -2,12 +2,14 @@
 
     html_text = render_page(run, plots, sources, notes)
 
-Sections: the run (directory, steps, checkpoints) and its notes (what is missing), the
-evaluation table of report.json (before RL / after RL / control, ± standard errors), the
-plots (base64 PNG ``<img>``, one ``<figure class="plot">`` each), one step's timeline (an
-inline SVG of the run's trace: agentrl/report/timeline.py) and the trajectory viewer,
-whose records are embedded as JSON in ``<script type="application/json">`` and drawn by
-the script of agentrl/report/assets.py. Every text from the run is escaped here
+Sections: the run (directory, steps, checkpoints, report.json's settings folded) and its
+notes (what is missing), the evaluation table of report.json (before RL / after RL /
+control, ± standard errors) and one table per grouping of the test set (the quickstart's
+phrasings), the plots (base64 PNG ``<img>``, one ``<figure class="plot">`` each, its
+``data-points`` the points of each line), one step's timeline (an inline SVG of the run's
+trace: agentrl/report/timeline.py) and the trajectory viewer, under one line naming what
+its cap left out, whose records are embedded as JSON in ``<script
+type="application/json">`` and drawn by the script of agentrl/report/assets.py. Every text from the run is escaped here
 (``html.escape``) or, in the viewer, set with ``textContent``; the JSON is written with
 ``<``, ``>`` and ``&`` as ``\\u`` escapes, so model output holding ``</script>`` stays data.
 """
