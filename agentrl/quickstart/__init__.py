@@ -59,6 +59,8 @@ _FLAGS = {
     ),
     "--n-train": (int, "RL training problems"),
     "--n-test": (int, "held-out test problems"),
+    "--val-freq": (int, "validate during RL every N steps on --val-rows test problems (0: no)"),
+    "--val-rows": (int, "test problems of the validation during RL (the first ones)"),
     "--teacher": (str, "a trained model of the task to distil from on-policy instead of GRPO"),
 }
 

@@ -18,6 +18,9 @@ a nano model learns, on CPU, when to call its tool.
 4. eval_sft: greedy and sampled rollouts of the test set with the real tool;
 5. rl: GRPO with multi-turn tool rollouts (`agentrl.trainer.run_train`, the task's recipe),
    reward = the task's exact score only; rollouts dumped for the report's trajectory viewer;
+   every `val_freq` steps (and before the first) the trainer validates greedily on the
+   first `val_rows` test problems (`data.val_files`, `trainer.test_freq`): the report's
+   held-out curve over RL steps, between the full evaluations before and after;
 6. eval_rl: the same evaluation of the last checkpoint's HF export (with `teacher` set, the
    RL stage distils from that model on-policy instead, and `eval_teacher` evaluates it:
    recipes/distill/);
@@ -79,6 +82,8 @@ class QuickstartSettings:
     direct_rate: float = 0.8  # share of direct answers on the teacher's direct phrasings
     n_train: int = 512  # RL training prompts
     n_test: int = 256  # held-out test prompts
+    val_freq: int = 5  # validate during RL every this many steps (0: only eval_sft/eval_rl)
+    val_rows: int = 64  # test problems of that validation (the first ones of the test set)
     control: bool = True  # run the SFT-only control
     # a trained model of the task (same tokenizer): the RL stage distils from it on-policy
     # (algorithm.adv_estimator=on_policy_distill) and the report gains its evaluation
@@ -106,11 +111,32 @@ def environment_overrides(tool_config: Path | None, data: TaskData, task: str) -
     ]  # fmt: skip
 
 
+def validation_overrides(val_path: Path | None, s: QuickstartSettings) -> list[str]:
+    """The keys of the validation during RL: `val_path` every `val_freq` steps and before
+    the first (none without a `val_path` or with `val_freq` 0)."""
+    if val_path is None or s.val_freq <= 0:
+        return []
+    return [f"data.val_files={val_path}", f"trainer.test_freq={s.val_freq}",
+            "trainer.val_before_train=true"]  # fmt: skip
+
+
+def write_val_slice(test_path: Path, out_path: Path, rows: int) -> Path | None:
+    """The first `rows` problems of the test set as `out_path` (the validation during RL);
+    None for `rows` 0."""
+    import pandas as pd
+
+    if rows <= 0:
+        return None
+    pd.read_parquet(test_path).iloc[:rows].to_parquet(out_path, index=False)
+    return out_path
+
+
 def rl_config(
     model_dir: Path, data: TaskData, tool_config: Path | None, run_dir: Path,
-    s: QuickstartSettings,
+    s: QuickstartSettings, val_path: Path | None = None,
 ) -> DictConfig:
-    """The task's recipe config with the run's paths, seed and step count."""
+    """The task's recipe config with the run's paths, seed and step count (and, with a
+    `val_path`, `validation_overrides`)."""
     return load_config(
         TASKS[s.task].recipe_config,
         [
@@ -124,6 +150,7 @@ def rl_config(
             f"trainer.default_local_dir={run_dir}",
             f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
             "trainer.logger=[file]",  # the progress bar shows the key numbers
+            *validation_overrides(val_path, s),
             *([] if s.teacher is None else [
                 "algorithm.adv_estimator=on_policy_distill",
                 f"actor_rollout_ref.teacher.model.path={s.teacher}"]),
@@ -227,7 +254,8 @@ def _run_stages(
             report["eval_sft"] = evaluate(out_dir / "model_sft", "eval_sft")
         if s.steps <= 0:
             return
-        cfg = rl_config(out_dir / "model_sft", data, tool_config, out_dir / "rl", s)
+        val_path = write_val_slice(data.test, out_dir / "data" / "val.parquet", s.val_rows)
+        cfg = rl_config(out_dir / "model_sft", data, tool_config, out_dir / "rl", s, val_path)
         with _stage("rl", timing):
             from agentrl.trainer import run_train
 

@@ -14,15 +14,27 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 
        max-width: 1400px; padding: 16px 24px; color: #1d1d1f; background: #fff; }
 h1 { margin: 0 0 4px; font-size: 24px; }
 h2 { margin: 28px 0 10px; font-size: 19px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
-.run { font-family: ui-monospace, monospace; color: #555; margin: 0 0 6px; }
+.run { font-family: ui-monospace, monospace; color: #555; margin: 0 0 6px; overflow-wrap: anywhere; }
+header p { overflow-wrap: anywhere; }
 .notes li { color: #8a4b00; background: #fff6e5; padding: 4px 8px; margin: 3px 0;
             list-style: none; border-left: 3px solid #f0a030; }
 .notes { padding: 0; }
-table.eval { border-collapse: collapse; }
-table.eval th, table.eval td { border: 1px solid #ccc; padding: 5px 12px; text-align: right; }
+.table-wrap { max-width: 100%; overflow-x: auto; }
+table.eval { border-collapse: collapse; font-size: 14px; }
+table.eval th, table.eval td { border: 1px solid #ccc; padding: 4px 10px; text-align: right; }
+table.eval td { white-space: nowrap; }
 table.eval th:first-child, table.eval td:first-child { text-align: left; }
-table.eval thead th { background: #f2f2f2; }
-.plots { display: grid; grid-template-columns: repeat(auto-fill, minmax(600px, 1fr)); gap: 14px; }
+table.eval thead th { background: #f2f2f2; font-weight: 600; max-width: 9em; vertical-align: bottom; }
+table.grouping thead th { text-align: center; }
+h3 { font-size: 15px; margin: 18px 0 6px; }
+details#settings { margin: 8px 0; font-size: 13px; }
+details#settings summary { cursor: pointer; color: #555; }
+table.kv { border-collapse: collapse; margin-top: 6px; }
+table.kv th { text-align: left; font-weight: 600; padding: 1px 14px 1px 0; color: #555; }
+table.kv td { font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
+.truncated { font-size: 13px; color: #555; margin: 0 0 10px; }
+.plots { display: grid; gap: 14px;
+         grid-template-columns: repeat(auto-fill, minmax(min(560px, 100%), 1fr)); }
 figure.plot { margin: 0; border: 1px solid #e4e4e4; border-radius: 6px; padding: 6px; }
 figure.plot img { width: 100%; height: auto; display: block; }
 figure.plot figcaption { font-size: 12px; color: #555; padding: 4px; }
@@ -30,7 +42,8 @@ figure.plot figcaption { font-size: 12px; color: #555; padding: 4px; }
 .filters { display: flex; flex-wrap: wrap; gap: 12px; align-items: center; margin-bottom: 10px; }
 .filters label { font-size: 13px; }
 .filters input { width: 70px; }
-.viewer { display: grid; grid-template-columns: 320px 1fr; gap: 14px; align-items: start; }
+.viewer { display: grid; grid-template-columns: minmax(0, 320px) minmax(0, 1fr); gap: 14px;
+          align-items: start; }
 #traj-list { list-style: none; padding: 0; margin: 0; max-height: 1100px; overflow-y: auto;
              border: 1px solid #e4e4e4; border-radius: 6px; }
 #traj-list li button { width: 100%; text-align: left; border: 0; border-bottom: 1px solid #eee;

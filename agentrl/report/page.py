@@ -2,12 +2,14 @@
 
     html_text = render_page(run, plots, sources, notes)
 
-Sections: the run (directory, steps, checkpoints) and its notes (what is missing), the
-evaluation table of report.json (before RL / after RL / control, ± standard errors), the
-plots (base64 PNG ``<img>``, one ``<figure class="plot">`` each), one step's timeline (an
-inline SVG of the run's trace: agentrl/report/timeline.py) and the trajectory viewer,
-whose records are embedded as JSON in ``<script type="application/json">`` and drawn by
-the script of agentrl/report/assets.py. Every text from the run is escaped here
+Sections: the run (directory, steps, checkpoints, report.json's settings folded) and its
+notes (what is missing), the evaluation table of report.json (before RL / after RL /
+control, ± standard errors) and one table per grouping of the test set (the quickstart's
+phrasings), the plots (base64 PNG ``<img>``, one ``<figure class="plot">`` each, its
+``data-points`` the points of each line), one step's timeline (an inline SVG of the run's
+trace: agentrl/report/timeline.py) and the trajectory viewer, under one line naming what
+its cap left out, whose records are embedded as JSON in ``<script
+type="application/json">`` and drawn by the script of agentrl/report/assets.py. Every text from the run is escaped here
 (``html.escape``) or, in the viewer, set with ``textContent``; the JSON is written with
 ``<``, ``>`` and ``&`` as ``\\u`` escapes, so model output holding ``</script>`` stays data.
 """
@@ -21,11 +23,25 @@ import math
 from typing import Any
 
 from agentrl.report.assets import CSS, JS
-from agentrl.report.plots import EVAL_LABELS, Plot
+from agentrl.report.plots import EVAL_LABELS, Plot, groupings
 from agentrl.report.run_dir import RunInputs
 
 # report.json's evaluation columns shown first (any other numeric key follows).
 EVAL_COLUMNS = ("accuracy", "sampled_accuracy", "tool_call_rate")
+# Header of a report.json key (the key itself is the header cell's tooltip); other keys
+# are shown with their underscores and slashes as spaces.
+COLUMN_LABELS = {
+    "accuracy": "greedy accuracy",
+    "sampled_accuracy": "sampled accuracy (T=1)",
+    "tool_call_rate": "tool-call rate",
+    "sampled_tool_call_rate": "sampled tool-call rate",
+    "trajectories": "test problems",
+    "tool_calls_per_question": "tool calls per question",
+    "well_formed_call_rate": "well-formed calls",
+    "answer_rate": "answered",
+    "turns/mean": "turns (mean)",
+    "time_s": "seconds",
+}
 SOURCE_LABELS = {
     "rollouts": "training rollouts (trainer.rollout_data_dir)",
     "validation": "validation (trainer.validation_data_dir)",
@@ -58,8 +74,35 @@ def _fmt(value: Any) -> str:
     return f"{value:.3f}"
 
 
+# What a grouping's groups mean, said under its table (the quickstart's phrasing split).
+GROUPING_NOTES = {
+    "phrasing": "In the quickstart, the direct phrasings are those on which the imperfect "
+    "teacher mostly answered at once, without the tool (the model cannot know these answers); "
+    "on the tool phrasings it called the tool. RL has to discover the tool on the first.",
+}
+
+
+def column_label(key: str) -> str:
+    """The header of a report.json key (`COLUMN_LABELS`, else the key made readable)."""
+    return COLUMN_LABELS.get(key, key.replace("_", " ").replace("/", " "))
+
+
+def _th(key: str) -> str:
+    return f'<th title="{html.escape(key)}">{html.escape(column_label(key))}</th>'
+
+
+def _with_stderr(result: dict[str, Any], column: str) -> str:
+    value = result.get(column)
+    text = "-" if value is None else _fmt(value)
+    stderr = result.get(f"{column}_stderr")
+    if isinstance(stderr, int | float) and value is not None:
+        text += f" ± {_fmt(float(stderr))}"
+    return text
+
+
 def evaluation_table(evaluation: dict[str, Any]) -> str:
-    """report.json's evaluations as a table; empty when it holds none."""
+    """report.json's evaluations as a table, then one table per grouping of the test set
+    (`grouping_table`); empty when it holds none."""
     rows = {k: evaluation[k] for k in EVAL_LABELS if isinstance(evaluation.get(k), dict)}
     if not rows:
         return ""
@@ -73,30 +116,66 @@ def evaluation_table(evaluation: dict[str, Any]) -> str:
     ]
     columns = [c for c in EVAL_COLUMNS if c in numeric]
     columns += [c for c in dict.fromkeys(numeric) if c not in columns]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    head = "".join(_th(c) for c in columns)
     body = []
     for key, result in rows.items():
-        cells = []
-        for column in columns:
-            value = result.get(column)
-            text = "-" if value is None else _fmt(value)
-            stderr = result.get(f"{column}_stderr")
-            if isinstance(stderr, int | float) and value is not None:
-                text += f" ± {_fmt(float(stderr))}"
-            cells.append(f"<td>{html.escape(text)}</td>")
-        label = html.escape(f"{EVAL_LABELS[key]} ({key})")
-        body.append(f'<tr data-eval="{html.escape(key)}"><td>{label}</td>{"".join(cells)}</tr>')
+        cells = "".join(f"<td>{html.escape(_with_stderr(result, c))}</td>" for c in columns)
+        body.append(f'<tr data-eval="{html.escape(key)}"><td title="{html.escape(key)}">'
+                    f"{html.escape(EVAL_LABELS[key])}</td>{cells}</tr>")  # fmt: skip
+    split = "".join(grouping_table(g, r) for g, r in groupings(evaluation).items())
     return (
         '<section id="evaluation"><h2>Evaluation (held-out, report.json)</h2>'
-        f'<table class="eval"><thead><tr><th>model</th>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
-        "<p>± is one standard error of the mean over the test problems.</p></section>"
+        f'<div class="table-wrap"><table class="eval"><thead><tr><th>model</th>{head}</tr>'
+        f"</thead><tbody>{''.join(body)}</tbody></table></div>"
+        "<p>± is one standard error of the mean over the test problems.</p>"
+        f"{split}</section>"
     )
+
+
+def grouping_table(grouping: str, results: dict[str, dict[str, dict[str, float]]]) -> str:
+    """Accuracy and tool-call rate per group of `grouping` (report.json's by_<grouping>),
+    one column per evaluation (after SFT, after GRPO, control): the quickstart's phrasing
+    split, before RL and after."""
+    groups = list(dict.fromkeys(g for per_group in results.values() for g in per_group))
+    metrics = [m for m in ("accuracy", "tool_call_rate")
+               if any(m in r for per_group in results.values() for r in per_group.values())]
+    top = "".join(f'<th colspan="{len(results)}">{html.escape(column_label(m))}</th>'
+                  for m in metrics)  # fmt: skip
+    sub = "".join(f"<th>{html.escape(EVAL_LABELS[name])}</th>" for _ in metrics for name in results)
+    body = []
+    for group in groups:
+        cells = "".join(
+            f"<td>{html.escape(_with_stderr(results[name].get(group, {}), m))}</td>"
+            for m in metrics for name in results
+        )
+        body.append(f'<tr data-group="{html.escape(group)}"><td>'
+                    f"{html.escape(group.replace('_', ' '))}</td>{cells}</tr>")  # fmt: skip
+    return (
+        f'<h3 id="by-{html.escape(grouping)}">By {html.escape(grouping.replace("_", " "))}</h3>'
+        f'<div class="table-wrap"><table class="eval grouping" data-grouping="'
+        f'{html.escape(grouping)}"><thead><tr><th rowspan="2">{html.escape(grouping)}</th>'
+        f"{top}</tr><tr>{sub}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+        + (f"<p>{html.escape(GROUPING_NOTES[grouping])}</p>" if grouping in GROUPING_NOTES else "")
+    )
+
+
+def settings_section(evaluation: dict[str, Any]) -> str:
+    """report.json's settings (a quickstart's), folded; empty without any."""
+    settings = evaluation.get("settings")
+    if not isinstance(settings, dict) or not settings:
+        return ""
+    rows = "".join(
+        f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(json.dumps(v))}</td></tr>"
+        for k, v in settings.items()
+    )
+    return ('<details id="settings"><summary>Settings (report.json)</summary>'
+            f'<div class="table-wrap"><table class="kv">{rows}</table></div></details>')
 
 
 def _plots_section(plots: list[Plot], has_metrics: bool) -> str:
     figures = "".join(
-        f'<figure class="plot" id="plot-{html.escape(p.name)}">'
+        f'<figure class="plot" id="plot-{html.escape(p.name)}" '
+        f'data-points="{html.escape(json.dumps(p.points))}">'
         f'<img alt="{html.escape(p.title)}" src="data:image/png;base64,{p.png}">'
         f"<figcaption><b>{html.escape(p.title)}</b>: {html.escape(p.caption)}</figcaption>"
         "</figure>"
@@ -108,7 +187,9 @@ def _plots_section(plots: list[Plot], has_metrics: bool) -> str:
     return f'<section id="plots"><h2>Training</h2><div class="plots">{figures}</div></section>'
 
 
-def _viewer_section(sources: dict[str, list[dict[str, Any]]], empty_note: str) -> str:
+def _viewer_section(
+    sources: dict[str, list[dict[str, Any]]], empty_note: str, truncated: str | None
+) -> str:
     if not sources:
         return (
             '<section id="viewer"><h2>Trajectories</h2>'
@@ -116,7 +197,9 @@ def _viewer_section(sources: dict[str, list[dict[str, Any]]], empty_note: str) -
         )
     return (
         '<section id="viewer"><h2>Trajectories</h2>'
-        '<div class="filters">'
+        + (f'<p class="truncated" id="viewer-truncated">{html.escape(truncated)}</p>'
+           if truncated else "")
+        + '<div class="filters">'
         '<label>source <select id="f-source"></select></label>'
         '<label>step <select id="f-step"></select></label>'
         '<label>outcome <select id="f-outcome"><option value="all">all</option>'
@@ -145,8 +228,8 @@ def alerts_section(metrics: list[dict[str, Any]]) -> str:
         f"<td>{html.escape(', '.join(map(str, steps)))}</td></tr>"
         for rule, steps in sorted(fired.items())
     )
-    return ('<section id="alerts"><h2>Behaviour alerts</h2><table><tr><th>rule</th>'
-            f"<th>steps</th><th>at</th></tr>{rows}</table>"
+    return ('<section id="alerts"><h2>Behaviour alerts</h2><div class="table-wrap"><table '
+            f'class="eval"><tr><th>rule</th><th>steps</th><th>at</th></tr>{rows}</table></div>'
             "<p>See trainer.alerts in docs/trainer.md for what each rule watches.</p></section>")
 
 
@@ -167,9 +250,11 @@ def render_page(
     notes: list[str],
     empty_viewer_note: str = "",
     timeline: str = "",
+    truncated: str | None = None,
 ) -> str:
     """The whole report.html (see the module docstring); `timeline` is the timeline
-    section's HTML (`timeline.timeline_section`), none when empty."""
+    section's HTML (`timeline.timeline_section`), none when empty; `truncated` the one
+    line saying what the viewer left out (`trajectories.truncation_line`)."""
     data = {
         "order": list(sources),
         "sources": {
@@ -184,13 +269,14 @@ def render_page(
         f"<title>agentrl report: {html.escape(run.root.name)}</title>"
         f"<style>{CSS}</style></head><body>"
         f'<header><h1>agentrl report</h1><p class="run">{html.escape(str(run.root))}</p>'
-        f"<p>{_summary(run)}; generated {generated}</p></header>"
+        f"<p>{_summary(run)}; generated {generated}</p>{settings_section(run.evaluation)}"
+        "</header>"
         + (f'<ul class="notes" id="notes">{notes_html}</ul>' if notes else "")
         + evaluation_table(run.evaluation)
         + alerts_section(run.metrics)
         + _plots_section(plots, bool(run.metrics))
         + timeline
-        + _viewer_section(sources, empty_viewer_note)
+        + _viewer_section(sources, empty_viewer_note, truncated)
         + f'<script type="application/json" id="report-data">{embed_json(data)}</script>'
         + f"<script>{JS}</script></body></html>\n"
     )

@@ -1,6 +1,6 @@
 """Rollout dump rows -> the trajectory viewer's records (plain JSON, embedded in the page).
 
-    records, note = load_source("rollouts", files, max_per_step=16)
+    records, total = load_source("rollouts", files, max_per_step=16)
 
 Two row formats are read:
 
@@ -111,9 +111,9 @@ def to_record(row: dict[str, Any], source: str, decode: Decoder | None) -> dict[
 
 def load_source(
     name: str, files: list[Path], max_per_step: int, decode: Decoder | None = None
-) -> tuple[list[dict[str, Any]], str | None]:
+) -> tuple[list[dict[str, Any]], int]:
     """The records of one viewer source, at most ``max_per_step`` per step (the first ones),
-    and a note saying how many were left out (None when none were)."""
+    and how many trajectories the files hold (`truncation_line` says what was left out)."""
     kept: list[dict[str, Any]] = []
     per_step: dict[Any, int] = defaultdict(int)
     total = 0
@@ -125,13 +125,20 @@ def load_source(
                 continue
             per_step[step] += 1
             kept.append(to_record(row, name, decode))
-    note = None
-    if len(kept) < total:
-        note = (
-            f"{name}: showing {len(kept)} of {total} trajectories "
-            f"(the first {max_per_step} per step; agentrl report --max-per-step N shows more)"
-        )
-    return kept, note
+    return kept, total
+
+
+def truncation_line(counts: dict[str, tuple[int, int]], max_per_step: int) -> str | None:
+    """One line for every source the viewer cut (``counts``: source -> (shown, total)), or
+    None when it shows everything."""
+    cut = {name: c for name, c in counts.items() if c[0] < c[1]}
+    if not cut:
+        return None
+    parts = ", ".join(f"{name} {shown:,} of {total:,}" for name, (shown, total) in cut.items())
+    return (
+        f"The viewer shows the first {max_per_step} trajectories of each step and source "
+        f"({parts}); agentrl report RUN_DIR --max-per-step N shows more."
+    )
 
 
 def needs_decoder(files: list[Path]) -> bool:

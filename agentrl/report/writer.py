@@ -16,10 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.report.page import render_page
-from agentrl.report.plots import stage_plots, training_plots
+from agentrl.report.plots import report_plots
 from agentrl.report.run_dir import NO_DUMPS_HINT, load_run
 from agentrl.report.timeline import timeline_section
-from agentrl.report.trajectories import load_decoder, load_source, needs_decoder
+from agentrl.report.trajectories import (
+    load_decoder,
+    load_source,
+    needs_decoder,
+    truncation_line,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -34,20 +39,21 @@ def write_report(run_dir: str | Path, max_per_step: int = DEFAULT_MAX_PER_STEP) 
         raise ValueError(f"max_per_step must be at least 1, got {max_per_step}")
     run = load_run(run_dir)
     notes = list(run.notes)
-    plots = training_plots(run.metrics, run.evaluation) + stage_plots(run.evaluation)
+    plots = report_plots(run.metrics, run.evaluation)
     decode = None
     if any(needs_decoder(files) for files in run.sources.values()):
         decode = load_decoder(run.config)
     sources: dict[str, list[dict[str, Any]]] = {}
+    counts: dict[str, tuple[int, int]] = {}
     for name, files in run.sources.items():
-        records, note = load_source(name, files, max_per_step, decode)
+        records, total = load_source(name, files, max_per_step, decode)
         if records:
             sources[name] = records
-        if note:
-            notes.append(note)
+        counts[name] = (len(records), total)
+    truncated = truncation_line(counts, max_per_step)
     empty = f"no rollout dumps found in {run.train_dir}: {NO_DUMPS_HINT}"
     page = render_page(run, plots, sources, notes, empty_viewer_note=empty,
-                       timeline=timeline_section(run.train_dir))  # fmt: skip
+                       timeline=timeline_section(run.train_dir), truncated=truncated)  # fmt: skip
     path = run.root / "report.html"
     path.write_text(page, encoding="utf-8")
     logger.info(

@@ -4,9 +4,11 @@ command line, and (slow) a CI-size run of the whole command that must learn."""
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import logging
 import os
+import re
 import secrets
 
 import pandas as pd
@@ -132,6 +134,30 @@ def test_a_teacher_makes_the_rl_stage_distil_from_it(tmp_path):
     assert plain.algorithm.adv_estimator == "grpo" and not plain.actor_rollout_ref.teacher.model.path
 
 
+def test_the_rl_stage_validates_on_a_slice_of_the_test_set_every_few_steps(tmp_path):
+    from agentrl.quickstart.pipeline import rl_config, write_val_slice
+    from agentrl.tasks.quickstart import TaskData
+
+    test = tmp_path / "test.parquet"
+    pd.DataFrame({"data_source": ["a"] * 10, "i": range(10)}).to_parquet(test)
+    settings = QuickstartSettings(val_freq=5, val_rows=4)
+    val = write_val_slice(test, tmp_path / "val.parquet", settings.val_rows)
+    assert pd.read_parquet(val)["i"].tolist() == [0, 1, 2, 3]  # the first test problems
+    assert write_val_slice(test, tmp_path / "none.parquet", 0) is None
+    data = TaskData(tmp_path / "sft.jsonl", tmp_path / "train.parquet", test, {})
+    cfg = rl_config(tmp_path / "m", data, None, tmp_path / "rl", settings, val)
+    assert cfg.data.val_files == str(val)
+    assert cfg.trainer.test_freq == 5 and cfg.trainer.val_before_train  # a curve from step 0
+    off = rl_config(tmp_path / "m", data, None, tmp_path / "rl",
+                    QuickstartSettings(val_freq=0), val)  # fmt: skip
+    assert off.data.val_files is None and not off.trainer.val_before_train
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    given = settings_from_args(parser.parse_args(["--val-freq", "2", "--val-rows", "32"]))
+    assert (given.val_freq, given.val_rows) == (2, 32)
+    assert (QuickstartSettings().val_freq, QuickstartSettings().val_rows) == (5, 64)
+
+
 def test_a_game_task_runs_with_its_interaction_and_no_tool(tmp_path):
     from agentrl.quickstart.pipeline import rl_config, settings_for
     from agentrl.tasks.quickstart import TaskData
@@ -196,6 +222,13 @@ def test_ci_size_quickstart_learns_when_to_call_the_tool(tmp_path, caplog):
     assert "after GRPO" in page and "calculator" in page
     assert (out / "rl" / "metrics.jsonl").is_file() and (out / "rl" / "rollouts").is_dir()
     assert "stage eval_rl" in (out / "quickstart.log").read_text()
+    # the validation during RL: a held-out curve from step 0, every val_freq steps
+    metrics = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
+    validated = [m["step"] for m in metrics if any(k.startswith("val-core/") for k in m)]
+    assert validated == [0, 5, 10, 15, 20], validated
+    points = re.search(r'id="plot-accuracy" data-points="([^"]*)"', page).group(1)
+    assert json.loads(html.unescape(points))["held-out accuracy: validation (64 test problems)"] == 5
+    assert '<tr data-group="direct_phrasings">' in page and 'id="plot-sft_loss"' in page
 
 
 CI_RL_STEPS = 20

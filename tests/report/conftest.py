@@ -23,8 +23,8 @@ TOKENS = [
 ]  # fmt: skip
 MASK = [1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1]
 EXPECTED_PLOTS = [
-    "reward",
     "accuracy",
+    "reward",
     "tool_calls",
     "length_turns",
     "entropy",
@@ -109,14 +109,34 @@ def train_run(tmp_path: Path) -> Path:
     return run
 
 
+# The plots of a quickstart report (quickstart_dir): the story, then the RL curves.
+QUICKSTART_PLOTS = ["sft_loss", "sft_check", "accuracy", "phrasing",
+                    *EXPECTED_PLOTS[1:], "stages"]  # fmt: skip
+
+
 def quickstart_report() -> dict[str, Any]:
     return {
+        "settings": {"seed": 0, "steps": 2, "val_freq": 1, "val_rows": 64},
         "timing_s": {"model": 1.0, "data": 2.0, "sft": 60.0, "eval_sft": 10.0, "rl": 150.0,
                      "eval_rl": 10.0, "total": 233.0},
+        "sft": {"steps": 300, "stop_reason": "skill",
+                "loss_curve": [[100, 2.5], [200, 0.9], [300, 0.4]],
+                "skill_check": {"threshold": 0.8, "reached_at": 200,
+                                "curve": [[100, 0.1], [200, 0.85]], "last": 0.85}},
         "eval_sft": {"accuracy": 0.53125, "accuracy_stderr": 0.0623, "tool_call_rate": 0.97,
                      "sampled_accuracy": 0.41, "sampled_accuracy_stderr": 0.031,
-                     "trajectories": 64.0, "by_phrasing": {"direct": {"accuracy": 0.5}}},
-        "eval_rl": {"accuracy": 0.625, "accuracy_stderr": 0.0605, "tool_call_rate": 1.0},
+                     "trajectories": 64.0,
+                     "by_phrasing": {
+                         "direct_phrasings": {"accuracy": 0.1, "accuracy_stderr": 0.05,
+                                              "tool_call_rate": 0.2},
+                         "tool_phrasings": {"accuracy": 0.8, "accuracy_stderr": 0.04,
+                                            "tool_call_rate": 0.95}}},
+        "eval_rl": {"accuracy": 0.625, "accuracy_stderr": 0.0605, "tool_call_rate": 1.0,
+                    "by_phrasing": {
+                        "direct_phrasings": {"accuracy": 0.7, "accuracy_stderr": 0.06,
+                                             "tool_call_rate": 0.9},
+                        "tool_phrasings": {"accuracy": 0.82, "accuracy_stderr": 0.04,
+                                           "tool_call_rate": 1.0}}},
         "control": {"accuracy": 0.09375, "accuracy_stderr": 0.0364, "tool_call_rate": 0.0},
     }  # fmt: skip
 
@@ -151,6 +171,7 @@ def synthetic() -> SimpleNamespace:
         TOKENS=TOKENS,
         MASK=MASK,
         EXPECTED_PLOTS=EXPECTED_PLOTS,
+        QUICKSTART_PLOTS=QUICKSTART_PLOTS,
         write_jsonl=write_jsonl,
         dump_row=dump_row,
         metrics_rows=metrics_rows,

@@ -17,17 +17,34 @@ def test_embedded_json_cannot_close_its_script_element():
 
 def test_evaluation_table_shows_each_model_with_standard_errors(synthetic):
     table = evaluation_table(synthetic.quickstart_report())
-    rows = re.findall(r'<tr data-eval="(\w+)"><td>([^<]*)</td>(.*?)</tr>', table)
+    rows = re.findall(r'<tr data-eval="(\w+)"><td title="\w+">([^<]*)</td>(.*?)</tr>', table)
     assert [r[0] for r in rows] == ["eval_sft", "eval_rl", "control"]
-    assert rows[0][1] == "after SFT (eval_sft)"
+    assert rows[0][1] == "after SFT"
     cells = {key: re.findall(r"<td>([^<]*)</td>", rest) for key, _, rest in rows}
-    header = re.findall(r"<th>([^<]*)</th>", table)
-    # the main columns first, then other numbers (nested dicts such as by_phrasing are left out)
-    assert header == ["model", "accuracy", "sampled_accuracy", "tool_call_rate", "trajectories"]
+    main = table.split("</table>")[0]
+    header = re.findall(r'<th(?: title="([^"]*)")?>([^<]*)</th>', main)
+    # the main columns first, then other numbers (nested dicts such as by_phrasing go to
+    # their own table); readable headers, each with its report.json key as tooltip
+    assert header == [("", "model"), ("accuracy", "greedy accuracy"),
+                      ("sampled_accuracy", "sampled accuracy (T=1)"),
+                      ("tool_call_rate", "tool-call rate"), ("trajectories", "test problems")]
     assert cells["eval_sft"] == ["0.531 ± 0.062", "0.410 ± 0.031", "0.970", "64"]
     assert cells["eval_rl"] == ["0.625 ± 0.060", "-", "1.000", "-"]
     assert cells["control"] == ["0.094 ± 0.036", "-", "0.000", "-"]
     assert evaluation_table({"timing_s": {"total": 1.0}}) == ""
+    # every table sits in a box that scrolls sideways instead of widening the page
+    assert table.count('<div class="table-wrap"><table') == table.count("<table") == 2
+
+
+def test_the_phrasing_table_has_accuracy_and_tool_call_rate_before_and_after(synthetic):
+    table = evaluation_table(synthetic.quickstart_report()).split("</table>")[1]
+    assert 'data-grouping="phrasing"' in table
+    assert re.findall(r"<th[^>]*>([^<]*)</th>", table) == [
+        "phrasing", "greedy accuracy", "tool-call rate",
+        "after SFT", "after GRPO", "after SFT", "after GRPO"]
+    tool = re.search(r'<tr data-group="tool_phrasings">(.*?)</tr>', table).group(1)
+    assert re.findall(r"<td>([^<]*)</td>", tool) == [
+        "tool phrasings", "0.800 ± 0.040", "0.820 ± 0.040", "0.950", "1.000"]
 
 
 def test_alerts_section_lists_the_steps_each_rule_fired():

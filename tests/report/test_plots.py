@@ -44,3 +44,45 @@ def test_report_json_evaluations_alone_make_an_accuracy_plot_and_a_stage_plot(sy
     assert stages.name == "stages"
     assert _pixels(stages.png).shape[0] == int(round(100 * (0.6 + 0.35 * 6)))  # 6 stages
     assert stage_plots({}) == [] and stage_plots({"timing_s": {"total": 3.0}}) == []
+
+
+def test_one_quantity_per_y_axis_two_quantities_are_two_panels(synthetic):
+    import inspect
+
+    import agentrl.report.plots as plots_module
+
+    assert "twinx" not in inspect.getsource(plots_module)  # no second y axis anywhere
+    plots = {p.name: p for p in training_plots(synthetic.metrics_rows(), {})}
+    assert plots["tool_calls"].points == {
+        "share with a tool call: rollout/tool_call_rate": 3,
+        "tool calls per trajectory: calls per trajectory": 3,
+    }
+    assert plots["clip_kl"].points == {
+        "clip fraction: actor/pg_clipfrac": 3, "KL: actor/ppo_kl": 3,
+    }
+
+
+def test_a_binary_reward_has_no_0_to_1_band_and_equal_lines_are_drawn_once(synthetic):
+    rows = synthetic.metrics_rows()  # min 0, max 1 at every step; rewards == score
+    (reward,) = [p for p in training_plots(rows, {}) if p.name == "reward"]
+    assert reward.points == {
+        "reward per trajectory (training batch): critic/score/mean (= critic/rewards/mean)": 3
+    }
+    assert "min..max is 0..1 at every step (not drawn)" in reward.caption
+    rows[1]["critic/rewards/mean"] = 0.05  # a KL penalty: two lines
+    rows[2]["critic/score/min"] = 0.5  # a band that says something
+    (reward,) = [p for p in training_plots(rows, {}) if p.name == "reward"]
+    assert len(reward.points) == 2 and "the band is its min..max" in reward.caption
+
+
+def test_sft_loss_skill_check_and_phrasing_plots_come_from_report_json(synthetic):
+    from agentrl.report.plots import report_plots, story_plots
+
+    report = synthetic.quickstart_report()
+    assert [p.name for p in story_plots(report)] == ["sft_loss", "sft_check", "phrasing"]
+    assert [p.name for p in report_plots([], report)] == [
+        "sft_loss", "sft_check", "accuracy", "phrasing", "stages"]
+    check = story_plots(report)[1]
+    assert check.points["SFT skill check (held-out): SFT stopped (300)"] == 2
+    assert "passed at step 200" in check.caption
+    assert story_plots({"sft": {"steps": 3}}) == []  # no curves recorded: no plots

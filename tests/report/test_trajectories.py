@@ -3,7 +3,7 @@ token/mask alignment and the per-step cap."""
 
 from __future__ import annotations
 
-from agentrl.report.trajectories import load_source, needs_decoder, to_record
+from agentrl.report.trajectories import load_source, needs_decoder, to_record, truncation_line
 
 
 def test_a_trainer_dump_row_becomes_a_record(synthetic):
@@ -32,8 +32,8 @@ def test_old_dump_rows_without_tokens_keep_their_text():
 def test_generate_rows_are_cut_at_the_prompt_and_decoded(quickstart_dir, synthetic):
     files = [quickstart_dir / "eval_sft.jsonl"]
     assert needs_decoder(files)
-    records, note = load_source("eval_sft", files, 16, decode=lambda ids: [f"<{i}>" for i in ids])
-    assert note is None
+    records, total = load_source("eval_sft", files, 16, decode=lambda ids: [f"<{i}>" for i in ids])
+    assert total == 3
     assert [r["id"] for r in records] == ["0/0", "1/0", "2/0"]
     assert [r["correct"] for r in records] == [False, True, True]
     first = records[0]
@@ -55,7 +55,15 @@ def test_a_mask_that_does_not_align_is_dropped(synthetic):
 def test_the_cap_keeps_the_first_rows_of_each_step_and_says_so(train_run):
     files = sorted((train_run.parent / "elsewhere" / "dumps").glob("*.jsonl"))
     assert not needs_decoder(files)
-    records, note = load_source("rollouts", files, max_per_step=3)
+    records, total = load_source("rollouts", files, max_per_step=3)
     assert [r["id"] for r in records if r["step"] == 1] == ["1-0", "1-1", "1-2"]
-    assert len(records) == 9
-    assert note.startswith("rollouts: showing 9 of 12 trajectories (the first 3 per step")
+    assert (len(records), total) == (9, 12)
+
+
+def test_every_cut_source_is_named_in_one_line():
+    line = truncation_line({"rollouts": (320, 2560), "eval_sft": (16, 128), "eval_rl": (5, 5)}, 16)
+    assert line == (
+        "The viewer shows the first 16 trajectories of each step and source (rollouts 320 "
+        "of 2,560, eval_sft 16 of 128); agentrl report RUN_DIR --max-per-step N shows more."
+    )
+    assert truncation_line({"rollouts": (3, 3)}, 16) is None and truncation_line({}, 16) is None
