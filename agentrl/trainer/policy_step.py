@@ -1,49 +1,33 @@
-"""Advantage and update: from scored trajectories to updated models.
+"""The policy step: from scored trajectories to updated models.
 
     balance (trainer.balance_batch) -> old log-probs -> ref log-probs
     -> teacher log-probs (on-policy distillation) -> values
     -> KL-in-reward + advantage (driver, agentrl.algos) -> update_critic -> update_actor
 
-`Models` holds the worker groups a step calls; `update` runs the stages above, each inside
-the trainer's `stage` (timed, watched for hangs), and is the same for the sync and the
-off-policy trainers (they differ in where the batch comes from and when weights sync).
+`policy_step` runs the stages above on the worker groups of `Models` (step_context.py), each
+inside the trainer's `stage` (timed, watched for hangs), and is the same for the sync and the
+off-policy trainers (they differ in where the batch comes from and when weights sync). The
+workers' own update loop (mini-batches, micro-batches, optimizer steps) is
+agentrl/workers/update.py; the advantage estimators are agentrl/algos/advantage.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Any
 
 from agentrl.algos import apply_kl_penalty, compute_advantage, distill_metrics
 from agentrl.protocol import DataProto
 from agentrl.trainer.balance import balance_batch
 from agentrl.trainer.metrics import compute_rollout_logprob_gap
+from agentrl.trainer.step_context import Models, Stage
 from agentrl.trainer.tracing import StepTrace
 
-Stage = Callable[[str, dict[str, float]], AbstractContextManager[None]]
 
-
-@dataclass
-class Models:
-    """The worker groups of a run: the actor (with its rollout and, when
-    `use_reference_policy`, the reference policy; with `use_teacher`, the distillation
-    teacher), the critic (GAE only) and a reward model (`reward_model.enable`); None where
-    the run has none."""
-
-    actor_rollout: Any
-    critic: Any = None
-    reward_model: Any = None
-    use_reference_policy: bool = False
-    use_teacher: bool = False  # on-policy distillation: a teacher scores the tokens
-    remote_teacher: Any = None  # ... behind HTTP (trainer/teacher.py); else in the workers
-
-
-def compute_advantages(data: DataProto, algorithm: Any, n: int,
+def rewards_and_advantages(data: DataProto, algorithm: Any, n: int,
                        kl_ctrl: Any = None) -> dict[str, float]:  # fmt: skip
     """`token_level_rewards` (the scores, less the KL penalty when `kl_ctrl`), then the
-    configured estimator's `advantages` and `returns`, in place; returns the KL metrics."""
+    configured estimator's `advantages` and `returns` (algos.compute_advantage), in place;
+    returns the KL metrics."""
     metrics: dict[str, float] = {}
     if kl_ctrl is not None:
         data, metrics = apply_kl_penalty(data, kl_ctrl, algorithm.kl_penalty)
@@ -61,7 +45,7 @@ def compute_advantages(data: DataProto, algorithm: Any, n: int,
     return metrics
 
 
-def update(
+def policy_step(
     data: DataProto,
     step: int,
     config: Any,
@@ -100,7 +84,7 @@ def update(
             data = data.union(models.critic.compute_values(data))
     with stage("adv", timing):
         n = int(config.actor_rollout_ref.rollout.n)
-        metrics |= compute_advantages(data, config.algorithm, n, kl_ctrl)
+        metrics |= rewards_and_advantages(data, config.algorithm, n, kl_ctrl)
     if models.critic is not None:
         with stage("update_critic", timing):
             metrics |= models.critic.update_critic(data).meta_info["metrics"]
