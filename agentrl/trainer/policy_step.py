@@ -4,8 +4,8 @@
     -> teacher log-probs (on-policy distillation) -> values
     -> KL-in-reward + advantage (driver, agentrl.algos) -> update_critic -> update_actor
 
-`policy_step` runs the stages above on the worker groups of `Models` (step_context.py), each
-inside the trainer's `stage` (timed, watched for hangs), and is the same for the sync and the
+`policy_step` runs the stages above on the worker groups of the step's `StepContext`
+(step_context.py), each inside the trainer's `stage` (timed, watched for hangs), and is the same for the sync and the
 off-policy trainers (they differ in where the batch comes from and when weights sync). The
 workers' own update loop (mini-batches, micro-batches, optimizer steps) is
 agentrl/workers/update.py; the advantage estimators are agentrl/algos/advantage.py.
@@ -19,8 +19,7 @@ from agentrl.algos import apply_kl_penalty, compute_advantage, distill_metrics
 from agentrl.protocol import DataProto
 from agentrl.trainer.balance import balance_batch
 from agentrl.trainer.metrics import compute_rollout_logprob_gap
-from agentrl.trainer.step_context import Models, Stage
-from agentrl.trainer.tracing import StepTrace
+from agentrl.trainer.step_context import StepContext
 
 
 def rewards_and_advantages(data: DataProto, algorithm: Any, n: int,
@@ -48,24 +47,20 @@ def rewards_and_advantages(data: DataProto, algorithm: Any, n: int,
 def policy_step(
     data: DataProto,
     step: int,
-    config: Any,
-    models: Models,
+    ctx: StepContext,
     *,
-    n_workers: int,
-    kl_ctrl: Any,
     sync_weights: bool,
-    stage: Stage,
     metrics: dict[str, float],
     timing: dict[str, float],
-    trace: StepTrace | None = None,
 ) -> DataProto:
     """Scored trajectories -> old (and ref) log-probs, values -> advantages -> critic and
     actor updates; adds to `metrics` and `timing`, returns the batch with it all. The actor
     starts updating after `trainer.critic_warmup` steps; it syncs the rollout's weights
     itself when `sync_weights` (the off-policy trainer syncs when its producer allows).
-    `trace`: the step's `StepTrace` (trainer.trace), given the workers' update spans."""
-    if config.trainer.balance_batch:
-        data, balance_metrics = balance_batch(data, n_workers)
+    The step trace (`ctx.trace`, trainer.trace) is given the workers' update spans."""
+    models, stage = ctx.models, ctx.stage
+    if ctx.trainer_cfg.balance_batch:
+        data, balance_metrics = balance_batch(data, ctx.n_workers)
         metrics |= balance_metrics
     actor = models.actor_rollout
     with stage("old_log_prob", timing):
@@ -83,16 +78,15 @@ def policy_step(
         with stage("values", timing):
             data = data.union(models.critic.compute_values(data))
     with stage("adv", timing):
-        n = int(config.actor_rollout_ref.rollout.n)
-        metrics |= rewards_and_advantages(data, config.algorithm, n, kl_ctrl)
+        n = int(ctx.rollout.n)
+        metrics |= rewards_and_advantages(data, ctx.algorithm, n, ctx.kl_ctrl)
     if models.critic is not None:
         with stage("update_critic", timing):
             metrics |= models.critic.update_critic(data).meta_info["metrics"]
-    if step > config.trainer.critic_warmup:
+    if step > ctx.trainer_cfg.critic_warmup:
         data.meta_info["sync_weights"] = sync_weights
         with stage("update_actor", timing):
             out = actor.update_actor(data)
         metrics |= out.meta_info["metrics"]
-        if trace is not None:
-            trace.absorb(out)
+        ctx.trace.absorb(out)
     return data

@@ -117,9 +117,10 @@ class PPOTrainer:
         self.workers = worker_setup.start_workers(self.config, workers_config)
         if (loop := self.workers.rollout_event_loop()) is not None:  # in a hang report
             self.watchdog.register_loop(loop, "rollout")
-        self.context = StepContext.of(self.config, self.models, reward_fn=self.reward_fn,
-                                      trace=self.trace, watchdog=self.watchdog, stage=self.stage,
-                                      total_training_steps=self.total_training_steps)  # fmt: skip
+        self.context = StepContext.of(
+            self.config, self.models, reward_fn=self.reward_fn, kl_ctrl=self.kl_ctrl,
+            trace=self.trace, watchdog=self.watchdog, stage=self.stage, n_workers=self.n_workers,
+            total_training_steps=self.total_training_steps)  # fmt: skip
         self.source.workers_started(self.context)
 
     def fit(self) -> list[dict[str, float]]:
@@ -204,10 +205,8 @@ class PPOTrainer:
         step, timing = self.global_steps, {}
         with timer("step", timing):
             data, metrics = get_batch(timing)
-            data = policy_step(data, step, self.config, self.models, n_workers=self.n_workers,
-                               kl_ctrl=self.kl_ctrl, sync_weights=source.sync_weights_in_update,
-                               stage=self.stage, metrics=metrics, timing=timing,
-                               trace=self.trace)  # fmt: skip
+            data = policy_step(data, step, self.context, metrics=metrics, timing=timing,
+                               sync_weights=source.sync_weights_in_update)  # fmt: skip
             metrics |= source.after_update(self.context, step, timing)
         metrics |= source.step_metrics(data, step, timing)
         if self.config.trainer.rollout_data_dir:

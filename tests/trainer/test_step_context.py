@@ -68,8 +68,8 @@ def _context(**changes):
         "algorithm": {"adv_estimator": "grpo"}, "data": {"train_batch_size": 4},
         "actor_rollout_ref": {"rollout": {"temperature": 0.7}}, "trainer": {"seed": 1},
     })  # fmt: skip
-    fields = dict(reward_fn="reward", trace="trace", watchdog="watchdog", stage="stage",
-                  total_training_steps=3) | changes  # fmt: skip
+    fields = dict(reward_fn="reward", kl_ctrl=None, trace="trace", watchdog="watchdog",
+                  stage="stage", n_workers=2, total_training_steps=3) | changes  # fmt: skip
     return StepContext.of(config, Models(actor_rollout="actor"), **fields)
 
 
@@ -78,6 +78,7 @@ def test_the_context_holds_the_sections_the_stages_read():
     assert ctx.rollout.temperature == 0.7
     assert ctx.data.train_batch_size == 4
     assert ctx.algorithm.adv_estimator == "grpo"
+    assert ctx.trainer_cfg.seed == 1 and ctx.n_workers == 2
     assert ctx.models.actor_rollout == "actor" and ctx.total_training_steps == 3
     assert not hasattr(ctx, "config") and not hasattr(ctx, "trainer")
 
