@@ -36,6 +36,7 @@ from agentrl.gateway.server import create_app
 from agentrl.protocol import DataProto
 from agentrl.reward.base import scores_on_last_token
 from agentrl.rollout.collector import TrajectoryCollector
+from agentrl.rollout.engine_config import RolloutConfig
 from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
 from agentrl.utils.extras import missing_package
 
@@ -83,7 +84,8 @@ class AgentRollout:
             tools=tools, multi_turn=config.multi_turn,
         )  # fmt: skip
         # the padding, truncation and metrics of the engine's output, for these requests
-        self.collector = TrajectoryCollector(config, tokenizer, chat_template_kwargs)
+        self.collector = TrajectoryCollector(RolloutConfig.from_config(config), tokenizer,
+                                             chat_template_kwargs)  # fmt: skip
 
     async def agenerate_sequences(
         self, batch: DataProto, on_request_done: Callable[[Any], None] | None = None

@@ -6,7 +6,8 @@ The in-process engine (`AsyncRolloutEngine`), the sharded engine's driver
 (`ShardedRolloutEngine`) and agent mode (`AgentRollout`) all finish their trajectories
 through a `TrajectoryCollector`; none builds an engine only to collect.
 
-    collector = TrajectoryCollector(rollout_config, tokenizer, chat_template_kwargs)
+    collector = TrajectoryCollector(RolloutConfig.from_config(rollout_section), tokenizer,
+                                    chat_template_kwargs)
     n, params = collector.sampling_params(validate=False)
     out = collector.collect(requests, batch, wall_s)     # DataProto, padded, with metrics
 """
@@ -18,17 +19,21 @@ from typing import Any
 
 from agentrl.models.chat import ChatRenderer
 from agentrl.protocol import DataProto
+from agentrl.rollout.engine_config import RolloutConfig
 from agentrl.rollout.output import PaddedRows, batch_timing, build_output, request_metrics
 from agentrl.rollout.request import AsyncRolloutRequest
-from agentrl.utils.plain_config import plain_config
 
 
 class TrajectoryCollector:
-    """Pads and measures finished requests per the `actor_rollout_ref.rollout` config."""
+    """Pads and measures finished requests per the rollout's typed config
+    (`RolloutConfig.from_config(cfg.actor_rollout_ref.rollout)`, engine_config.py)."""
 
-    def __init__(self, config: Any, tokenizer: Any,
+    def __init__(self, config: RolloutConfig, tokenizer: Any,
                  chat_template_kwargs: Mapping[str, Any] | None = None) -> None:  # fmt: skip
-        self.config = plain_config(config)
+        if not isinstance(config, RolloutConfig):
+            raise TypeError("TrajectoryCollector takes a RolloutConfig (RolloutConfig."
+                            f"from_config(rollout_section)), got {type(config).__name__}")
+        self.config = config
         self.tokenizer = tokenizer
         self.renderer = ChatRenderer(tokenizer, dict(chat_template_kwargs or {}))
         pad = tokenizer.pad_token_id
@@ -36,7 +41,7 @@ class TrajectoryCollector:
 
     def sampling_params(self, validate: bool) -> tuple[int, dict[str, Any]]:
         """`(n, sampling params)` from the config (val_kwargs when validating)."""
-        source = self.config.val_kwargs if validate else self.config
+        source = self.config.val_kwargs if validate else self.config.sampling
         greedy = not source.do_sample or source.temperature == 0
         params: dict[str, Any] = {
             "temperature": 0.0 if greedy else float(source.temperature),

@@ -62,6 +62,7 @@ from agentrl.data.rows import select_tool_schemas
 from agentrl.interactions.base import BaseInteraction
 from agentrl.protocol import DataProto
 from agentrl.rollout.collector import TrajectoryCollector
+from agentrl.rollout.engine_config import RolloutConfig
 from agentrl.rollout.generation import generate_with_retries
 from agentrl.rollout.output import PaddedRows
 from agentrl.rollout.parsers import ParsedCall, ParseResult, get_tool_parser
@@ -71,7 +72,7 @@ from agentrl.rollout.waves import GenerationWaves
 from agentrl.tools import BaseTool
 from agentrl.utils.aio import within
 from agentrl.utils.gc_pause import rollout_gc
-from agentrl.utils.infra import ON_INFRA_ERROR, check_on_infra_error, is_infra_error
+from agentrl.utils.infra import is_infra_error
 from agentrl.utils.plain_config import plain_config
 from agentrl.utils.trace import TRACE_EVENTS, TraceRecorder, Track, span
 
@@ -102,7 +103,8 @@ class AsyncRolloutEngine:
     """Multi-turn rollout over any `GenerationBackend` (see the module docstring).
 
     Args:
-        config: the `actor_rollout_ref.rollout` sub-config.
+        config: the validated `actor_rollout_ref.rollout` sub-config; the engine reads its
+            typed `settings` (`RolloutConfig.from_config`, engine_config.py), made once here.
         tokenizer: the policy's tokenizer (with its chat template).
         backend: an object with the `GenerationBackend` coroutines.
         tools: `{name: BaseTool}` from `load_tools` (possibly wrapped by `wrap_tools`).
@@ -126,13 +128,14 @@ class AsyncRolloutEngine:
                 f"backend {type(backend).__name__} has no generate() coroutine; "
                 "see agentrl.rollout.backends.GenerationBackend"
             )
-        self.config = plain_config(config)  # read per request and turn: no OmegaConf lookups
-        self.multi_turn = self.config.multi_turn
+        self.config = plain_config(config)  # the whole section, resolved (for subclasses)
+        self.settings = RolloutConfig.from_config(config)  # what the engine reads, typed
+        self.multi_turn = self.settings.multi_turn
         self.tokenizer = tokenizer
         self.backend = backend
         self.tools = dict(tools or {})
         self.interactions = dict(interactions or {})
-        self.collector = TrajectoryCollector(config, tokenizer, chat_template_kwargs)
+        self.collector = TrajectoryCollector(self.settings, tokenizer, chat_template_kwargs)
         self.renderer = self.collector.renderer
         self.tool_schemas = [
             t.get_openai_tool_schema().model_dump(exclude_none=True) for t in self.tools.values()
@@ -144,13 +147,12 @@ class AsyncRolloutEngine:
         self._loop_lock = threading.Lock()
         self._warned_prompt_mismatch = False
         # rollout.deterministic (waves.py); null -> what the backend asks for (hf: on)
-        deterministic = config.get("deterministic") if hasattr(config, "get") else None
+        deterministic = self.settings.deterministic
         if deterministic is None:
             deterministic = getattr(backend, "deterministic_by_default", False)
         self.deterministic = bool(deterministic)
         # rollout.on_infra_error: with mask or raise an infrastructure failure ends its request
-        mode = config.get("on_infra_error") if hasattr(config, "get") else None
-        self.on_infra_error = check_on_infra_error(mode or ON_INFRA_ERROR[0])
+        self.on_infra_error = self.settings.on_infra_error  # checked by from_config
         self.stop_on_infra_error = self.on_infra_error != "zero"
 
     # ------------------------------------------------------------------ the batch
@@ -211,7 +213,7 @@ class AsyncRolloutEngine:
             ctx.rows = self.padded_rows([(r.batch_data_id, r.rollout_offset) for r in requests])
         if self.deterministic:
             ctx.waves = GenerationWaves(len(requests))
-        rate = 0.0 if batch.meta_info.get("validate", False) else self.config.over_sample_rate
+        rate = 0.0 if batch.meta_info.get("validate", False) else self.settings.over_sample_rate
         # every request starts at once: building them in chunks that start as they are built
         # helped the first chunks and delayed the last (measured slower at 2,048)
         with rollout_gc():  # agentrl/utils/gc_pause.py: ~1 s of 9 at 2,048 requests
@@ -244,7 +246,7 @@ class AsyncRolloutEngine:
         return BatchContext(
             n=n,
             sampling_params=params,
-            generation_slots=asyncio.Semaphore(self.config.max_concurrent_requests),
+            generation_slots=asyncio.Semaphore(self.settings.max_concurrent_requests),
             tool_slots={
                 name: asyncio.Semaphore(self.multi_turn.max_concurrent_tool_calls)
                 for name in self.tools
@@ -420,10 +422,10 @@ class AsyncRolloutEngine:
         await handler(req, ctx)
 
     async def _handle_pending(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
-        if req.prompt_length > self.config.prompt_length:
+        if req.prompt_length > self.settings.prompt_length:
             req.fail(
                 f"the prompt has {req.prompt_length} tokens, more than rollout.prompt_length="
-                f"{self.config.prompt_length}; a cut chat prompt cannot be continued (set "
+                f"{self.settings.prompt_length}; a cut chat prompt cannot be continued (set "
                 "data.filter_overlong_prompts=true or raise data.max_prompt_length)"
             )
             return
@@ -450,8 +452,8 @@ class AsyncRolloutEngine:
             req,
             {**ctx.sampling_params, "max_new_tokens": max_new},
             ctx.generation_slots,
-            timeout=self.config.request_timeout,
-            max_retries=self.config.max_retries,
+            timeout=self.settings.request_timeout,
+            max_retries=self.settings.max_retries,
             backoff=self.multi_turn.retry_backoff,
             trace=ctx.request_track(req),
         )

@@ -101,6 +101,7 @@ class ShardedRolloutEngine:
 
         from agentrl.models.tokenizer import load_tokenizer
         from agentrl.rollout.collector import TrajectoryCollector
+        from agentrl.rollout.engine_config import RolloutConfig
 
         if n_workers < 2:
             raise ValueError(f"engine_workers must be >= 2 to shard, got {n_workers}")
@@ -114,9 +115,9 @@ class ShardedRolloutEngine:
         ]  # fmt: skip
         ray.get([worker.ready.remote() for worker in self.workers])  # a bad tool fails here
         # the padding and metrics of the workers' finished requests
-        self.collector = TrajectoryCollector(
-            rollout_config, load_tokenizer(**dict(tokenizer_source)), chat_template_kwargs
-        )
+        self.collector = TrajectoryCollector(RolloutConfig.from_config(rollout_config),
+                                             load_tokenizer(**dict(tokenizer_source)),
+                                             chat_template_kwargs)  # fmt: skip
         logger.info("rollout sharded over %d engine workers", n_workers)
 
     def generate_sequences(self, batch: DataProto) -> DataProto:

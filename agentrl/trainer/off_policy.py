@@ -14,7 +14,7 @@ the actor trains in its workers; this process pushes it the loader's batches as 
 allows. The actor's workers reach the same servers for validation and weight sync. A step:
 
     take train_batch_size finished prompt groups (stage wait_for_rollouts)
-    -> reward -> update.update: old log-probs under the current policy, advantages,
+    -> reward -> policy_step.policy_step: old log-probs under the current policy, advantages,
        critic and actor updates (the rollout correction weighs each token's loss by
        pi_old / pi_rollout, truncated: on by default, ``off_policy.rollout_correction``)
     -> one_step_off: wait until nothing is generating -> weight sync -> set_version(step)
@@ -44,8 +44,8 @@ from agentrl.rollout.output import model_token_versions
 from agentrl.trainer.ppo_trainer import PPOTrainer
 from agentrl.trainer.producer import TakeStats
 from agentrl.trainer.scoring import isolate_failed, score, settle_infra_failures
+from agentrl.trainer.step_context import StepContext
 from agentrl.trainer.worker_setup import init_ray, stop_ray, with_rollout
-from agentrl.utils.deprecation import renamed_attributes
 
 logger = logging.getLogger(__name__)
 
@@ -124,18 +124,19 @@ class ProducerBatchSource:
 
     # ------------------------------------------------------------------ setup
 
-    def prepare_workers(self, trainer: PPOTrainer) -> None:
-        """Start the inference servers and point the workers' rollout at them."""
+    def prepare_workers(self, worker_config: DictConfig) -> DictConfig:
+        """Start the inference servers; the workers' config is a copy of `worker_config`
+        whose rollout points at them (`worker_config` itself is not changed)."""
         rollout = OmegaConf.to_container(self.config.actor_rollout_ref.rollout, resolve=True)
         urls = self._start_servers(rollout)
         if not rollout["server_urls"]:
             logger.info("%s: the workers reach the %s rollout servers over HTTP: %s",
                         self.mode, rollout["name"], ", ".join(urls))
         rollout.update(server_urls=urls, control_urls=[], free_cache_engine=False)
-        trainer.worker_config = with_rollout(trainer.worker_config, rollout)
         self._rollout = rollout
+        return with_rollout(worker_config, rollout)
 
-    def workers_started(self, trainer: PPOTrainer) -> None:
+    def workers_started(self, ctx: StepContext) -> None:
         """The producer's process (producer_host.py), its stacks in the watchdog's reports."""
         import ray
 
@@ -151,9 +152,9 @@ class ProducerBatchSource:
             str(model.path),
             chat_template_kwargs(cfg),
             n=int(rollout["n"]), max_staleness=int(cfg.off_policy.max_staleness),
-            total_batches=trainer.total_training_steps, trace=trainer.trace.enabled,
+            total_batches=ctx.total_training_steps, trace=ctx.trace.enabled,
         )  # fmt: skip
-        trainer.watchdog.register_source(
+        ctx.watchdog.register_source(
             "async-rollout", lambda: ray.get(self.host.stacks.remote(), timeout=30)
         )
 
@@ -187,12 +188,13 @@ class ProducerBatchSource:
 
     # ------------------------------------------------------------------ the steps
 
-    def start(self, trainer: PPOTrainer, batches: Iterator[dict[str, Any]]) -> None:
+    def start(self, ctx: StepContext, batches: Iterator[dict[str, Any]],
+              global_step: int) -> None:  # fmt: skip
         self.batches = batches
         if self._restored is not None:
             self._call("load_state_dict", self._restored)
             self._restored = None
-        self._call("start", trainer.global_steps)
+        self._call("start", global_step)
         self._started = True
         self._feed()
 
@@ -202,45 +204,44 @@ class ProducerBatchSource:
         for _ in range(self._call("batches_wanted")):
             self._call("add_batch", next(self.batches))
 
-    def next_batch(self, trainer: PPOTrainer, step: int,
+    def next_batch(self, ctx: StepContext, step: int,
                    timing: dict[str, float]) -> tuple[DataProto, dict[str, float]]:  # fmt: skip
         """Finished groups from the producer (stage `wait_for_rollouts`), scored."""
-        with trainer.stage("wait_for_rollouts", timing):
-            data, self.stats = self._take(trainer, step)
-        trainer.trace.request(data)  # trainer.trace: the update records its spans
+        with ctx.stage("wait_for_rollouts", timing):
+            data, self.stats = self._take(ctx, step)
+        ctx.trace.request(data)  # trainer.trace: the update records its spans
         isolate_failed(data)
-        with trainer.stage("reward", timing):
-            data = score(data, trainer.reward_fn, trainer.rm_wg)
-        settle_infra_failures(data, self.config.actor_rollout_ref.rollout.on_infra_error, step)
+        with ctx.stage("reward", timing):
+            data = score(data, ctx.reward_fn, ctx.models.reward_model)
+        settle_infra_failures(data, ctx.rollout.on_infra_error, step)
         return data, {}
 
-    def _take(self, trainer: PPOTrainer, step: int) -> tuple[Any, TakeStats]:
+    def _take(self, ctx: StepContext, step: int) -> tuple[Any, TakeStats]:
         """Step `step`'s batch from the producer; each group it finishes meanwhile is
         progress for the watchdog."""
-        meta = {"temperature": float(self.config.actor_rollout_ref.rollout.temperature),
-                "global_steps": step}
+        meta = {"temperature": float(ctx.rollout.temperature), "global_steps": step}
         finished = -1
         while True:
-            reply = self._call("take_batch", int(self.config.data.train_batch_size), step - 1,
+            reply = self._call("take_batch", int(ctx.data.train_batch_size), step - 1,
                                meta, _POLL_S)
             if not isinstance(reply, int):
                 return reply
             if reply != finished:
                 finished = reply
-                trainer.watchdog.beat("wait_for_rollouts")
+                ctx.watchdog.beat("wait_for_rollouts")
 
-    def after_update(self, trainer: PPOTrainer, step: int,
+    def after_update(self, ctx: StepContext, step: int,
                      timing: dict[str, float]) -> dict[str, float]:  # fmt: skip
         """Weight sync (one_step_off: once nothing is generating), the producer's new
         version, and the batches its throttle now lets start."""
         metrics = {}
-        with trainer.stage("weight_sync", timing):
+        with ctx.stage("weight_sync", timing):
             if self.mode == "one_step_off":
                 metrics["async/sync_wait_s"] = self._call("wait_idle")
-            trainer.actor_rollout_wg.sync_rollout_weights()
+            ctx.models.actor_rollout.sync_rollout_weights()
             self._call("set_version", step)
-        if trainer.trace.enabled:  # what the producer did meanwhile, beside the trainer's stages
-            trainer.trace.add(self._call("drain_trace"))
+        if ctx.trace.enabled:  # what the producer did meanwhile, beside the trainer's stages
+            ctx.trace.add(self._call("drain_trace"))
         self._feed()
         return metrics
 
@@ -306,7 +307,6 @@ class OffPolicyTrainer(PPOTrainer):
         self.mode = self.source.mode
 
 
-__getattr__ = renamed_attributes(__name__, {"AsyncPPOTrainer": "OffPolicyTrainer"})
 
 __all__ = [
     "OffPolicyTrainer",

@@ -9,11 +9,12 @@ groups (worker_setup.py, docs/workers.md). One step, each stage in the module na
 
     batch source: rollout (remax: greedy baseline) -> reward     batch_source.py, scoring.py,
         [more batches until enough prompts disagree]             dynamic_sampling.py, replay.py
-    -> old and ref log-probs, values -> KL-in-reward, advantage -> critic, actor  update.py
+    -> old and ref log-probs, values -> KL-in-reward, advantage -> critic, actor  policy_step.py
     -> metrics; validation (every test_freq steps and after the last)      validation.py
     -> checkpoint (every save_freq steps and after the last)              checkpointing.py
 
-The hang guard (hang_guard.py) times and watches every stage. The off-policy trainer
+The stages get a `StepContext` (step_context.py), built once the workers have started, not
+the trainer. The hang guard (hang_guard.py) times and watches every stage. The off-policy trainer
 (off_policy.py) is this class with another batch source. Departures from verl: uids are
 `"{step}-{row}"` (a resumed run sees the same batch); a FAILED rollout is a group of its own
 (scoring.isolate_failed), and so is one hit by an infrastructure failure with
@@ -43,12 +44,18 @@ from agentrl.trainer.alerts import BehaviourMonitor
 from agentrl.trainer.batch_source import BatchSource, RolloutInStep, rollout_batch
 from agentrl.trainer.dump import dump_trajectories
 from agentrl.trainer.hang_guard import HangGuard
-from agentrl.trainer.metrics import batch_metrics, compute_timing_metrics, progress_postfix, timer
+from agentrl.trainer.metrics import (
+    compute_timing_metrics,
+    progress_postfix,
+    timer,
+    train_step_metrics,
+)
+from agentrl.trainer.policy_step import policy_step
 from agentrl.trainer.preflight import check_run_inputs
 from agentrl.trainer.scoring import score
+from agentrl.trainer.step_context import StepContext
 from agentrl.trainer.tracing import StepTrace
 from agentrl.trainer.tracking import Tracking
-from agentrl.trainer.update import update
 from agentrl.trainer.validation import validate
 from agentrl.utils.seeding import seed_everything
 
@@ -95,6 +102,7 @@ class PPOTrainer:
         self.global_steps = 0
         self.val_metrics: dict[str, float] = {}
         self.workers: worker_setup.Workers | None = None
+        self.context: StepContext | None = None  # what the stages get (init_workers)
         self._checkpoint_loaded = False
 
     # the worker groups (None before init_workers)
@@ -110,13 +118,15 @@ class PPOTrainer:
 
     def init_workers(self) -> None:
         """Start the worker group (in-process or Ray) and load the models."""
-        self.source.prepare_workers(self)
-        self.workers = worker_setup.start_workers(self.config, self.worker_config)
-        if self.worker_group_kind() == "in_process":  # its engine's tasks, in a hang report
-            rollout = getattr(self.group.worker("actor_rollout"), "rollout", None)
-            if rollout is not None:
-                self.watchdog.register_loop(rollout.loop.loop, "rollout")
-        self.source.workers_started(self)
+        workers_config = self.source.prepare_workers(self.worker_config)
+        self.workers = worker_setup.start_workers(self.config, workers_config)
+        if (loop := self.workers.rollout_event_loop()) is not None:  # in a hang report
+            self.watchdog.register_loop(loop, "rollout")
+        self.context = StepContext.of(
+            self.config, self.models, reward_fn=self.reward_fn, kl_ctrl=self.kl_ctrl,
+            trace=self.trace, watchdog=self.watchdog, stage=self.stage, n_workers=self.n_workers,
+            total_training_steps=self.total_training_steps)  # fmt: skip
+        self.source.workers_started(self.context)
 
     def fit(self) -> list[dict[str, float]]:
         """Train to `total_training_steps`; returns (and logs) one metrics dict per step."""
@@ -133,7 +143,7 @@ class PPOTrainer:
             return history
         try:
             self.hang_guard.start()
-            self.source.start(self, self.batches())
+            self.source.start(self.context, self.batches(), self.global_steps)
             bar = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="rl",
                        unit="step")  # fmt: skip
             with bar:
@@ -165,7 +175,8 @@ class PPOTrainer:
         `trainer.alerts.stop_on_alert`: a checkpoint is saved first)."""
         step = self.global_steps
         self.hang_guard.remember(lambda: self._trainer_state(step - 1))
-        metrics = self._run_step(lambda timing: self.source.next_batch(self, step, timing),
+        ctx = self.context
+        metrics = self._run_step(lambda timing: self.source.next_batch(ctx, step, timing),
                                  self.source)  # fmt: skip
         alerts, alert_metrics = self.monitor.observe(step, metrics)
         metrics |= alert_metrics
@@ -190,7 +201,7 @@ class PPOTrainer:
         further batches are drawn from `more_batches` until enough prompts disagree."""
         step = self.global_steps
         return self._run_step(
-            lambda timing: rollout_batch(self, batch_dict, more_batches, step, timing),
+            lambda timing: rollout_batch(self.context, batch_dict, more_batches, step, timing),
             RolloutInStep(),
         )
 
@@ -200,16 +211,14 @@ class PPOTrainer:
         step, timing = self.global_steps, {}
         with timer("step", timing):
             data, metrics = get_batch(timing)
-            data = update(data, step, self.config, self.models, n_workers=self.n_workers,
-                          kl_ctrl=self.kl_ctrl, sync_weights=source.sync_weights_in_update,
-                          stage=self.stage, metrics=metrics, timing=timing,
-                          trace=self.trace)  # fmt: skip
-            metrics |= source.after_update(self, step, timing)
+            data = policy_step(data, step, self.context, metrics=metrics, timing=timing,
+                               sync_weights=source.sync_weights_in_update)  # fmt: skip
+            metrics |= source.after_update(self.context, step, timing)
         metrics |= source.step_metrics(data, step, timing)
         if self.config.trainer.rollout_data_dir:
             dump_trajectories(Path(self.config.trainer.rollout_data_dir), data, step,
                               self.tokenizer)  # fmt: skip
-        metrics |= batch_metrics(data, timing, self.n_workers, self.use_critic,
+        metrics |= train_step_metrics(data, timing, self.n_workers, self.use_critic,
                                  self.config.data.reward_fn_key)
         metrics["training/global_step"] = float(step)
         metrics["training/epoch"] = float(self.train_dataloader.epoch)
@@ -301,6 +310,7 @@ class PPOTrainer:
             if self.workers is not None:
                 self.workers.close()
                 self.workers = None
+                self.context = None
 
     def __enter__(self) -> PPOTrainer:
         return self

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from agentrl.config import chat_template_kwargs
 from agentrl.data import create_rl_dataset, create_train_dataloader, create_val_dataloader
 from agentrl.distributed import InProcessWorkerGroup, RayWorkerGroup, ResourcePool, WorkerSpec
-from agentrl.trainer.update import Models
+from agentrl.trainer.step_context import Models
 from agentrl.workers import ActorRolloutRefWorker, CriticWorker
 from agentrl.workers.reward_model import RewardModelWorker
 
@@ -133,6 +134,13 @@ class Workers:
     models: Models
     pool: ResourcePool | None = None
     ray_temp_dir: str | None = None
+
+    def rollout_event_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The in-process actor's rollout event loop (its tasks go into a hang report);
+        None for a Ray group (the loop lives in another process) or no rollout."""
+        if not isinstance(self.group, InProcessWorkerGroup):
+            return None
+        return self.group.worker("actor_rollout").rollout_event_loop()
 
     def close(self) -> None:
         """Stop the rollout and the workers (and Ray if it was started here)."""

@@ -365,6 +365,11 @@ class ActorRolloutRefWorker(Worker):
         with self.actor_residency.on_device():
             return str(checkpoint.export_hf(Path(local_path), actor.model, self.tokenizer))
 
+    def rollout_event_loop(self) -> Any:
+        """The rollout's event loop (an in-process group's watchdog reports its tasks); None
+        without a rollout. Not dispatched: the driver calls it on the worker object."""
+        return None if self.rollout is None else self.rollout.event_loop()
+
     @register(Dispatch.ONE_TO_ALL)
     def close(self) -> None:
         """Stop the rollout engine and backend (servers it launched included)."""

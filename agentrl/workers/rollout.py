@@ -42,6 +42,7 @@ and resumed before the next weight sync, so training has the GPU to itself (slee
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 from pathlib import Path
@@ -219,6 +220,10 @@ class HybridRollout:
         log_probs = torch.log_softmax(logits[0, :-1].float(), -1)  # (T - 1, V)
         chosen = log_probs.gather(1, torch.tensor(ids[1:], device=device)[:, None])[:, 0]
         return Probe(ids, chosen.cpu().tolist(), probe_tolerance(dtype))
+
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the rollout runs on (its thread's; a watchdog reports its tasks)."""
+        return self.loop.loop
 
     def close(self) -> None:
         """Stop the engine workers, the backend (and servers it launched), the loop thread."""

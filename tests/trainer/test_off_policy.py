@@ -52,8 +52,6 @@ def test_cpu_split_gives_the_servers_half_the_cores():
 def test_servers_listen_where_ranks_on_other_nodes_reach_them(monkeypatch, address, host):
     """On a Ray cluster the driver's servers listen on its node's address (Ray's, faked
     here) and the workers get URLs naming it; on one machine, loopback as before."""
-    from types import SimpleNamespace
-
     from agentrl.config import load_config
     from agentrl.rollout.backends import factory
     from agentrl.trainer import off_policy
@@ -76,12 +74,10 @@ def test_servers_listen_where_ranks_on_other_nodes_reach_them(monkeypatch, addre
         "trainer.mode=async", "actor_rollout_ref.rollout.name=sglang",
         f"ray_init.address={'null' if address is None else address}",
     ])  # fmt: skip
-    trainer = SimpleNamespace(worker_config=config)
-    off_policy.ProducerBatchSource(config).prepare_workers(trainer)
+    workers_config = off_policy.ProducerBatchSource(config).prepare_workers(config)
     assert made[0].get("host", "127.0.0.1") == host
-    assert list(trainer.worker_config.actor_rollout_ref.rollout.server_urls) == [
-        f"http://{host}:30000"
-    ]
+    assert list(workers_config.actor_rollout_ref.rollout.server_urls) == [f"http://{host}:30000"]
+    assert not config.actor_rollout_ref.rollout.server_urls  # the given config is not changed
     assert len(connected) == (address is not None)  # Ray joined first to know the address
 
 

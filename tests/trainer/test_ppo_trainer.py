@@ -306,6 +306,24 @@ def test_total_training_steps_and_worker_config(make_config):
     assert worker_config(cfg, 7).critic.optim.total_training_steps == 7
 
 
+def test_started_workers_give_the_stages_their_context_and_the_watchdog_the_rollout_loop(
+        make_config):
+    trainer = PPOTrainer(make_config())
+    try:
+        assert trainer.context is None  # before the workers start
+        trainer.init_workers()
+        ctx = trainer.context
+        assert ctx.models is trainer.models and ctx.reward_fn is trainer.reward_fn
+        assert ctx.trace is trainer.trace and ctx.watchdog is trainer.watchdog
+        assert ctx.rollout.n == trainer.config.actor_rollout_ref.rollout.n
+        assert ctx.total_training_steps == trainer.total_training_steps
+        rollout = trainer.group.worker("actor_rollout").rollout
+        assert trainer.watchdog._loops["rollout"] is rollout.event_loop() is rollout.loop.loop
+    finally:
+        trainer.close()
+    assert trainer.context is None
+
+
 def test_remax_uses_a_greedy_baseline(make_config):
     (m,) = run_train(make_config("algorithm.adv_estimator=remax", "trainer.total_training_steps=1"))
     assert math.isfinite(m["actor/pg_loss"]) and m["timing_s/gen_max"] > 0

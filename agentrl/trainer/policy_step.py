@@ -1,49 +1,32 @@
-"""Advantage and update: from scored trajectories to updated models.
+"""The policy step: from scored trajectories to updated models.
 
     balance (trainer.balance_batch) -> old log-probs -> ref log-probs
     -> teacher log-probs (on-policy distillation) -> values
     -> KL-in-reward + advantage (driver, agentrl.algos) -> update_critic -> update_actor
 
-`Models` holds the worker groups a step calls; `update` runs the stages above, each inside
-the trainer's `stage` (timed, watched for hangs), and is the same for the sync and the
-off-policy trainers (they differ in where the batch comes from and when weights sync).
+`policy_step` runs the stages above on the worker groups of the step's `StepContext`
+(step_context.py), each inside the trainer's `stage` (timed, watched for hangs), and is the same for the sync and the
+off-policy trainers (they differ in where the batch comes from and when weights sync). The
+workers' own update loop (mini-batches, micro-batches, optimizer steps) is
+agentrl/workers/update.py; the advantage estimators are agentrl/algos/advantage.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Any
 
 from agentrl.algos import apply_kl_penalty, compute_advantage, distill_metrics
 from agentrl.protocol import DataProto
 from agentrl.trainer.balance import balance_batch
 from agentrl.trainer.metrics import compute_rollout_logprob_gap
-from agentrl.trainer.tracing import StepTrace
-
-Stage = Callable[[str, dict[str, float]], AbstractContextManager[None]]
+from agentrl.trainer.step_context import StepContext
 
 
-@dataclass
-class Models:
-    """The worker groups of a run: the actor (with its rollout and, when
-    `use_reference_policy`, the reference policy; with `use_teacher`, the distillation
-    teacher), the critic (GAE only) and a reward model (`reward_model.enable`); None where
-    the run has none."""
-
-    actor_rollout: Any
-    critic: Any = None
-    reward_model: Any = None
-    use_reference_policy: bool = False
-    use_teacher: bool = False  # on-policy distillation: a teacher scores the tokens
-    remote_teacher: Any = None  # ... behind HTTP (trainer/teacher.py); else in the workers
-
-
-def compute_advantages(data: DataProto, algorithm: Any, n: int,
+def rewards_and_advantages(data: DataProto, algorithm: Any, n: int,
                        kl_ctrl: Any = None) -> dict[str, float]:  # fmt: skip
     """`token_level_rewards` (the scores, less the KL penalty when `kl_ctrl`), then the
-    configured estimator's `advantages` and `returns`, in place; returns the KL metrics."""
+    configured estimator's `advantages` and `returns` (algos.compute_advantage), in place;
+    returns the KL metrics."""
     metrics: dict[str, float] = {}
     if kl_ctrl is not None:
         data, metrics = apply_kl_penalty(data, kl_ctrl, algorithm.kl_penalty)
@@ -61,27 +44,23 @@ def compute_advantages(data: DataProto, algorithm: Any, n: int,
     return metrics
 
 
-def update(
+def policy_step(
     data: DataProto,
     step: int,
-    config: Any,
-    models: Models,
+    ctx: StepContext,
     *,
-    n_workers: int,
-    kl_ctrl: Any,
     sync_weights: bool,
-    stage: Stage,
     metrics: dict[str, float],
     timing: dict[str, float],
-    trace: StepTrace | None = None,
 ) -> DataProto:
     """Scored trajectories -> old (and ref) log-probs, values -> advantages -> critic and
     actor updates; adds to `metrics` and `timing`, returns the batch with it all. The actor
     starts updating after `trainer.critic_warmup` steps; it syncs the rollout's weights
     itself when `sync_weights` (the off-policy trainer syncs when its producer allows).
-    `trace`: the step's `StepTrace` (trainer.trace), given the workers' update spans."""
-    if config.trainer.balance_batch:
-        data, balance_metrics = balance_batch(data, n_workers)
+    The step trace (`ctx.trace`, trainer.trace) is given the workers' update spans."""
+    models, stage = ctx.models, ctx.stage
+    if ctx.trainer_cfg.balance_batch:
+        data, balance_metrics = balance_batch(data, ctx.n_workers)
         metrics |= balance_metrics
     actor = models.actor_rollout
     with stage("old_log_prob", timing):
@@ -99,16 +78,15 @@ def update(
         with stage("values", timing):
             data = data.union(models.critic.compute_values(data))
     with stage("adv", timing):
-        n = int(config.actor_rollout_ref.rollout.n)
-        metrics |= compute_advantages(data, config.algorithm, n, kl_ctrl)
+        n = int(ctx.rollout.n)
+        metrics |= rewards_and_advantages(data, ctx.algorithm, n, ctx.kl_ctrl)
     if models.critic is not None:
         with stage("update_critic", timing):
             metrics |= models.critic.update_critic(data).meta_info["metrics"]
-    if step > config.trainer.critic_warmup:
+    if step > ctx.trainer_cfg.critic_warmup:
         data.meta_info["sync_weights"] = sync_weights
         with stage("update_actor", timing):
             out = actor.update_actor(data)
         metrics |= out.meta_info["metrics"]
-        if trace is not None:
-            trace.absorb(out)
+        ctx.trace.absorb(out)
     return data

@@ -1,22 +1,25 @@
-"""The advantage-and-update stage on fake worker groups: which calls, in which order, with
+"""The policy step on fake worker groups: which calls, in which order, with
 which flags; the advantages of a hand-made GRPO batch."""
 
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from agentrl.protocol import DataProto
-from agentrl.trainer.update import Models, compute_advantages, update
+from agentrl.trainer.policy_step import policy_step, rewards_and_advantages
+from agentrl.trainer.step_context import Models, StepContext
+from agentrl.trainer.tracing import StepTrace
 
 
 def _config(**trainer):
     return OmegaConf.create({
         "trainer": {"balance_batch": False, "critic_warmup": 0, **trainer},
-        "actor_rollout_ref": {"rollout": {"n": 2}},
+        "actor_rollout_ref": {"rollout": {"n": 2}}, "data": {},
         "algorithm": {"adv_estimator": "grpo", "gamma": 1.0, "lam": 1.0, "kl_penalty": "kl",
                       "norm_adv_by_std_in_grpo": True},
     })  # fmt: skip
@@ -71,8 +74,10 @@ def _run(config, models, step=1, sync=True):
         yield
 
     metrics, timing = {}, {}
-    data = update(_batch(), step, config, models, n_workers=1, kl_ctrl=None,
-                  sync_weights=sync, stage=stage, metrics=metrics, timing=timing)  # fmt: skip
+    ctx = StepContext.of(config, models, reward_fn=None, kl_ctrl=None,
+                         trace=StepTrace(False, Path("unused")), watchdog=None, stage=stage,
+                         n_workers=1, total_training_steps=3)  # fmt: skip
+    data = policy_step(_batch(), step, ctx, sync_weights=sync, metrics=metrics, timing=timing)
     return data, stages, metrics
 
 
@@ -103,8 +108,8 @@ def test_reference_critic_and_warmup():
     assert stages[-1] == "update_actor"
 
 
-def test_compute_advantages_without_kl_takes_the_scores_as_rewards():
+def test_rewards_and_advantages_without_kl_takes_the_scores_as_rewards():
     data = _batch()
-    assert compute_advantages(data, _config().algorithm, n=2) == {}
+    assert rewards_and_advantages(data, _config().algorithm, n=2) == {}
     torch.testing.assert_close(data.batch["token_level_rewards"], data.batch["token_level_scores"])
     assert data.batch["advantages"].shape == (4, 3)
