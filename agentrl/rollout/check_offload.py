@@ -11,7 +11,7 @@ hands it to one long-lived process (`multi_turn.tokenization_sanity_check_offloa
     result = await offload.check(item, renderer)     # a CheckResult, as run_check's
     offload.close()                                  # with the engine (and at exit)
 
-The process builds its own `ChatRenderer` from a pickled copy of the same tokenizer and the
+The process imports agentrl, not the parent's main script, and builds its own `ChatRenderer` from a pickled copy of the same tokenizer and the
 same chat-template kwargs (so it renders and tokenizes exactly as the engine does), and
 answers each check with the `CheckResult` that `run_check` gives in the engine: the loop only
 pickles the request's `CheckInput` (messages, ids, pieces) and reads back a few bytes. If the
@@ -29,13 +29,16 @@ more than that on its checks.
 from __future__ import annotations
 
 import asyncio
+import importlib.machinery
 import logging
 import multiprocessing
 import pickle
+import sys
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from typing import Any
 
 from agentrl.models.chat import ChatRenderer
@@ -62,6 +65,24 @@ def _ping() -> bool:
 def _run(payload: bytes) -> CheckResult:
     """A check in the worker: `payload` is a pickled CheckInput."""
     return run_check(_renderer, pickle.loads(payload))
+
+
+@contextmanager
+def _main_not_rerun() -> Iterator[None]:
+    """Spawn a process that does not import the parent's `__main__` again: a spawned child
+    re-runs the main script's (or `-m` module's) top-level code, which a training script
+    without an `if __name__ == "__main__":` guard would turn into a second training run.
+    A main module named `__main__` is the one the child skips (multiprocessing.spawn)."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = getattr(main, "__spec__", None)
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        main.__spec__ = saved
 
 
 def check_offload_setting(value: Any) -> str | bool:
@@ -122,7 +143,8 @@ class CheckOffload:
             initializer=_start_worker,
             initargs=(tokenizer_bytes, self.kwargs),
         )
-        pool.submit(_ping)  # spawn now: the process starts while the batch generates
+        with _main_not_rerun():  # the process is spawned here, in `submit`
+            pool.submit(_ping)  # now: the process starts while the batch generates
         self._pool = pool
         self._closer = weakref.finalize(self, pool.shutdown, wait=False, cancel_futures=True)
         return True

@@ -47,7 +47,7 @@ def test_the_process_gives_the_inline_answer(offload, renderer, tiny_tokenizer):
     for mode in ("strict", "disable"):
         items = {kind: req.check_input(mode) for kind, req in cases.items()}
 
-        async def check_all():
+        async def check_all(items=items):
             return await asyncio.gather(*(offload.check(i, renderer) for i in items.values()))
 
         offloaded = dict(zip(items, asyncio.run(check_all()), strict=True))
