@@ -37,7 +37,7 @@ def renderer(tiny_tokenizer):
 @pytest.fixture(scope="module")
 def offload(tiny_tokenizer):
     offload = CheckOffload(tiny_tokenizer)
-    assert offload.start()
+    assert offload.start() and offload.wait_ready(120)
     yield offload
     offload.close()
 
@@ -50,7 +50,9 @@ def test_the_process_gives_the_inline_answer(offload, renderer, tiny_tokenizer):
         async def check_all(items=items):
             return await asyncio.gather(*(offload.check(i, renderer) for i in items.values()))
 
+        answered = offload.answered
         offloaded = dict(zip(items, asyncio.run(check_all()), strict=True))
+        assert offload.answered > answered  # the worker answered
         assert offloaded == {kind: run_check(renderer, i) for kind, i in items.items()}
         assert offloaded["demoted"].demoted == (1,)  # the same settled messages
         if mode == "strict":
@@ -62,16 +64,17 @@ def test_the_process_gives_the_inline_answer(offload, renderer, tiny_tokenizer):
 def test_a_killed_process_falls_back_inline(tiny_tokenizer, renderer, caplog):
     offload = CheckOffload(tiny_tokenizer)
     try:
-        assert offload.start()
+        assert offload.start() and offload.wait_ready(120)
         req = token_check_cases(renderer, tiny_tokenizer)["text_drift"]
         item = req.check_input("strict")
         assert asyncio.run(offload.check(item, renderer)).tokenization == "text_drift"
-        (pid,) = offload._pool._processes  # the worker, started
-        os.kill(pid, signal.SIGKILL)
+        assert offload.answered == 1
+        os.kill(offload._process.pid, signal.SIGKILL)
+        offload._process.join(10)
         with caplog.at_level(logging.WARNING, "agentrl.rollout.check_offload"):
             result = asyncio.run(offload.check(item, renderer))
         assert result == run_check(renderer, item)  # answered here, nothing lost
-        assert "checking on the event loop" in caplog.text and not offload.running
+        assert "checking them on the event loop" in caplog.text and not offload.running
         assert asyncio.run(offload.check(item, renderer)) == result  # inline until restarted
     finally:
         offload.close()
