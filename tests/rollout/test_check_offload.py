@@ -115,9 +115,12 @@ def test_the_engine_output_is_the_same_with_and_without_the_process(tiny_tokeniz
             rollout_config("n=2", f"multi_turn.tokenization_sanity_check_offload={setting}"),
             tiny_tokenizer, ScriptedBackend(tiny_tokenizer, scripts), make_tools())  # fmt: skip
         requests: list[AsyncRolloutRequest] = []
+        if setting == "true":  # started and ready before the batch: the worker checks it
+            assert engine.check_offload.start() and engine.check_offload.wait_ready(120)
         try:
             out = run(engine, prompts_batch(3), requests)
             assert engine.check_offload.running == (setting == "true")
+            assert (engine.check_offload.answered > 0) == (setting == "true")
         finally:
             engine.close()
         assert not engine.check_offload.running
