@@ -320,6 +320,7 @@ def run_mode(args, tokenizer, workload: Workload, synchronous: bool):
                 return await turn_synchronous(engine, prompts(args.requests))
             return await engine.agenerate_sequences(prompts(args.requests))
         finally:
+            engine.close()  # its tokenization check worker, if it started one
             if hf is not None:
                 await hf.aclose()
 

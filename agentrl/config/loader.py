@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agentrl.config.compose import ComposeError, Override, compose_user_config
-from agentrl.config.validate import NULLABLE_TYPES, check_consistency
+from agentrl.config.validate import MIXED_TYPES, NULLABLE_TYPES, check_consistency
 from agentrl.config.verl_keys import (
     DEPRECATED_KEYS,
     alias_of,
@@ -239,6 +239,7 @@ def _type_problems(value: Any, default: Any, path: str) -> list[str]:
                                            else str(key)))
         return problems
     expected = NULLABLE_TYPES.get(path) if default is None else _leaf_type(default)
+    expected = MIXED_TYPES.get(path, expected)
     if expected is None or _matches(value, expected, nullable=path in NULLABLE_TYPES):
         return []
     names = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple)

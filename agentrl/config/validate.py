@@ -14,6 +14,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+# Types of keys that take more than their default's type (a word or a bool).
+MIXED_TYPES: dict[str, tuple[type, ...]] = {
+    "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_offload": (str, bool),
+}
 # Types of keys whose default is null (a null default says nothing about the type).
 NULLABLE_TYPES: dict[str, type | tuple[type, ...]] = {
     "data.val_batch_size": int,
@@ -439,7 +443,8 @@ def component_choices() -> dict[str, tuple[Any, ...]]:
     from agentrl.algos.rollout_correction import RATIO_LEVELS
     from agentrl.rollout.backends.base import LOAD_BALANCE
     from agentrl.rollout.backends.verify import VERIFY_MODES
-    from agentrl.rollout.request import SANITY_CHECK_MODES
+    from agentrl.rollout.check_offload import OFFLOAD_SETTINGS
+    from agentrl.rollout.token_check import SANITY_CHECK_MODES
     from agentrl.utils.infra import ON_INFRA_ERROR
 
     return {
@@ -452,6 +457,7 @@ def component_choices() -> dict[str, tuple[Any, ...]]:
         "actor_rollout_ref.rollout.load_balance": LOAD_BALANCE,
         "actor_rollout_ref.rollout.on_infra_error": ON_INFRA_ERROR,
         "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": SANITY_CHECK_MODES,
+        "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_offload": OFFLOAD_SETTINGS,
     }
 
 

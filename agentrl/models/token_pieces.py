@@ -45,16 +45,25 @@ _ENCODE_METHODS = ("encode", "_encode_plus", "encode_plus", "_batch_encode_plus"
 Known = MutableMapping[str, tuple[int, ...]]  # piece text -> its ids
 
 
+def library_encode(tokenizer: Any, why: bool = False) -> bool | str:
+    """Whether every encode method of `tokenizer`'s class is transformers' own (a subclass
+    may override one); with `why`, the first one that is not, named, instead of False."""
+    for name in _ENCODE_METHODS:
+        owner = next((c for c in type(tokenizer).__mro__ if name in vars(c)), None)
+        if owner is not None and owner.__module__ not in _LIBRARY_ENCODE:
+            return f"{type(tokenizer).__name__}.{name} is not the library's" if why else False
+    return True
+
+
 def _not_piece_local(tokenizer: Any) -> str | None:
     """Why `encode(text)` may differ from the concatenation over its pieces; None if it
     cannot (module docstring)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return "not a fast (tokenizers) tokenizer"
-    for name in _ENCODE_METHODS:
-        owner = next((c for c in type(tokenizer).__mro__ if name in vars(c)), None)
-        if owner is not None and owner.__module__ not in _LIBRARY_ENCODE:
-            return f"{type(tokenizer).__name__}.{name} is not the library's"
+    own = library_encode(tokenizer, why=True)
+    if own is not True:
+        return own
     if getattr(tokenizer, "split_special_tokens", False) or backend.encode_special_tokens:
         return "special tokens are split"
     spec = json.loads(backend.to_str())

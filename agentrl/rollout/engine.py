@@ -24,7 +24,9 @@ One handler per state (docs/rollout.md, "The state machine"):
   turn the interaction's stop rule is asked too (`after_tool_turn`) -> RUNNING or COMPLETED.
 - always at the end: `calc_reward` then `release` for every tool instance, then
   `finalize_interaction`, also after errors and cancellation; then `finalize` (sanity
-  check, truncation to the response budget).
+  check, truncation to the response budget). The sanity check runs in one worker process
+  of the engine's (`multi_turn.tokenization_sanity_check_offload`; check_offload.py) for
+  large batches, so the event loop does not spend a template render per request on it.
 
 With `rollout.deterministic` (the default with the `hf` backend) requests generate in
 waves (agentrl/rollout/waves.py): each generation call waits until every live request of the
@@ -61,6 +63,7 @@ from typing import Any
 from agentrl.data.rows import select_tool_schemas
 from agentrl.interactions.base import BaseInteraction
 from agentrl.protocol import DataProto
+from agentrl.rollout.check_offload import CheckOffload, check_offload_setting, should_offload
 from agentrl.rollout.collector import TrajectoryCollector
 from agentrl.rollout.engine_config import RolloutConfig
 from agentrl.rollout.generation import generate_with_retries
@@ -93,6 +96,8 @@ class BatchContext:
     aborting: bool = False  # set when over-sampling cancels the requests still running
     rows: PaddedRows | None = None  # the output's rows, written as requests finish
     trace: TraceRecorder | None = None  # trainer.trace: the timeline of the batch's requests
+    # the tokenization check's process, when this batch checks off the loop (check_offload.py)
+    check_offload: CheckOffload | None = None
 
     def request_track(self, req: AsyncRolloutRequest) -> Track | None:
         """The request's row of the timeline (None when not tracing)."""
@@ -154,6 +159,10 @@ class AsyncRolloutEngine:
         # rollout.on_infra_error: with mask or raise an infrastructure failure ends its request
         self.on_infra_error = self.settings.on_infra_error  # checked by from_config
         self.stop_on_infra_error = self.on_infra_error != "zero"
+        # multi_turn.tokenization_sanity_check_offload: the check in a worker process
+        self.check_offload_setting = check_offload_setting(
+            self.multi_turn.tokenization_sanity_check_offload)
+        self.check_offload = CheckOffload(tokenizer, chat_template_kwargs)
 
     # ------------------------------------------------------------------ the batch
 
@@ -213,6 +222,8 @@ class AsyncRolloutEngine:
             ctx.rows = self.padded_rows([(r.batch_data_id, r.rollout_offset) for r in requests])
         if self.deterministic:
             ctx.waves = GenerationWaves(len(requests))
+        if should_offload(self.check_offload_setting, len(requests), self.check_offload.running):
+            ctx.check_offload = self.check_offload if self.check_offload.start() else None
         rate = 0.0 if batch.meta_info.get("validate", False) else self.settings.over_sample_rate
         # every request starts at once: building them in chunks that start as they are built
         # helped the first chunks and delayed the last (measured slower at 2,048)
@@ -398,9 +409,9 @@ class AsyncRolloutEngine:
         if self.stop_on_infra_error:  # e.g. calc_reward's service failed in end_plugins
             req.fail_infra()
         budget, budget_name = self.response_budget(req)
-        req.finalize(
-            self.renderer, budget, budget_name, self.multi_turn.tokenization_sanity_check_mode
-        )
+        mode = self.multi_turn.tokenization_sanity_check_mode
+        checked = await self._offloaded_check(req, ctx, mode)
+        req.finalize(self.renderer, budget, budget_name, mode, checked)
         if ctx.rows is not None:
             ctx.rows.add(req)
         if ctx.on_request_done is not None:
@@ -410,6 +421,21 @@ class AsyncRolloutEngine:
                 "state": req.state.name, "finish_reason": getattr(req.finish_reason, "value", None),
                 "turns": req.num_turns(), "response_tokens": req.response_length,
                 "error": req.error})  # fmt: skip
+
+    async def _offloaded_check(self, req: AsyncRolloutRequest, ctx: BatchContext,
+                               mode: str) -> Any:  # fmt: skip
+        """The request's tokenization check run in the check's process (None: `finalize`
+        checks inline). The request has finished: over-sampling's cancel does not stop it."""
+        item = req.check_input(mode) if ctx.check_offload is not None else None
+        if item is None:
+            return None
+        result = asyncio.ensure_future(ctx.check_offload.check(item, self.renderer))
+        while True:
+            try:
+                return await asyncio.shield(result)
+            except asyncio.CancelledError:
+                if not ctx.aborting:
+                    raise
 
     async def step(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
         """Run the handler of the request's current state (one transition)."""
@@ -587,7 +613,9 @@ class AsyncRolloutEngine:
             return self._loop
 
     def close(self) -> None:
-        """Stop the event-loop thread of `generate_sequences` (if it was started)."""
+        """Stop the event-loop thread of `generate_sequences` (if it was started) and the
+        tokenization check's process."""
+        self.check_offload.close()
         with self._loop_lock:
             if self._loop is None:
                 return

@@ -61,6 +61,7 @@ class MultiTurnConfig:
     retry_backoff: float
     tool_schemas_in_prompt: str
     tokenization_sanity_check_mode: str
+    tokenization_sanity_check_offload: str | bool  # auto | true | false (check_offload.py)
     format: str  # the tool-call parser
 
 

@@ -15,9 +15,11 @@ method that grows them:
 Model tokens are appended exactly as the backend returned them (never decoded and
 re-encoded); every other turn is a template delta (`agentrl.models.chat`). `finalize`
 re-renders the whole conversation and compares it with the trajectory (the tokenization
-sanity check: the text, then the ids of its encoding, where only the pieces between added
-tokens that the trajectory did not encode itself are encoded again), then cuts every
-aligned list at the response budget.
+sanity check, agentrl/rollout/token_check.py: the text, then the ids of its encoding, where
+only the pieces between added tokens that the trajectory did not encode itself are encoded
+again), then cuts every aligned list at the response budget. The check is a pure function
+of `check_input`, so the engine may run it in another process and hand `finalize` its
+result (agentrl/rollout/check_offload.py).
 """
 
 from __future__ import annotations
@@ -30,11 +32,18 @@ from enum import Enum
 from typing import Any
 
 from agentrl.models.chat import ChatRenderer
+from agentrl.rollout.token_check import (
+    FAILING,
+    CheckInput,
+    CheckResult,
+    check_mode,
+    run_check,
+    settle,
+    settled_messages,
+)
 from agentrl.rollout.trajectory import TokenTrajectory
 
 logger = logging.getLogger(__name__)
-
-SANITY_CHECK_MODES = ("strict", "ignore_strippable", "disable")
 
 
 class RequestState(str, Enum):
@@ -208,9 +217,11 @@ class AsyncRolloutRequest(TokenTrajectory):
     def verify_messages(self, renderer: ChatRenderer) -> None:
         """Settle the structured assistant turns not checked yet (`add_assistant_message`):
         each stays structured only if the template renders it to what the model wrote."""
-        for index, content, written in self.unverified:
-            if renderer.assistant_text(self.messages[index]) != written:
-                self.messages[index] = {"role": "assistant", "content": content}
+        self._settle(settle(renderer, self.messages, self.unverified))
+
+    def _settle(self, demoted: Sequence[int]) -> None:
+        """Make the demoted unverified turns the model's text verbatim (in place)."""
+        self.messages[:] = settled_messages(self.messages, self.unverified, demoted)
         self.unverified.clear()
 
     def add_messages(self, renderer: ChatRenderer, new_messages: list[dict]) -> None:
@@ -254,30 +265,45 @@ class AsyncRolloutRequest(TokenTrajectory):
         self.error = error
         self.finish_reason = self.finish_reason or FinishReason.ABORT
 
+    def check_input(self, sanity_check_mode: str) -> CheckInput | None:
+        """What `finalize`'s check reads (agentrl/rollout/token_check.py), or None when it
+        has nothing to do (no unverified turn, and no tokenization check: `disable`, or
+        FAILED already). The lists are the request's own: copy (pickle) them before the
+        request changes."""
+        check = check_mode(sanity_check_mode) != "disable" and self.state != RequestState.FAILED
+        if not (check or self.unverified):
+            return None
+        return CheckInput(self.request_id, self.messages, self.unverified, self.tool_schemas,
+                          self.input_ids, self.pending_suffix, self.known_pieces, check)  # fmt: skip
+
+    def apply_check(self, result: CheckResult, sanity_check_mode: str) -> None:
+        """Take the check's answer: settle the messages, record the tokenization, and FAIL
+        the request on a drift the mode does not allow."""
+        self._settle(result.demoted)
+        if result.tokenization is None:
+            return
+        self.metrics.tokenization = result.tokenization
+        if result.tokenization in FAILING[sanity_check_mode]:
+            self.fail(
+                f"tokenization drift ({result.tokenization}): the trajectory's "
+                f"tokens do not decode to the chat template's rendering of its "
+                f"messages (multi_turn.tokenization_sanity_check_mode={sanity_check_mode})"
+            )
+
     def finalize(
-        self, renderer: ChatRenderer, response_budget: int, budget_name: str, sanity_check_mode: str
+        self,
+        renderer: ChatRenderer,
+        response_budget: int,
+        budget_name: str,
+        sanity_check_mode: str,
+        checked: CheckResult | None = None,
     ) -> None:
         """Check the tokenization, cut the trajectory to `response_budget` response tokens
-        and zero the loss mask of a FAILED request."""
-        if sanity_check_mode not in SANITY_CHECK_MODES:
-            raise ValueError(
-                f"tokenization_sanity_check_mode {sanity_check_mode!r}; choose "
-                f"one of {', '.join(SANITY_CHECK_MODES)}"
-            )
-        self.verify_messages(renderer)
-        if sanity_check_mode != "disable" and self.state != RequestState.FAILED:
-            self.metrics.tokenization = self._check_tokenization(renderer)
-            bad = {
-                "strict": ("text_drift", "strippable_drift"),
-                "ignore_strippable": ("text_drift",),
-            }[sanity_check_mode]
-            if self.metrics.tokenization in bad:
-                self.fail(
-                    f"tokenization drift ({self.metrics.tokenization}): the trajectory's "
-                    f"tokens do not decode to the chat template's rendering of its "
-                    f"messages (multi_turn.tokenization_sanity_check_mode="
-                    f"{sanity_check_mode})"
-                )
+        and zero the loss mask of a FAILED request. `checked`: the check's result already
+        computed (elsewhere, from `check_input`); None runs it here."""
+        item = self.check_input(sanity_check_mode)
+        if item is not None:
+            self.apply_check(checked or run_check(renderer, item), sanity_check_mode)
         if self.cut(self.prompt_length + max(response_budget, 0)):
             self.truncation = self.truncation or budget_name
             if self.state == RequestState.COMPLETED:
@@ -286,31 +312,6 @@ class AsyncRolloutRequest(TokenTrajectory):
         if self.state == RequestState.FAILED:
             self.loss_mask = [0] * len(self.loss_mask)
         self.known_pieces = {}  # read by the check only
-
-    def _check_tokenization(self, renderer: ChatRenderer) -> str:
-        """Compare the trajectory with the rendering of the whole conversation."""
-        ends_with_model = self.messages[-1]["role"] == "assistant"
-        expected = renderer.render(self.messages, not ends_with_model, self.tool_schemas)
-        if ends_with_model and self.pending_suffix:
-            if not expected.endswith(self.pending_suffix):
-                return "text_drift"
-            expected = expected[: len(expected) - len(self.pending_suffix)]
-        actual = renderer.decode(self.input_ids)
-        if actual != expected:
-            if "".join(actual.split()) == "".join(expected.split()):
-                return "strippable_drift"
-            logger.debug(
-                "request %s: tokenization drift\n  expected %r\n  actual   %r",
-                self.request_id,
-                expected,
-                actual,
-            )
-            return "text_drift"
-        # encode(expected), re-encoding only the pieces whose ids are not known yet (the
-        # model's text, mostly): agentrl/models/token_pieces.py
-        if renderer.pieces.encode(expected, self.known_pieces) != self.input_ids:
-            return "token_drift"  # same text, other token split: the trainer sees our ids
-        return "match"
 
     def num_turns(self) -> int:
         """verl's count: assistant turns + user turns + 1 (the prompt)."""

@@ -76,6 +76,9 @@ class EngineWorker:
         aclose = getattr(self.backend, "aclose", None)
         if aclose is not None:
             self.loop.run(aclose())
+        close_engine = getattr(self.engine, "close", None)  # its tokenization check worker
+        if close_engine is not None:
+            close_engine()
         self.loop.close()
 
 

@@ -212,3 +212,40 @@ def scripted_backend_factory(scripts: dict[int, list[str]]):
 
 def _scripted_backend(scripts: dict[int, list[str]], tokenizer) -> ScriptedBackend:
     return ScriptedBackend(tokenizer, scripts)
+
+
+def token_check_cases(renderer, tokenizer) -> dict[str, object]:
+    """One finished request per tokenization check result (`match`, `token_drift`,
+    `strippable_drift`, `text_drift`), each with a structured tool-call turn, and one
+    (`demoted`) whose compact call the template writes otherwise (settled to plain text)."""
+    from agentrl.rollout.request import AsyncRolloutRequest, FinishReason
+
+    schemas = [schema("echo").model_dump(exclude_none=True)]
+
+    def ids(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    def conversation(kind: str) -> AsyncRolloutRequest:
+        req = AsyncRolloutRequest.from_prompt(
+            renderer, [{"role": "user", "content": f"Question {kind}?"}], schemas,
+            batch_data_id=0, rollout_offset=0, request_id=kind, tools_kwargs={"echo": {}})  # fmt: skip
+        call = call_text("echo", "hi", compact=kind == "demoted")
+        content = req.add_model_output(renderer, ids("Let me see.\n" + call + "<|im_end|>"), None)
+        message_call = {"id": "call_1_0", "type": "function",
+                        "function": {"name": "echo", "arguments": {"text": "hi"}}}  # fmt: skip
+        req.add_assistant_message(renderer, content, "Let me see.\n", [message_call])
+        req.add_messages(renderer, [{"role": "tool", "content": "hi"}])
+        final = ids("the answer is 42<|im_end|>")
+        if kind == "token_drift":  # "the" spelled letter by letter
+            final = tokenizer.convert_tokens_to_ids(list("the")) + ids(" answer is 42<|im_end|>")
+        content = req.add_model_output(renderer, final, None)
+        req.add_assistant_message(renderer, content, content, [])
+        if kind == "strippable_drift":
+            req.messages[-1]["content"] += "  "
+        elif kind == "text_drift":
+            req.messages[-1]["content"] = req.messages[-1]["content"].replace("42", "43")
+        req.finish(FinishReason.STOP)
+        return req
+
+    return {kind: conversation(kind) for kind in
+            ("match", "token_drift", "strippable_drift", "text_drift", "demoted")}  # fmt: skip

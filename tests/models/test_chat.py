@@ -167,3 +167,27 @@ def test_the_shape_cache_evicts_the_least_recently_used(tiny_tokenizer, monkeypa
         renderer.delta_text([{"role": "tool", "name": name, "content": "x"}])
     names = [dict(key[0]).get("name") for key in renderer._verbatim]
     assert names == ["a", "c"]  # "b" was the least recently used
+
+
+def test_encode_is_the_tokenizers_encode(tiny_model_dir):
+    import random
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    renderer = ChatRenderer(tokenizer)
+    assert renderer._backend_encode is not None  # the wrapper skipped
+    rng = random.Random(0)
+    pieces = ["a", " ", "\n", "é", "中", "🙂", "<|im_end|>", "<tool_call>", "<|im_", "42", "\t"]
+    for _ in range(200):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 20)))
+        assert renderer.encode(text) == tokenizer.encode(text, add_special_tokens=False)
+
+
+def test_encode_keeps_the_wrapper_where_it_changes_the_ids(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.backend_tokenizer.enable_truncation(3)  # the wrapper turns it off per call
+    assert ChatRenderer(tokenizer)._backend_encode is None
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir, split_special_tokens=True)
+    renderer = ChatRenderer(tokenizer)
+    assert renderer._backend_encode is None
+    text = "a<|im_end|>"
+    assert renderer.encode(text) == tokenizer.encode(text, add_special_tokens=False)

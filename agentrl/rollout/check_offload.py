@@ -1,0 +1,297 @@
+"""The tokenization sanity check off the engine's event loop, in one worker process.
+
+The check of a finished trajectory (agentrl/rollout/token_check.py: a template render of the
+whole conversation, a decode, an encode, one more render per structured assistant turn)
+is a large share of the loop's CPU per request, and it is mostly jinja in Python: a thread
+would hold the interpreter lock just the same. So the engine can hand it to one long-lived
+process (`multi_turn.tokenization_sanity_check_offload`):
+
+    offload = CheckOffload(tokenizer, chat_template_kwargs)
+    offload.start()                                  # spawns the process, returns at once
+    result = await offload.check(item, renderer)     # a CheckResult, as run_check's
+    offload.close()                                  # with the engine (and at exit)
+
+The process imports agentrl, not the parent's main script, and builds its own
+`ChatRenderer` from a pickled copy of the same tokenizer and the same chat-template kwargs
+(so it renders and tokenizes exactly as the engine does); it answers with the
+`CheckResult`s that `run_check` gives in the engine. The loop talks to it over a pipe it
+reads itself (no helper thread: with a busy loop, every hand-over of the interpreter lock to
+a thread costs up to its switch interval, 5 ms): the checks that finish while the worker
+runs a call wait and go together in the next one, and a check runs on the loop instead
+while the worker is starting, or when the worker would not answer it within `MAX_WAIT_S`
+at its pace in its last call (a worker short of CPU must not hold finished requests: the
+batch's last ones decide its end). If the process cannot start or dies (killed, out of
+memory), or a check fails there for any other reason, the check runs on the loop, with a
+warning: a trajectory is never lost, and an error the check itself raises is raised as the
+inline check raises it.
+
+`should_offload` decides per batch: `true` always, `false` never, `auto` when the batch has
+at least `AUTO_MIN_REQUESTS` requests or the process runs already (starting it costs the
+loop a pickle of the tokenizer and another core a few seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.machinery
+import logging
+import multiprocessing
+import pickle
+import sys
+import time
+import weakref
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from agentrl.models.chat import ChatRenderer
+from agentrl.rollout.token_check import CheckInput, CheckResult, run_check
+
+logger = logging.getLogger(__name__)
+
+OFFLOAD_SETTINGS = ("auto", True, False)
+AUTO_MIN_REQUESTS = 256  # auto: batches at least this large start the process
+# how long a finished request may wait for the worker (its queue, at the worker's measured
+# pace per check); checks beyond that run on the loop: a worker that falls behind (a busy
+# machine) would hold finished requests, and the batch's last ones decide its end
+MAX_WAIT_S = 0.25
+_FIRST_PACE_S = 0.002  # seconds per check assumed until the worker has answered once
+
+def _run_all(renderer: ChatRenderer, items: list[CheckInput]) -> list[CheckResult | None]:
+    """The worker's checks; None for one that raised (the engine runs it again inline, where
+    it raises as it always did)."""
+    results: list[CheckResult | None] = []
+    for item in items:
+        try:
+            results.append(run_check(renderer, item))
+        except Exception:
+            logger.debug("request %s: the check raised in the worker", item.request_id,
+                         exc_info=True)  # fmt: skip
+            results.append(None)
+    return results
+
+
+def _worker_main(conn: Any, tokenizer_bytes: bytes, chat_template_kwargs: dict) -> None:
+    """The worker process: its renderer, then one answer per call until the pipe closes."""
+    try:
+        renderer = ChatRenderer(pickle.loads(tokenizer_bytes), chat_template_kwargs)
+    except Exception as err:
+        conn.send_bytes(pickle.dumps(("failed", f"{type(err).__name__}: {err}")))
+        return
+    conn.send_bytes(pickle.dumps(("ready", None)))
+    while True:
+        try:
+            payload = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        answer = _run_all(renderer, pickle.loads(payload))
+        conn.send_bytes(pickle.dumps(("results", answer), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _stop(process: Any, conn: Any) -> None:
+    """Close the pipe (the worker's end of file: it exits), then make sure it did."""
+    with suppress(OSError):
+        conn.close()
+    process.join(timeout=2)
+    if process.is_alive():
+        process.kill()
+        process.join(timeout=2)
+
+
+@contextmanager
+def _main_not_rerun() -> Iterator[None]:
+    """Spawn a process that does not import the parent's `__main__` again: a spawned child
+    re-runs the main script's (or `-m` module's) top-level code, which a training script
+    without an `if __name__ == "__main__":` guard would turn into a second training run.
+    A main module named `__main__` is the one the child skips (multiprocessing.spawn)."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = getattr(main, "__spec__", None)
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        main.__spec__ = saved
+
+
+def check_offload_setting(value: Any) -> str | bool:
+    """`value` (multi_turn.tokenization_sanity_check_offload) if valid; an error otherwise."""
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        value = value.lower() == "true"
+    if value not in OFFLOAD_SETTINGS or (value in (0, 1) and not isinstance(value, bool)):
+        raise ValueError(
+            f"multi_turn.tokenization_sanity_check_offload is {value!r}; choose auto, true or "
+            "false"
+        )
+    return value
+
+
+def should_offload(setting: str | bool, requests: int, running: bool = False) -> bool:
+    """Whether a batch of `requests` checks off the loop (module docstring)."""
+    if setting == "auto":
+        return running or requests >= AUTO_MIN_REQUESTS
+    return bool(setting)
+
+
+class CheckOffload:
+    """One worker process for the checks of one engine (module docstring).
+
+    Args:
+        tokenizer: the engine's tokenizer (pickled once, for the worker's renderer).
+        chat_template_kwargs: the engine's renderer's kwargs.
+    """
+
+    def __init__(self, tokenizer: Any, chat_template_kwargs: Mapping[str, Any] | None = None):
+        self.tokenizer = tokenizer
+        self.kwargs = dict(chat_template_kwargs or {})
+        self._process: Any = None
+        self._conn: Any = None
+        self._ready = False  # the worker said it has built its renderer
+        self._closer: weakref.finalize | None = None
+        self._failed_start = False
+        # checks waiting for the worker (while it runs the previous ones), and their sender
+        self._waiting: list[tuple[CheckInput, asyncio.Future]] = []
+        self._sender: asyncio.Future | None = None
+        self._in_worker = 0  # checks of the call in flight
+        self._pace_s = _FIRST_PACE_S  # the worker's seconds per check, in its last call
+        self.answered = 0  # checks the worker answered (the rest ran on the loop)
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None
+
+    def start(self) -> bool:
+        """Start the worker process (once; it keeps running between batches); whether it is
+        running. A tokenizer that cannot be pickled keeps every check inline."""
+        if self._process is not None:
+            return True
+        if self._failed_start:
+            return False
+        try:
+            tokenizer_bytes = pickle.dumps(self.tokenizer, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as err:  # a tokenizer object that cannot travel
+            self._failed_start = True
+            logger.warning("tokenization check stays on the event loop: the tokenizer cannot "
+                           "be pickled for its process (%s: %s)", type(err).__name__, err)
+            return False
+        context = multiprocessing.get_context("spawn")  # the engine's threads: no fork
+        conn, child = context.Pipe(duplex=True)
+        process = context.Process(target=_worker_main, args=(child, tokenizer_bytes, self.kwargs),
+                                  name="agentrl-token-check", daemon=True)  # fmt: skip
+        with _main_not_rerun():
+            process.start()  # returns at once: the worker starts while the batch generates
+        child.close()
+        self._process, self._conn, self._ready = process, conn, False
+        self._closer = weakref.finalize(self, _stop, process, conn)  # at exit too
+        return True
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until the worker has started (or `timeout` s passed); whether it has."""
+        deadline = time.monotonic() + timeout
+        while self._conn is not None and not self._is_ready():
+            if time.monotonic() > deadline:
+                return False
+            self._conn.poll(0.05)
+        return self._ready
+
+    def _is_ready(self) -> bool:
+        """Whether the worker has started (reads its first message when there is one)."""
+        if self._ready or self._conn is None:
+            return self._ready
+        try:
+            if not self._conn.poll():
+                return False
+            kind, detail = pickle.loads(self._conn.recv_bytes())
+        except (EOFError, OSError) as err:
+            kind, detail = "failed", f"{type(err).__name__}: {err}"
+        if kind != "ready":
+            logger.warning("the tokenization check's process did not start (%s); checking on "
+                           "the event loop", detail)
+            self._failed_start = True
+            self.close()
+            return False
+        self._ready = True
+        return True
+
+    async def check(self, item: CheckInput, renderer: ChatRenderer) -> CheckResult:
+        """`run_check(renderer, item)`: in the worker when it has started and would answer
+        within `MAX_WAIT_S` at its pace (or nothing waits for it), else here."""
+        queued = len(self._waiting) + self._in_worker
+        if self._is_ready() and (queued == 0 or (queued + 1) * self._pace_s <= MAX_WAIT_S):
+            future = asyncio.get_running_loop().create_future()
+            self._waiting.append((item, future))
+            if self._sender is None or self._sender.done():
+                self._sender = asyncio.ensure_future(self._send())
+            result = await future
+            if result is not None:
+                return result
+        return run_check(renderer, item)
+
+    async def _send(self) -> None:
+        """Hand the waiting checks to the worker, all of them in one call, until none wait
+        (one call in flight at a time); a check the worker did not answer gets None (it then
+        runs on the loop)."""
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            results: list[CheckResult | None] = [None] * len(batch)
+            conn = self._conn
+            try:
+                if conn is not None:
+                    self._in_worker, started = len(batch), time.perf_counter()
+                    conn.send_bytes(pickle.dumps([item for item, _ in batch],
+                                                 protocol=pickle.HIGHEST_PROTOCOL))  # fmt: skip
+                    kind, results = pickle.loads(await _receive(conn))
+                    if kind != "results" or len(results) != len(batch):
+                        raise RuntimeError(f"unexpected answer {kind!r}")
+                    self._pace_s = (time.perf_counter() - started) / len(batch)
+                    self.answered += sum(r is not None for r in results)
+            except asyncio.CancelledError:  # the loop is closing: the pipe is out of step
+                self.close()
+                for _, future in batch:
+                    future.cancel()
+                raise
+            except Exception as err:
+                logger.warning(
+                    "the tokenization check of %d requests failed in its process (%s: %s); "
+                    "checking them on the event loop (the next batch starts a new process)",
+                    len(batch), type(err).__name__, err)  # fmt: skip
+                results = [None] * len(batch)
+                self.close()
+            finally:
+                self._in_worker = 0
+            for (_, future), result in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(result)
+
+    def close(self) -> None:
+        """Stop the worker process (a later `start` begins a new one)."""
+        process, conn = self._process, self._conn
+        self._process, self._conn, self._ready = None, None, False
+        if self._closer is not None:
+            self._closer.detach()
+            self._closer = None
+        if process is not None:
+            _stop(process, conn)
+
+
+async def _receive(conn: Any) -> bytes:
+    """The next message on `conn`, read by the running loop when the pipe is readable."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    fd = conn.fileno()
+
+    def readable() -> None:
+        loop.remove_reader(fd)
+        if not future.done():
+            try:
+                future.set_result(conn.recv_bytes())
+            except Exception as err:  # EOFError: the worker is gone
+                future.set_exception(err)
+
+    loop.add_reader(fd, readable)
+    try:
+        return await future
+    finally:
+        loop.remove_reader(fd)
