@@ -458,7 +458,9 @@ def test_over_sample_rate_cancels_the_stragglers_once_enough_finished(tiny_token
     assert out.batch["loss_mask"][8:].sum() == 0 and out.batch["loss_mask"][:8].sum() > 0
     # the cancelled requests still ran their tools' end calls
     assert sorted(slow.instances("release")) == sorted(slow.instances("create"))
-    assert len(slow.instances("execute")) == 2  # only conv-8 and conv-9 called it
+    # at most conv-8 and conv-9 called it: the cut may land before their tool turn started
+    # (eight quick requests can finish first), so 0, 1 or 2 calls all happen
+    assert len(slow.instances("execute")) <= 2
 
 
 def test_over_sample_rate_never_cuts_validation_or_a_rate_of_zero(tiny_tokenizer):
