@@ -300,9 +300,9 @@ def test_the_vllm_variant_trains_on_a_vllm_server_whose_weights_are_verified(tmp
         assert m["timing/weight_sync_s"] > 0 and m["actor/grad_norm"] > 0
         assert m["rollout/requests"] >= 16 * 8  # a step's 16 prompts x 8, multi-turn
         # vLLM sampled from the weights the trainer scores with (fp32 both: 3e-8 and 6e-9
-        # apart in probability when measured); at step 2 those are the weights step 1
-        # trained and synced
-        assert m["training/rollout_probs_diff_max"] < 1e-5, m["training/rollout_probs_diff_max"]
+        # apart in probability here, at most 2e-5 over a full 25-step run); at step 2 those
+        # are the weights step 1 trained and synced
+        assert m["training/rollout_probs_diff_max"] < 1e-4, m["training/rollout_probs_diff_max"]
     assert "name: vllm" in (out / "rl" / "config.yaml").read_text()
     # GRPO changed the weights it exported, and the evaluations ran on both models
     sft = load_file(out / "model_sft" / "model.safetensors")
