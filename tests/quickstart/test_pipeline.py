@@ -234,7 +234,7 @@ def test_the_vllm_variant_runs_the_tiny_untied_model_and_only_grpo_on_vllm(tmp_p
     # vLLM's CPU attention refuses the nano model's 16-wide heads; tiny's are 32 wide
     assert (settings.size, settings.untied, settings.rollout) == ("tiny", True, "vllm")
     assert settings.server_python == "/v/bin/python"
-    assert settings == QuickstartSettings(size="tiny", untied=True, rollout="vllm",
+    assert settings == QuickstartSettings(size="tiny", untied=True, sft_lr=1e-3, rollout="vllm",
                                           server_python="/v/bin/python")  # fmt: skip
     # a flag given wins over the variant's default; the plain quickstart is unchanged
     assert settings_from_args(parser.parse_args(["--rollout", "vllm", "--size", "small"])).size \
