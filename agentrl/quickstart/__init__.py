@@ -65,7 +65,8 @@ _FLAGS = {
     "--rollout": (
         str,
         "the GRPO stage's backend (rollout.name; SFT and evaluation stay on hf); vllm: "
-        "the tiny size (vLLM's CPU attention refuses the nano model's 16-wide heads), untied",
+        "the tiny size (vLLM's CPU attention refuses the nano model's 16-wide heads), untied, "
+        "SFT lr 1e-3",
     ),
     "--server-python": (str, "interpreter of the rollout's servers (e.g. .venv-vllm/bin/python)"),
 }
