@@ -11,6 +11,8 @@ seed. Rows are ordered worst first: the worst seed is the first row, and named l
     python bench/quickstart_seeds.py --task dapo           # recipes/dapo/run_cpu.sh's table
     python bench/quickstart_seeds.py --agent-function examples/agents/calculator_agent.py:run
                                   # GRPO in agent mode: the agent's OpenAI client, the gateway
+    python bench/quickstart_seeds.py --seeds 0 1 2 --rollout vllm --server-python .venv-vllm/bin/python
+                                  # the GRPO stage on vLLM servers (the tiny model, untied)
 
 Each run is the README's main job with its defaults, in `OUT_DIR/seed_N/`. The script
 prints a markdown table (paste it into docs/quickstart.md): greedy held-out accuracy after
@@ -28,6 +30,11 @@ table of the dynamic sampling's generation batches per step). Runs that exist al
 (`--rerun` runs them anyway). With `--agent-function` the GRPO stage runs in agent mode
 (`actor_rollout_ref.rollout.agent_function`, docs/gateway.md) and the runs go to
 `OUT_DIR/agent_seed_N/`; the evaluations are the quickstart's own, so the table compares.
+With `--rollout vllm` the GRPO stage runs on a vLLM server (`agentrl quickstart --rollout
+vllm`: the tiny model with an untied output layer, vLLM's CPU attention refusing the nano
+model's heads; SFT and the evaluations on the hf engine), the runs go to
+`OUT_DIR/vllm_seed_N/` and the targets are the calculator's with total < 900 s (the larger
+model's SFT and the server's start-up).
 """
 
 from __future__ import annotations
@@ -102,6 +109,12 @@ DAPO_TARGETS = (
     *CALCULATOR_TARGETS[:4],
     ("end to end < 600 s", lambda r: r["timing_s"]["total"] < 600),
 )
+# the calculator's learning targets on the `--rollout vllm` variant (the tiny model: its SFT
+# steps cost more than the nano model's, and the GRPO stage starts a vLLM server first)
+VLLM_CALCULATOR_TARGETS = (
+    *CALCULATOR_TARGETS[:4],
+    ("end to end < 900 s", lambda r: r["timing_s"]["total"] < 900),
+)
 TARGETS = {
     "calculator": CALCULATOR_TARGETS,
     "search": SEARCH_TARGETS,
@@ -116,14 +129,20 @@ RECIPE_SCRIPTS = {"dapo": "recipes/dapo/run_cpu.sh"}
 REPO = Path(__file__).resolve().parent.parent
 
 
-def seed_command(task: str, out: Path, seed: int, agent_function: str | None = None) -> list[str]:
-    """The command that runs one seed of TASK into OUT."""
+def seed_command(task: str, out: Path, seed: int, agent_function: str | None = None,
+                 rollout: str | None = None, server_python: str | None = None) -> list[str]:
+    """The command that runs one seed of TASK into OUT (its GRPO stage on the `rollout`
+    backend's quickstart variant when given, its servers under `server_python`)."""
     if task in RECIPE_SCRIPTS:
         cmd = ["bash", str(REPO / RECIPE_SCRIPTS[task]), str(out), "--seed", str(seed)]
     else:
         agentrl = Path(sys.executable).with_name("agentrl")
         cmd = [str(agentrl), "quickstart", "--task", task, "--out-dir", str(out),
                "--seed", str(seed)]  # fmt: skip
+    if rollout:
+        cmd += ["--rollout", rollout]
+    if server_python:
+        cmd += ["--server-python", server_python]
     if agent_function:
         cmd += [f"actor_rollout_ref.rollout.agent_function={agent_function}",
                 "actor_rollout_ref.rollout.multi_turn.enable=false"]  # fmt: skip
@@ -131,15 +150,18 @@ def seed_command(task: str, out: Path, seed: int, agent_function: str | None = N
 
 
 def run_seed(
-    out_dir: Path, task: str, seed: int, rerun: bool, agent_function: str | None = None
+    out_dir: Path, task: str, seed: int, rerun: bool, agent_function: str | None = None,
+    rollout: str | None = None, server_python: str | None = None,
 ) -> dict[str, Any]:
-    name = f"agent_seed_{seed}" if agent_function else f"seed_{seed}"
+    prefix = ("agent_" if agent_function else "") + (f"{rollout}_" if rollout else "")
+    name = f"{prefix}seed_{seed}"
     report_path = out_dir / name / "report.json"
     if rerun or not report_path.is_file():
         # The recipe scripts run this interpreter's venv's agentrl.
         env = {**os.environ, "AGENTRL_VENV": str(Path(sys.executable).parent.parent)}
         subprocess.run(
-            seed_command(task, report_path.parent, seed, agent_function), check=True, env=env
+            seed_command(task, report_path.parent, seed, agent_function, rollout, server_python),
+            check=True, env=env,
         )
     report = json.loads(report_path.read_text())
     metrics = report_path.parent / "rl" / "metrics.jsonl"
@@ -269,11 +291,18 @@ def summary_line(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return {**summarize(figures), "runs": len(reports), "seeds": list(reports)}
 
 
-def check(reports: dict[int, dict[str, Any]], task: str) -> list[str]:
+def targets_of(task: str, rollout: str | None = None) -> tuple:
+    """The targets of TASK's table; the vllm variant of the calculator has its own time."""
+    if rollout == "vllm" and task == "calculator":
+        return VLLM_CALCULATOR_TARGETS
+    return TARGETS[task]
+
+
+def check(reports: dict[int, dict[str, Any]], task: str, rollout: str | None = None) -> list[str]:
     return [
         f"{'PASS' if all(test(r) for r in reports.values()) else 'FAIL'} {name}: "
         + ", ".join(f"seed {s} {'ok' if test(r) else 'missed'}" for s, r in reports.items())
-        for name, test in TARGETS[task]
+        for name, test in targets_of(task, rollout)
     ]
 
 
@@ -286,14 +315,20 @@ def main() -> int:
     parser.add_argument("--rerun", action="store_true", help="run seeds that have a report")
     parser.add_argument("--agent-function", default=None,
                         help="train in agent mode with this agent (file.py:run)")
+    parser.add_argument("--rollout", default=None,
+                        help="the GRPO stage's backend variant (agentrl quickstart --rollout), "
+                        "e.g. vllm")
+    parser.add_argument("--server-python", default=None,
+                        help="interpreter of the rollout's servers, e.g. .venv-vllm/bin/python")
     args = parser.parse_args()
     default = "quickstart_seeds" if args.task == "calculator" else f"{args.task}_seeds"
     out_dir = args.out_dir or Path("outputs") / default
-    reports = worst_first({seed: run_seed(out_dir, args.task, seed, args.rerun, args.agent_function)
+    reports = worst_first({seed: run_seed(out_dir, args.task, seed, args.rerun, args.agent_function,
+                                          args.rollout, args.server_python)
                           for seed in args.seeds})  # fmt: skip
     worst, first = next(iter(reports.items()))
     sys.stdout.write(
-        table(reports) + "\n\n" + "\n".join(check(reports, args.task)) + "\n"
+        table(reports) + "\n\n" + "\n".join(check(reports, args.task, args.rollout)) + "\n"
         f"worst seed: {worst} (after GRPO {_pm(first['eval_rl'])})\n"
         + json.dumps(summary_line(reports)) + "\n"
     )

@@ -6,6 +6,8 @@ call a calculator: SFT on an imperfect teacher, then GRPO, against an SFT-only c
     agentrl quickstart --task retool --out-dir OUT [--seed N]   # the CPU ReTool run
     agentrl quickstart --task reasoning_gym --out-dir OUT [--seed N]   # recipes/envs
     agentrl quickstart --task blackjack --out-dir OUT [--seed N]   # recipes/envs (a game)
+    agentrl quickstart --rollout vllm --server-python .venv-vllm/bin/python --out-dir OUT
+                                     # the GRPO stage on vLLM servers (docs/quickstart.md)
 
 The stages are in agentrl/quickstart/pipeline.py, the tasks in tasks.py (search_task.py,
 retool_task.py), the evaluation in evaluation.py; the numbers measured on 2 cores are in
@@ -62,6 +64,13 @@ _FLAGS = {
     "--val-freq": (int, "validate during RL every N steps on --val-rows test problems (0: no)"),
     "--val-rows": (int, "test problems of the validation during RL (the first ones)"),
     "--teacher": (str, "a trained model of the task to distil from on-policy instead of GRPO"),
+    "--rollout": (
+        str,
+        "the GRPO stage's backend (rollout.name; SFT and evaluation stay on hf); vllm: "
+        "the tiny size (vLLM's CPU attention refuses the nano model's 16-wide heads), untied, "
+        "SFT lr 1e-3",
+    ),
+    "--server-python": (str, "interpreter of the rollout's servers (e.g. .venv-vllm/bin/python)"),
 }
 
 

@@ -18,6 +18,8 @@ a nano model learns, on CPU, when to call its tool.
 4. eval_sft: greedy and sampled rollouts of the test set with the real tool;
 5. rl: GRPO with multi-turn tool rollouts (`agentrl.trainer.run_train`, the task's recipe),
    reward = the task's exact score only; rollouts dumped for the report's trajectory viewer;
+   on the `rollout` backend (`hf`, the embedded engine, or e.g. `vllm`'s servers:
+   `ROLLOUT_VARIANTS`; every other stage generates with the embedded hf engine);
    every `val_freq` steps (and before the first) the trainer validates greedily on the
    first `val_rows` test problems (`data.val_files`, `trainer.test_freq`): the report's
    held-out curve over RL steps, between the full evaluations before and after;
@@ -37,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -69,6 +72,7 @@ class QuickstartSettings:
     task: str = "calculator"  # agentrl.tasks.quickstart.TASKS
     seed: int = 0
     size: str = "nano"  # agentrl.models.tiny.TINY_SIZES
+    untied: bool = False  # the tiny model's output layer gets weights of its own
     steps: int = 25  # GRPO steps (0: stop after SFT)
     sft_steps: int = 3000  # cap on SFT optimizer steps (exact count with sft_check=0)
     sft_check: float = 0.8  # held-out turn reproduction that ends SFT (0: no check)
@@ -88,14 +92,50 @@ class QuickstartSettings:
     # a trained model of the task (same tokenizer): the RL stage distils from it on-policy
     # (algorithm.adv_estimator=on_policy_distill) and the report gains its evaluation
     teacher: str | None = None
+    # the GRPO stage's inference backend (actor_rollout_ref.rollout.name); SFT and the
+    # evaluations always run on the embedded hf engine. A name of ROLLOUT_VARIANTS brings
+    # that variant's own defaults (`settings_for`).
+    rollout: str = "hf"
+    server_python: str | None = None  # the interpreter its servers run under (null: this one)
     overrides: tuple[str, ...] = ()  # RL config overrides key.sub=value
 
 
+# rollout backend -> the settings its quickstart variant changes (before the flags given).
+# vLLM's CPU attention refuses the nano model's 16-wide heads (it serves 32, 64, ...:
+# agentrl/rollout/backends/vllm.py), so its variant runs the smallest size it serves, 32-wide
+# heads, and, because its CPU build keeps a stale tied output layer after a weight reload
+# (docs/backends.md), with an output layer of its own. The tiny model's SFT lr is its own:
+# at the nano model's 3e-3 its copying skill crept to 0.72 by the 3,000-step cap (seed 0);
+# at 1e-3 it jumped between steps 300 and 450 and passed the check at 700 (docs/quickstart.md).
+ROLLOUT_VARIANTS: dict[str, dict[str, Any]] = {
+    "vllm": {"size": "tiny", "untied": True, "sft_lr": 1e-3},
+}
+
+
 def settings_for(task: str, **given: Any) -> QuickstartSettings:
-    """The settings of `task`: its defaults, then what is `given`."""
+    """The settings of `task`: its defaults, then its rollout variant's (`ROLLOUT_VARIANTS`,
+    when `given` names one in `rollout`), then what is `given`."""
     if task not in TASKS:
         raise ValueError(f"unknown quickstart task {task!r}; choose one of {sorted(TASKS)}")
-    return dataclasses.replace(QuickstartSettings(task=task), **(TASKS[task].defaults | given))
+    variant = ROLLOUT_VARIANTS.get(given.get("rollout", "hf"), {})
+    return dataclasses.replace(
+        QuickstartSettings(task=task), **(TASKS[task].defaults | variant | given)
+    )
+
+
+def check_rollout(s: QuickstartSettings) -> None:
+    """Refuse, before the first stage, a rollout backend nobody registered or a
+    `server_python` that is not a file (the GRPO stage comes minutes later)."""
+    from agentrl.rollout.backends.registry import backend_plugin
+
+    backend_plugin(s.rollout)  # an unknown name raises, listing the registered ones
+    python = s.server_python
+    if python is not None and not (Path(python).is_file() and os.access(python, os.X_OK)):
+        raise ValueError(
+            f"--server-python {python!r} (actor_rollout_ref.rollout.server_python) is not an "
+            "executable file; make vLLM's with `bash scripts/setup_vllm_env.sh` and pass "
+            ".venv-vllm/bin/python"
+        )
 
 
 def environment_overrides(tool_config: Path | None, data: TaskData, task: str) -> list[str]:
@@ -151,6 +191,9 @@ def rl_config(
             f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
             "trainer.logger=[file]",  # the progress bar shows the key numbers
             *validation_overrides(val_path, s),
+            f"actor_rollout_ref.rollout.name={s.rollout}",
+            *([] if s.server_python is None else [
+                f"actor_rollout_ref.rollout.server_python={s.server_python}"]),
             *([] if s.teacher is None else [
                 "algorithm.adv_estimator=on_policy_distill",
                 f"actor_rollout_ref.teacher.model.path={s.teacher}"]),
@@ -182,6 +225,7 @@ def reward_curve(history: Sequence[dict[str, float]]) -> list[dict[str, float]]:
 def run_quickstart(out_dir: Path, settings: QuickstartSettings | None = None) -> dict[str, Any]:
     """Run every stage (see the module docstring); write and return the report."""
     s = settings or QuickstartSettings()
+    check_rollout(s)
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     log_handler = _file_log(out_dir / "quickstart.log")
@@ -225,7 +269,8 @@ def _run_stages(
     task = TASKS[s.task]
     with _stage("model", timing):
         init_dir = make_tiny_model(
-            out_dir / "model_init", size=s.size, seed=s.seed, chat_template="compact_tools"
+            out_dir / "model_init", size=s.size, seed=s.seed, chat_template="compact_tools",
+            tie_word_embeddings=not s.untied,
         )
     with _stage("data", timing):
         data = task.prepare(out_dir / "data", s)

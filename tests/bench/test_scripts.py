@@ -207,3 +207,23 @@ def test_the_gateway_overhead_bench_replays_a_cli_shaped_episode(tmp_path):
     assert reuse["rewrites"] == 0 and reuse["segments"] == 1
     later = reuse["turns"][1:]
     assert all(t["shared_prefix"] == t["previous_tokens"] > 0 for t in later)
+
+
+def test_the_seeds_script_runs_the_vllm_variant_apart_with_its_own_time_target(tmp_path):
+    quickstart_seeds = _bench_module("quickstart_seeds")
+    cmd = quickstart_seeds.seed_command("calculator", tmp_path / "vllm_seed_2", 2,
+                                        rollout="vllm", server_python="/v/bin/python")  # fmt: skip
+    assert cmd[1:] == ["quickstart", "--task", "calculator", "--out-dir",
+                       str(tmp_path / "vllm_seed_2"), "--seed", "2", "--rollout", "vllm",
+                       "--server-python", "/v/bin/python"]  # fmt: skip
+    plain = quickstart_seeds.seed_command("calculator", tmp_path / "seed_2", 2)
+    assert "--rollout" not in plain and "--server-python" not in plain
+    report = {"eval_sft": {"accuracy": 0.3}, "eval_rl": {"accuracy": 0.95, "tool_call_rate": 1.0},
+              "control": {"accuracy": 0.3}, "timing_s": {"total": 600.0}}  # fmt: skip
+    vllm = quickstart_seeds.check({2: report}, "calculator", "vllm")
+    assert [line.split(":")[0] for line in vllm] == [
+        "PASS greedy accuracy after SFT <= 0.45", "PASS greedy accuracy after GRPO >= 0.85",
+        "PASS tool-call rate after GRPO >= 0.95", "PASS control at least 0.30 below GRPO",
+        "PASS end to end < 900 s"]  # fmt: skip
+    assert quickstart_seeds.check({2: report}, "calculator")[-1].startswith(
+        "FAIL end to end < 300 s")

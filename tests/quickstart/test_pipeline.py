@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import secrets
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -253,3 +254,97 @@ def test_the_sft_check_holds_out_tool_using_traces_and_trains_on_the_rest(tmp_pa
     assert none is None and unchecked == read_sft_rows(path)
     with pytest.raises(ValueError, match="sft_check_rows=25 needs that many tool-using"):
         sft_stop_rule(path, QuickstartSettings(sft_check_rows=25))
+
+
+def test_the_vllm_variant_runs_the_tiny_untied_model_and_only_grpo_on_vllm(tmp_path):
+    from agentrl.quickstart.pipeline import rl_config
+    from agentrl.tasks.quickstart import TaskData
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--rollout", "vllm", "--server-python", "/v/bin/python"])
+    settings = settings_from_args(args)
+    # vLLM's CPU attention refuses the nano model's 16-wide heads; tiny's are 32 wide
+    assert (settings.size, settings.untied, settings.rollout) == ("tiny", True, "vllm")
+    assert settings.server_python == "/v/bin/python"
+    assert settings == QuickstartSettings(size="tiny", untied=True, sft_lr=1e-3, rollout="vllm",
+                                          server_python="/v/bin/python")  # fmt: skip
+    # a flag given wins over the variant's default; the plain quickstart is unchanged
+    assert settings_from_args(parser.parse_args(["--rollout", "vllm", "--size", "small"])).size \
+        == "small"
+    assert (QuickstartSettings().size, QuickstartSettings().untied) == ("nano", False)
+    data = TaskData(tmp_path / "sft.jsonl", tmp_path / "train.parquet", tmp_path / "test.parquet", {})
+    rollout = rl_config(tmp_path / "m", data, tmp_path / "t.yaml", tmp_path / "rl",
+                        settings).actor_rollout_ref.rollout  # fmt: skip
+    assert (rollout.name, rollout.server_python) == ("vllm", "/v/bin/python")
+    plain = rl_config(tmp_path / "m", data, tmp_path / "t.yaml", tmp_path / "rl",
+                      QuickstartSettings()).actor_rollout_ref.rollout  # fmt: skip
+    assert (plain.name, plain.server_python) == ("hf", None)
+
+
+def test_a_bad_rollout_or_server_python_is_named_before_any_stage(tmp_path):
+    with pytest.raises(ValueError, match="rollout.name is 'nope'"):
+        run_quickstart(tmp_path / "a", QuickstartSettings(rollout="nope"))
+    with pytest.raises(ValueError, match="--server-python '/nowhere/python'"):
+        run_quickstart(tmp_path / "b", settings_for("calculator", rollout="vllm",
+                                                    server_python="/nowhere/python"))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def _vllm_python() -> str:
+    """vLLM's interpreter (scripts/setup_vllm_env.sh; AGENTRL_VLLM_PYTHON), as
+    tests/rollout/backends/test_vllm.py finds it: a skip without it, unless CI requires it."""
+    root = Path(__file__).resolve().parents[2]
+    python = os.environ.get("AGENTRL_VLLM_PYTHON") or str(root / ".venv-vllm" / "bin" / "python")
+    if not Path(python).exists():
+        message = f"no vLLM environment at {python} (bash scripts/setup_vllm_env.sh)"
+        if os.environ.get("AGENTRL_REQUIRE_VLLM") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return python
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_the_vllm_variant_trains_on_a_vllm_server_whose_weights_are_verified(tmp_path):
+    """`agentrl quickstart --rollout vllm` on small budgets: two GRPO steps on a vLLM
+    server launched from its own interpreter, every sync verified on the server, the
+    evaluations on the hf engine, the trained model exported and evaluated. 30 SFT steps
+    teach no arithmetic, so every reward is 0 and GRPO alone would not move the weights: an
+    entropy bonus does, so the second step samples from weights the server must have
+    reloaded (learning itself is what bench/quickstart_seeds.py --rollout vllm measures)."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "qs"
+    settings = settings_for(
+        "calculator", rollout="vllm", server_python=_vllm_python(), steps=2, sft_steps=30,
+        sft_check=0, sft_examples=256, n_train=64, n_test=8, control=False,
+        overrides=("actor_rollout_ref.rollout.launch_timeout=600",
+                   "actor_rollout_ref.actor.entropy_coeff=0.01"),
+    )  # fmt: skip
+    report = run_quickstart(out, settings)
+    init = json.loads((out / "model_init" / "config.json").read_text())
+    assert init["hidden_size"] // init["num_attention_heads"] == 32
+    assert init["tie_word_embeddings"] is False
+    metrics = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2] and len(report["rl"]) == 2
+    for m in metrics:  # the server held every tensor the trainer sent, after every update
+        assert m["rollout/weights_verified"] == 1
+        assert m["timing/weight_sync_s"] > 0 and m["actor/grad_norm"] > 0
+        assert m["rollout/requests"] >= 16 * 8  # a step's 16 prompts x 8, multi-turn
+        # vLLM sampled from the weights the trainer scores with (fp32 both: 3e-8 and 6e-9
+        # apart in probability here, at most 2e-5 over a full 25-step run); at step 2 those
+        # are the weights step 1 trained and synced
+        assert m["training/rollout_probs_diff_max"] < 1e-4, m["training/rollout_probs_diff_max"]
+    assert "name: vllm" in (out / "rl" / "config.yaml").read_text()
+    # GRPO changed the weights it exported, and the evaluations ran on both models
+    sft = load_file(out / "model_sft" / "model.safetensors")
+    rl = load_file(rl_model_dir(load_config(RECIPE_CONFIG, [f"trainer.default_local_dir={out / 'rl'}"]))
+                   / "model.safetensors")  # fmt: skip
+    assert "lm_head.weight" in rl
+    # each Adam step moves a parameter with a gradient by about the lr (3e-4)
+    assert max((sft[k] - rl[k]).abs().max().item() for k in sft) > 2e-4
+    assert report["eval_sft"]["trajectories"] == report["eval_rl"]["trajectories"] == 8
+    assert set(report["timing_s"]) == {
+        "model", "data", "sft", "eval_sft", "rl", "eval_rl", "report", "total"
+    }  # fmt: skip
