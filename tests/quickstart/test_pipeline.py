@@ -10,7 +10,6 @@ import logging
 import os
 import re
 import secrets
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -292,16 +291,11 @@ def test_a_bad_rollout_or_server_python_is_named_before_any_stage(tmp_path):
 
 
 def _vllm_python() -> str:
-    """vLLM's interpreter (scripts/setup_vllm_env.sh; AGENTRL_VLLM_PYTHON), as
-    tests/rollout/backends/test_vllm.py finds it: a skip without it, unless CI requires it."""
-    root = Path(__file__).resolve().parents[2]
-    python = os.environ.get("AGENTRL_VLLM_PYTHON") or str(root / ".venv-vllm" / "bin" / "python")
-    if not Path(python).exists():
-        message = f"no vLLM environment at {python} (bash scripts/setup_vllm_env.sh)"
-        if os.environ.get("AGENTRL_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
+    """vLLM's interpreter, found as the backend's own tests find it (a skip without it,
+    unless CI requires it)."""
+    from tests.rollout.backends.test_vllm import vllm_python
+
+    return vllm_python()
 
 
 @pytest.mark.vllm
