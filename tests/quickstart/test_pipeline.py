@@ -320,7 +320,10 @@ def test_the_vllm_variant_trains_on_a_vllm_server_whose_weights_are_verified(tmp
     init = json.loads((out / "model_init" / "config.json").read_text())
     assert init["hidden_size"] // init["num_attention_heads"] == 32
     assert init["tie_word_embeddings"] is False
-    metrics = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
+    logged = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
+    # step 0: the validation before training (the quickstart's val_freq), then the two steps
+    assert logged[0]["step"] == 0 and any(k.startswith("val-core/") for k in logged[0])
+    metrics = logged[1:]
     assert [m["step"] for m in metrics] == [1, 2] and len(report["rl"]) == 2
     for m in metrics:  # the server held every tensor the trainer sent, after every update
         assert m["rollout/weights_verified"] == 1
