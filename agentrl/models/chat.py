@@ -40,6 +40,9 @@ _MAX_VERBATIM_SHAPES = 256  # cached (role, name, ...) shapes of one-message del
 # shares one cached shape for all their values
 _PER_MESSAGE_FIELDS = frozenset({"tool_call_id"})
 _ID_PROBES = ("call_probe_a", "call_probe_b")
+# contents that trimming, escaping or markup handling would change: a template that writes
+# them as given writes content verbatim
+_CONTENT_PROBES = ("  padded \n\t", "{{ x }} {% if %} <tool_call> </think>\n\n", "")
 
 
 class TemplateError(ValueError):
@@ -108,6 +111,9 @@ class ChatRenderer:
         self._verbatim: OrderedDict[tuple, tuple[str, str] | None] = OrderedDict()
         # `encode` of a text reusing the ids of pieces seen before (the sanity check's)
         self.pieces = PieceEncoder(tokenizer, self.encode)
+        # (roles, tool schemas' ids, add_generation_prompt) -> (the schemas, the text
+        # between the messages' contents) for prompts the template writes verbatim
+        self._prompt_shapes: OrderedDict[tuple, tuple[list, list[str] | None]] = OrderedDict()
 
     # ------------------------------------------------------------------ rendering
 
@@ -126,6 +132,68 @@ class ChatRenderer:
             **self.kwargs,
         )
 
+    def render_prompt(
+        self,
+        messages: Sequence[dict],
+        add_generation_prompt: bool = True,
+        tools: Sequence[dict] | None = None,
+    ) -> str:
+        """`render(messages, add_generation_prompt, tools)`, for a batch of prompts: where
+        every message is a plain `{"role", "content": str}` and the template writes each
+        content verbatim (probed once per shape: the roles in order, the schemas), the text is
+        joined from the cached text between the contents instead of rendered (the same text;
+        the trajectory's sanity check renders the whole conversation at the end)."""
+        if not all(len(m) == 2 and isinstance(m.get("role"), str)
+                   and isinstance(m.get("content"), str) for m in messages):  # fmt: skip
+            return self.render(messages, add_generation_prompt, tools)
+        schemas = list(tools or ())
+        key = (tuple(m["role"] for m in messages), tuple(map(id, schemas)),
+               add_generation_prompt)  # fmt: skip
+        cached = self._prompt_shapes.get(key)
+        # the schemas are kept with their pieces: their ids cannot be reused while cached
+        if cached is None or any(a is not b for a, b in zip(cached[0], schemas, strict=True)):
+            cached = (schemas, self._probe_prompt(key[0], add_generation_prompt, schemas))
+            self._prompt_shapes[key] = cached
+            while len(self._prompt_shapes) > _MAX_VERBATIM_SHAPES:
+                self._prompt_shapes.popitem(last=False)
+        self._prompt_shapes.move_to_end(key)
+        between = cached[1]
+        if between is None:
+            return self.render(messages, add_generation_prompt, tools)
+        parts = [between[0]]
+        for message, after in zip(messages, between[1:], strict=True):
+            parts += (message["content"], after)
+        return "".join(parts)
+
+    def _probe_prompt(self, roles: tuple[str, ...], add_generation_prompt: bool,
+                      tools: list) -> list[str] | None:  # fmt: skip
+        """The texts around the contents of messages of these roles, if the template writes
+        every content verbatim (a sentinel per message, then contents that trimming,
+        escaping or markup handling would change); else None."""
+        if not roles:
+            return None
+        sentinels = [f"{_SENTINEL}{k}>" for k in range(len(roles))]
+        try:
+            text = self.render([{"role": r, "content": c} for r, c in zip(roles, sentinels)],
+                               add_generation_prompt, tools)  # fmt: skip
+        except Exception:  # messages the template does not take: no fast path
+            return None
+        between = []
+        for sentinel in sentinels:
+            if text.count(sentinel) != 1:
+                return None
+            before, text = text.split(sentinel)
+            between.append(before)
+        between.append(text)
+        for probe in _CONTENT_PROBES:
+            contents = [f"{probe}{k}" for k in range(len(roles))]
+            rendered = self.render([{"role": r, "content": c} for r, c in zip(roles, contents)],
+                                   add_generation_prompt, tools)  # fmt: skip
+            joined = between[0] + "".join(c + b for c, b in zip(contents, between[1:]))
+            if rendered != joined:
+                return None
+        return between
+
     def encode(self, text: str) -> list[int]:
         """Token ids of `text` (no BOS/EOS added: the template writes its own markup)."""
         if self._backend_encode is not None:
@@ -139,6 +207,21 @@ class ChatRenderer:
             return []
         return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)
                 ["input_ids"]]
+
+    def encode_prompts(self, texts: Sequence[str]) -> list[tuple[list[int], dict]]:
+        """``encode`` of each text with its pieces' ids (the tokenization check's `known`):
+        the batch's distinct pieces encoded once (`PieceEncoder.encode_batch`: the system
+        prompt and tool schemas every prompt repeats), else every text in one call."""
+        texts = list(texts)
+        pieces = self.pieces.encode_batch(texts)
+        if pieces is not None:
+            return pieces
+        out = []
+        for text, ids in zip(texts, self.encode_many(texts), strict=True):
+            known: dict = {}
+            self.pieces.remember(text, ids, known)
+            out.append((ids, known))
+        return out
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of `ids` with every special token kept (what the template would write)."""
@@ -219,7 +302,7 @@ class ChatRenderer:
         if with_sentinel.count(_SENTINEL) != 1:
             return None
         before, after = with_sentinel.split(_SENTINEL)
-        for probe in ("  padded \n\t", "{{ x }} {% if %} <tool_call> </think>\n\n", ""):
+        for probe in _CONTENT_PROBES:
             rendered = self._render_delta([{**fields, "content": probe}], add_generation_prompt)
             if rendered != before + probe + after:
                 return None

@@ -146,6 +146,34 @@ class PieceEncoder:
             parts = [next(found) if ids is None else ids for ids in parts]
         return [i for ids in parts for i in ids]
 
+    def encode_batch(self, texts: Sequence[str]) -> list[tuple[list[int], dict]] | None:
+        """Each text's ids (`encode_text(text)`) and its pieces' ids (for `known`), every
+        distinct piece of the batch encoded once, in one call: a batch of prompts that share
+        their system prompt and tool schemas pays for those once, not once per prompt.
+        None when the tokenizer is not piece-local or the pieces do not cut back (the
+        caller encodes the whole texts instead)."""
+        if not self.exact:
+            return None
+        cut = [self.pieces(text) for text in texts]
+        distinct = list(dict.fromkeys(p for pieces in cut for p in pieces[::2] if p))
+        encoded = self._encode_pieces(distinct, keep=False) if distinct else []
+        if encoded is None:
+            return None
+        ids_of = dict(zip(distinct, encoded, strict=True))
+        added = self.added
+        out = []
+        for pieces in cut:
+            ids: list[int] = []
+            own: dict[str, tuple[int, ...]] = {}
+            for i, piece in enumerate(pieces):
+                if i % 2:
+                    ids.append(added[piece])
+                elif piece:
+                    own[piece] = span = ids_of[piece]
+                    ids.extend(span)
+            out.append((ids, own))
+        return out
+
     def remember(self, text: str, ids: Sequence[int], known: Known) -> None:
         """Record in `known` the ids of each piece of `text`, given `ids == encode_text(text)`
         (nothing when the tokenizer is not piece-local or the ids do not split cleanly)."""
@@ -173,9 +201,10 @@ class PieceEncoder:
             self.cache.move_to_end(piece)
         return ids
 
-    def _encode_pieces(self, pieces: list[str]) -> list[tuple[int, ...]] | None:
+    def _encode_pieces(self, pieces: list[str], keep: bool = True) -> list[tuple[int, ...]] | None:
         """Each piece's ids from one encode of the pieces joined by an added token (one call
-        instead of one per piece); None when the joined text does not cut back into them."""
+        instead of one per piece; `keep`: into the cache); None when the joined text does
+        not cut back into them."""
         separator = self._separator
         joined = separator.join(pieces)
         if self.pieces(joined) != [p for piece in pieces for p in (piece, separator)][:-1]:
@@ -183,6 +212,8 @@ class PieceEncoder:
         spans = self._split_ids(self.encode_text(joined), [separator] * (len(pieces) - 1))
         if spans is None:
             return None
+        if not keep:
+            return spans
         for piece, span in zip(pieces, spans, strict=True):
             self.cache[piece] = span
         while len(self.cache) > self.cache_size:

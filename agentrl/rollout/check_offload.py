@@ -16,11 +16,15 @@ The process imports agentrl, not the parent's main script, and builds its own
 (so it renders and tokenizes exactly as the engine does); it answers with the
 `CheckResult`s that `run_check` gives in the engine. The loop talks to it over a pipe it
 reads itself (no helper thread: with a busy loop, every hand-over of the interpreter lock to
-a thread costs up to its switch interval, 5 ms): the checks that finish while the worker
-runs a call wait and go together in the next one, and a check runs on the loop instead
-while the worker is starting, or when the worker would not answer it within `MAX_WAIT_S`
-at its pace in its last call (a worker short of CPU must not hold finished requests: the
-batch's last ones decide its end). If the process cannot start or dies (killed, out of
+a thread costs up to its switch interval, 5 ms): checks wait in a queue and go to the
+worker `CHUNK` at a time, `IN_FLIGHT` calls at once. A check runs on the loop instead while
+the worker is starting. In a batch (`engine._rollout`) a finished request's check queues
+while other requests of the batch still run (`hold`: they decide the batch's end, and the
+loop is theirs); when the last one arrives, the loop takes the checks not yet sent, newest
+first, while the worker answers its calls (`steal`: both cores check at the end). For an
+open-ended stream of requests (the async producer's), a check queues only when the worker
+would answer it within `MAX_WAIT_S` at its pace in its last call (a worker short of CPU must
+not hold finished requests), else it runs on the loop. If the process cannot start or dies (killed, out of
 memory), or a check fails there for any other reason, the check runs on the loop, with a
 warning: a trajectory is never lost, and an error the check itself raises is raised as the
 inline check raises it.
@@ -33,6 +37,7 @@ loop a pickle of the tokenizer and another core a few seconds).
 from __future__ import annotations
 
 import asyncio
+import collections
 import importlib.machinery
 import logging
 import multiprocessing
@@ -55,6 +60,11 @@ AUTO_MIN_REQUESTS = 256  # auto: batches at least this large start the process
 # pace per check); checks beyond that run on the loop: a worker that falls behind (a busy
 # machine) would hold finished requests, and the batch's last ones decide its end
 MAX_WAIT_S = 0.25
+# checks per call to the worker, and calls at a time: small calls leave the checks that have
+# not been sent for the loop to take at the batch's end (`steal`); two in flight keep the
+# worker busy while the loop reads an answer
+CHUNK = 16
+IN_FLIGHT = 2
 _FIRST_PACE_S = 0.002  # seconds per check assumed until the worker has answered once
 
 def _run_all(renderer: ChatRenderer, items: list[CheckInput]) -> list[CheckResult | None]:
@@ -154,6 +164,7 @@ class CheckOffload:
         # checks waiting for the worker (while it runs the previous ones), and their sender
         self._waiting: list[tuple[CheckInput, asyncio.Future]] = []
         self._sender: asyncio.Future | None = None
+        self._stealer: asyncio.Future | None = None  # `steal`'s task
         self._in_worker = 0  # checks of the call in flight
         self._pace_s = _FIRST_PACE_S  # the worker's seconds per check, in its last call
         self.answered = 0  # checks the worker answered (the rest ran on the loop)
@@ -215,11 +226,14 @@ class CheckOffload:
         self._ready = True
         return True
 
-    async def check(self, item: CheckInput, renderer: ChatRenderer) -> CheckResult:
-        """`run_check(renderer, item)`: in the worker when it has started and would answer
-        within `MAX_WAIT_S` at its pace (or nothing waits for it), else here."""
+    async def check(self, item: CheckInput, renderer: ChatRenderer, hold: bool = False
+                    ) -> CheckResult:  # fmt: skip
+        """`run_check(renderer, item)`: in the worker when it has started and, unless `hold`,
+        would answer within `MAX_WAIT_S` at its pace (or nothing waits for it); else here.
+        `hold`: the caller's batch still has requests running, and it calls `steal` when the
+        last of them waits here (a check may queue while the batch goes on)."""
         queued = len(self._waiting) + self._in_worker
-        if self._is_ready() and (queued == 0 or (queued + 1) * self._pace_s <= MAX_WAIT_S):
+        if self._is_ready() and (hold or queued == 0 or (queued + 1) * self._pace_s <= MAX_WAIT_S):
             future = asyncio.get_running_loop().create_future()
             self._waiting.append((item, future))
             if self._sender is None or self._sender.done():
@@ -229,41 +243,72 @@ class CheckOffload:
                 return result
         return run_check(renderer, item)
 
-    async def _send(self) -> None:
-        """Hand the waiting checks to the worker, all of them in one call, until none wait
-        (one call in flight at a time); a check the worker did not answer gets None (it then
-        runs on the loop)."""
+    def start_stealing(self, renderer: ChatRenderer) -> None:
+        """`steal` in a task of the running loop (kept until it ends)."""
+        if self._stealer is None or self._stealer.done():
+            self._stealer = asyncio.ensure_future(self.steal(renderer))
+
+    async def steal(self, renderer: ChatRenderer) -> None:
+        """Run the checks still waiting for the worker here, newest first, while the worker
+        runs its calls (the batch's last requests wait for them: both cores check)."""
         while self._waiting:
-            batch, self._waiting = self._waiting, []
-            results: list[CheckResult | None] = [None] * len(batch)
-            conn = self._conn
+            item, future = self._waiting.pop()
+            if future.done():
+                continue
             try:
-                if conn is not None:
-                    self._in_worker, started = len(batch), time.perf_counter()
+                result = run_check(renderer, item)
+            except Exception:  # the request runs it again inline, where it raises
+                result = None
+            future.set_result(result)
+            await asyncio.sleep(0)  # the worker's answers and the finished requests go on
+
+    async def _send(self) -> None:
+        """Hand the waiting checks to the worker, oldest first, at most `CHUNK` a call and
+        `IN_FLIGHT` calls at a time (the worker starts the next call as it answers one),
+        until none wait; a check the worker did not answer gets None (it then runs on the
+        loop)."""
+        pending: collections.deque[list[tuple[CheckInput, asyncio.Future]]] = collections.deque()
+        conn = self._conn
+        try:
+            while self._waiting or pending:
+                while self._waiting and len(pending) < IN_FLIGHT and conn is not None:
+                    batch, self._waiting = self._waiting[:CHUNK], self._waiting[CHUNK:]
+                    pending.append(batch)  # before sending: a failed send answers it here
+                    self._in_worker += len(batch)
                     conn.send_bytes(pickle.dumps([item for item, _ in batch],
                                                  protocol=pickle.HIGHEST_PROTOCOL))  # fmt: skip
-                    kind, results = pickle.loads(await _receive(conn))
-                    if kind != "results" or len(results) != len(batch):
-                        raise RuntimeError(f"unexpected answer {kind!r}")
-                    self._pace_s = (time.perf_counter() - started) / len(batch)
-                    self.answered += sum(r is not None for r in results)
-            except asyncio.CancelledError:  # the loop is closing: the pipe is out of step
-                self.close()
+                if not pending:  # no worker: the waiting checks run on the loop
+                    raise RuntimeError("the process is closed")
+                started = time.perf_counter()
+                kind, results = pickle.loads(await _receive(conn))
+                batch = pending.popleft()
+                self._in_worker -= len(batch)
+                if kind != "results" or len(results) != len(batch):
+                    raise RuntimeError(f"unexpected answer {kind!r}")
+                self._pace_s = (time.perf_counter() - started) / len(batch)
+                self.answered += sum(r is not None for r in results)
+                for (_, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+        except asyncio.CancelledError:  # the loop is closing: the pipe is out of step
+            self.close()
+            for batch in pending:
                 for _, future in batch:
                     future.cancel()
-                raise
-            except Exception as err:
-                logger.warning(
-                    "the tokenization check of %d requests failed in its process (%s: %s); "
-                    "checking them on the event loop (the next batch starts a new process)",
-                    len(batch), type(err).__name__, err)  # fmt: skip
-                results = [None] * len(batch)
-                self.close()
-            finally:
-                self._in_worker = 0
-            for (_, future), result in zip(batch, results, strict=True):
+            raise
+        except Exception as err:
+            unanswered = [entry for batch in pending for entry in batch] + self._waiting
+            self._waiting = []
+            logger.warning(
+                "the tokenization check of %d requests failed in its process (%s: %s); "
+                "checking them on the event loop (the next batch starts a new process)",
+                len(unanswered), type(err).__name__, err)  # fmt: skip
+            self.close()
+            for _, future in unanswered:
                 if not future.done():
-                    future.set_result(result)
+                    future.set_result(None)
+        finally:
+            self._in_worker = 0
 
     def close(self) -> None:
         """Stop the worker process (a later `start` begins a new one)."""

@@ -98,6 +98,10 @@ class BatchContext:
     trace: TraceRecorder | None = None  # trainer.trace: the timeline of the batch's requests
     # the tokenization check's process, when this batch checks off the loop (check_offload.py)
     check_offload: CheckOffload | None = None
+    # requests of the batch not at their tokenization check yet (None: an open-ended stream
+    # of requests, the async producer's): while some are, a finished request's check may
+    # queue for the process; the last one to arrive has the loop take what still queues
+    unchecked: int | None = None
 
     def request_track(self, req: AsyncRolloutRequest) -> Track | None:
         """The request's row of the timeline (None when not tracing)."""
@@ -166,6 +170,16 @@ class AsyncRolloutEngine:
 
     # ------------------------------------------------------------------ the batch
 
+    def prepare(self, requests: int, timeout: float = 60.0) -> bool:
+        """Start, before a batch of `requests` requests, what that batch would start: the
+        tokenization check's process when the batch would check off the loop
+        (`multi_turn.tokenization_sanity_check_offload`), and wait until it is ready (at
+        most `timeout` s). Optional: without it the first such batch starts the process and
+        checks on the loop until it is ready. Whether the process is ready."""
+        if not should_offload(self.check_offload_setting, requests, self.check_offload.running):
+            return False
+        return self.check_offload.start() and self.check_offload.wait_ready(timeout)
+
     def generate_sequences(self, batch: DataProto) -> DataProto:
         """Blocking `agenerate_sequences`, run on the engine's own event loop thread (one
         loop for the engine's lifetime, so loop-bound backend clients keep working)."""
@@ -224,6 +238,7 @@ class AsyncRolloutEngine:
             ctx.waves = GenerationWaves(len(requests))
         if should_offload(self.check_offload_setting, len(requests), self.check_offload.running):
             ctx.check_offload = self.check_offload if self.check_offload.start() else None
+            ctx.unchecked = len(requests)
         rate = 0.0 if batch.meta_info.get("validate", False) else self.settings.over_sample_rate
         # every request starts at once: building them in chunks that start as they are built
         # helped the first chunks and delayed the last (measured slower at 2,048)
@@ -309,17 +324,17 @@ class AsyncRolloutEngine:
             )
             messages = [dict(m) for m in columns["raw_prompt"][i]]
             rows.append((tools_kwargs, interaction_kwargs, schemas, callable_schemas, messages))
-        # every prompt once for its n samples, all of them encoded in one call
-        texts = [self.renderer.render(row[4], True, row[2]) for row in rows]
+        # every prompt once for its n samples; their shared pieces encoded once
+        texts = [self.renderer.render_prompt(row[4], True, row[2]) for row in rows]
         batch_id = uuid.uuid4().hex[:8]
         requests = []
-        for i, prompt_ids in enumerate(self.renderer.encode_many(texts)):
+        checking = self.multi_turn.tokenization_sanity_check_mode != "disable"
+        for i, (prompt_ids, pieces) in enumerate(self.renderer.encode_prompts(texts)):
             tools_kwargs, interaction_kwargs, schemas, callable_schemas, messages = rows[i]
             if "raw_prompt_ids" in columns:
                 self._compare_with_dataset(i, prompt_ids, columns["raw_prompt_ids"][i])
-            known: dict[str, tuple[int, ...]] = {}  # for the sanity check, shared by the n
-            if self.multi_turn.tokenization_sanity_check_mode != "disable":
-                self.renderer.pieces.remember(texts[i], prompt_ids, known)
+            # the prompt's pieces for the sanity check, shared by the n
+            known: dict[str, tuple[int, ...]] = pieces if checking else {}
             for offset in range(n):
                 requests.append(
                     AsyncRolloutRequest.from_prompt(
@@ -426,10 +441,15 @@ class AsyncRolloutEngine:
                                mode: str) -> Any:  # fmt: skip
         """The request's tokenization check run in the check's process (None: `finalize`
         checks inline). The request has finished: over-sampling's cancel does not stop it."""
+        if ctx.unchecked is not None:
+            ctx.unchecked -= 1
         item = req.check_input(mode) if ctx.check_offload is not None else None
+        if ctx.unchecked == 0 and ctx.check_offload is not None:  # nothing else runs now
+            ctx.check_offload.start_stealing(self.renderer)
         if item is None:
             return None
-        result = asyncio.ensure_future(ctx.check_offload.check(item, self.renderer))
+        hold = ctx.unchecked is not None and ctx.unchecked > 0
+        result = asyncio.ensure_future(ctx.check_offload.check(item, self.renderer, hold))
         while True:
             try:
                 return await asyncio.shield(result)

@@ -122,6 +122,43 @@ def test_one_message_deltas_are_concatenated_exactly_as_rendered(tiny_tokenizer)
     assert renderer.delta_text(two) == renderer._render_delta(two, True)
 
 
+def test_prompts_are_joined_exactly_as_rendered(tiny_tokenizer):
+    renderer = ChatRenderer(tiny_tokenizer)
+    tools = [{"type": "function", "function": {"name": "calc", "description": "Add.",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    contents = ["Task 1.", "", "  spaced \n\t", "{{ not jinja }} {% raw %}", "<tool_call>x",
+                "ünïcödé ✓\n\n"]  # fmt: skip
+    for content in contents:
+        for messages in ([{"role": "user", "content": content}],
+                         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": content}],
+                         [{"role": "user", "content": content}, {"role": "assistant", "content": "a"},
+                          {"role": "user", "content": content + "?"}]):  # fmt: skip
+            for schemas in (None, tools):
+                for prompt in (True, False):
+                    assert renderer.render_prompt(messages, prompt, schemas) == renderer.render(
+                        messages, prompt, schemas)
+    assert all(v[1] is not None for v in renderer._prompt_shapes.values())  # joined, not rendered
+    # other schemas with the same ids' shape are probed again, not joined from stale text
+    other = [{**tools[0], "function": {**tools[0]["function"], "description": "Subtract."}}]
+    messages = [{"role": "user", "content": "x"}]
+    assert renderer.render_prompt(messages, True, other) == renderer.render(messages, True, other)
+    # a message with more than role and content is rendered
+    named = [{"role": "user", "content": "x", "name": "ann"}]
+    assert renderer.render_prompt(named) == renderer.render(named, True)
+
+
+def test_a_template_that_trims_content_renders_prompts(tiny_tokenizer):
+    import copy
+
+    trimming = copy.deepcopy(tiny_tokenizer)
+    trimming.chat_template = tiny_tokenizer.chat_template.replace(
+        "message.content", "(message.content | trim)")
+    renderer = ChatRenderer(trimming)
+    messages = [{"role": "user", "content": "  padded  "}]
+    assert renderer.render_prompt(messages) == renderer.render(messages, True)
+    assert all(v[1] is None for v in renderer._prompt_shapes.values())
+
+
 def test_a_template_that_trims_content_gets_no_fast_path(tiny_tokenizer):
     import copy
 

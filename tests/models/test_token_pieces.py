@@ -190,3 +190,34 @@ def test_a_python_tokenizer_encodes_the_whole_text():
     enc = PieceEncoder(Slow(), lambda t: Slow().encode(t))
     assert (enc.exact, enc.reason) == (False, "not a fast (tokenizers) tokenizer")
     assert enc.encode("ab") == [97, 98]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=st.lists(texts, max_size=6))
+def test_a_batch_is_each_texts_ids_with_its_own_pieces(tiny, batch):
+    enc = encoder_of(tiny)
+    out = enc.encode_batch(batch)
+    assert [ids for ids, _ in out] == [whole(tiny, text) for text in batch]
+    for text, (_, own) in zip(batch, out, strict=True):
+        assert set(own) == {p for p in enc.pieces(text)[::2] if p}
+        assert enc.encode(text, own) == whole(tiny, text)
+
+
+def test_a_batch_encodes_each_distinct_piece_once_in_one_call(tiny):
+    calls: list[str] = []
+    enc = PieceEncoder(tiny, lambda t: calls.append(t) or whole(tiny, t))
+    system = "<|im_start|>system\nTools: a long schema the prompts share.<|im_end|>\n"
+    batch = [f"{system}<|im_start|>user\nTask {k}.<|im_end|>\n<|im_start|>assistant\n"
+             for k in range(3)]  # fmt: skip
+    out = enc.encode_batch(batch)
+    assert [ids for ids, _ in out] == [whole(tiny, t) for t in batch]
+    assert calls == ["system\nTools: a long schema the prompts share.<|im_end|>\n<|im_end|>"
+                     "user\nTask 0.<|im_end|>assistant\n<|im_end|>user\nTask 1.<|im_end|>"
+                     "user\nTask 2."]  # fmt: skip
+    assert enc.cache == {}  # a batch's pieces do not push out the cached ones
+
+
+def test_a_tokenizer_that_is_not_piece_local_has_no_batch_encode():
+    tokenizer = built(pre_tokenizers.Metaspace(prepend_scheme="first"),
+                      [AddedToken("<x>", normalized=False)])
+    assert encoder_of(tokenizer).encode_batch(["the<x>the"]) is None

@@ -13,6 +13,7 @@ from agentrl.models.chat import ChatRenderer
 from agentrl.rollout import AsyncRolloutEngine, AsyncRolloutRequest
 from agentrl.rollout.check_offload import (
     AUTO_MIN_REQUESTS,
+    CHUNK,
     CheckOffload,
     check_offload_setting,
     should_offload,
@@ -78,6 +79,39 @@ def test_a_killed_process_falls_back_inline(tiny_tokenizer, renderer, caplog):
         assert asyncio.run(offload.check(item, renderer)) == result  # inline until restarted
     finally:
         offload.close()
+
+
+def test_held_checks_queue_and_the_loop_takes_the_unsent_ones(offload, renderer, tiny_tokenizer):
+    cases = token_check_cases(renderer, tiny_tokenizer)
+    items = [req.check_input("strict") for req in cases.values()] * 20  # > CHUNK x IN_FLIGHT
+    expected = [run_check(renderer, item) for item in items]
+
+    async def check_all():
+        checks = [asyncio.ensure_future(offload.check(i, renderer, hold=True)) for i in items]
+        await asyncio.sleep(0)  # every check waits for the worker: none ran here
+        assert len(offload._waiting) + offload._in_worker == len(items)
+        offload.start_stealing(renderer)  # the batch's last request: the loop takes the rest
+        return await asyncio.gather(*checks)
+
+    answered = offload.answered
+    assert asyncio.run(check_all()) == expected
+    by_worker = offload.answered - answered
+    assert CHUNK <= by_worker < len(items)  # the worker answered its calls, the loop the rest
+    assert not offload._waiting and offload._in_worker == 0
+
+
+def test_prepare_starts_the_process_for_a_batch_that_would_use_it(tiny_tokenizer):
+    for setting, requests, started in (("auto", AUTO_MIN_REQUESTS, True),
+                                       ("auto", AUTO_MIN_REQUESTS - 1, False),
+                                       ("false", 10**4, False), ("true", 1, True)):  # fmt: skip
+        engine = AsyncRolloutEngine(
+            rollout_config(f"multi_turn.tokenization_sanity_check_offload={setting}"),
+            tiny_tokenizer, ScriptedBackend(tiny_tokenizer, {}), make_tools())  # fmt: skip
+        try:
+            assert engine.prepare(requests) is started
+            assert engine.check_offload.running is started
+        finally:
+            engine.close()
 
 
 def test_a_tokenizer_that_cannot_travel_keeps_the_check_inline(renderer, caplog):
