@@ -174,7 +174,7 @@ class ChatRenderer:
             return None
         sentinels = [f"{_SENTINEL}{k}>" for k in range(len(roles))]
         try:
-            text = self.render([{"role": r, "content": c} for r, c in zip(roles, sentinels)],
+            text = self.render([{"role": r, "content": c} for r, c in zip(roles, sentinels, strict=True)],
                                add_generation_prompt, tools)  # fmt: skip
         except Exception:  # messages the template does not take: no fast path
             return None
@@ -187,9 +187,9 @@ class ChatRenderer:
         between.append(text)
         for probe in _CONTENT_PROBES:
             contents = [f"{probe}{k}" for k in range(len(roles))]
-            rendered = self.render([{"role": r, "content": c} for r, c in zip(roles, contents)],
+            rendered = self.render([{"role": r, "content": c} for r, c in zip(roles, contents, strict=True)],
                                    add_generation_prompt, tools)  # fmt: skip
-            joined = between[0] + "".join(c + b for c, b in zip(contents, between[1:]))
+            joined = between[0] + "".join(c + b for c, b in zip(contents, between[1:], strict=True))
             if rendered != joined:
                 return None
         return between
