@@ -24,10 +24,11 @@ result (agentrl/rollout/check_offload.py).
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
@@ -86,8 +87,11 @@ class RequestMetrics:
     tool_metrics: list[dict] = field(default_factory=list)  # one per executed call
 
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        """The fields as plain values (`asdict`'s answer without its recursive deep copy,
+        a share of the loop's time per finished request at 2,048 requests)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["tool_calls"], out["tool_errors"] = dict(self.tool_calls), dict(self.tool_errors)
+        out["tool_metrics"] = [copy.deepcopy(m) for m in self.tool_metrics]
         return out
 
 
