@@ -25,7 +25,10 @@ Backends:
   turn_sync_s and per_event_ms (the async run's time above the bound per generation or
   tool call). The backend's own tokenizer work (reading which conversation a call belongs
   to, the scripted turns' ids) is done before the clock starts or once per request: a GPU
-  server tokenizes on its own machine, not on the engine's CPU.
+  server tokenizes on its own machine, not on the engine's CPU. The engine is warm, as a
+  training run's is from its second batch on: `engine.prepare(requests)` starts its
+  tokenization check's process before the clock (when the batch would use it), and the
+  engine's `close()` is not timed.
 - `hf`: the embedded transformers backend on the tiny offline model: each call generates
   as many tokens as the script's turn (ignore_eos) for the real compute, and returns the
   scripted tokens so both modes follow the same conversation.

@@ -63,7 +63,7 @@ from typing import Any
 from agentrl.data.rows import select_tool_schemas
 from agentrl.interactions.base import BaseInteraction
 from agentrl.protocol import DataProto
-from agentrl.rollout.check_offload import CheckOffload, check_offload_setting, should_offload
+from agentrl.rollout.check_offload import CheckOffload, should_offload
 from agentrl.rollout.collector import TrajectoryCollector
 from agentrl.rollout.engine_config import RolloutConfig
 from agentrl.rollout.generation import generate_with_retries
@@ -164,8 +164,7 @@ class AsyncRolloutEngine:
         self.on_infra_error = self.settings.on_infra_error  # checked by from_config
         self.stop_on_infra_error = self.on_infra_error != "zero"
         # multi_turn.tokenization_sanity_check_offload: the check in a worker process
-        self.check_offload_setting = check_offload_setting(
-            self.multi_turn.tokenization_sanity_check_offload)
+        self.check_offload_setting = self.multi_turn.tokenization_sanity_check_offload
         self.check_offload = CheckOffload(tokenizer, chat_template_kwargs)
 
     # ------------------------------------------------------------------ the batch

@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.rollout.check_offload import check_offload_setting
 from agentrl.utils.infra import check_on_infra_error
 
 ROLLOUT_KEY = "actor_rollout_ref.rollout"
@@ -61,7 +62,8 @@ class MultiTurnConfig:
     retry_backoff: float
     tool_schemas_in_prompt: str
     tokenization_sanity_check_mode: str
-    tokenization_sanity_check_offload: str | bool  # auto | true | false (check_offload.py)
+    # "auto", True or False (a "true"/"false" string read as the bool; check_offload.py)
+    tokenization_sanity_check_offload: str | bool
     format: str  # the tool-call parser
 
 
@@ -94,12 +96,14 @@ class RolloutConfig:
             raise TypeError(f"{ROLLOUT_KEY} must be a config section (DictConfig or mapping), "
                             f"got {type(rollout).__name__}")
         top = _fields(cls, rollout, ROLLOUT_KEY, nested={"sampling", "val_kwargs", "multi_turn"})
+        multi_turn = _build(MultiTurnConfig, _section(rollout, "multi_turn", ROLLOUT_KEY),
+                            f"{ROLLOUT_KEY}.multi_turn")  # fmt: skip
+        offload = check_offload_setting(multi_turn.tokenization_sanity_check_offload)
         return cls(
             sampling=_build(SamplingConfig, rollout, ROLLOUT_KEY),
             val_kwargs=_build(SamplingConfig, _section(rollout, "val_kwargs", ROLLOUT_KEY),
                               f"{ROLLOUT_KEY}.val_kwargs"),
-            multi_turn=_build(MultiTurnConfig, _section(rollout, "multi_turn", ROLLOUT_KEY),
-                              f"{ROLLOUT_KEY}.multi_turn"),
+            multi_turn=dataclasses.replace(multi_turn, tokenization_sanity_check_offload=offload),
             **top | {"on_infra_error": check_on_infra_error(top["on_infra_error"])},
         )  # fmt: skip
 

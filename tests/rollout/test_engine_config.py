@@ -81,6 +81,16 @@ def test_a_bad_on_infra_error_and_a_non_section_are_refused():
         RolloutConfig.from_config(None)
 
 
+def test_the_offload_setting_is_read_once_as_auto_or_a_bool():
+    for value, read in (("auto", "auto"), ("true", True), ("False", False), (True, True)):
+        tree = OmegaConf.to_container(_rollout(), resolve=True)
+        tree["multi_turn"]["tokenization_sanity_check_offload"] = value
+        assert RolloutConfig.from_config(tree).multi_turn.tokenization_sanity_check_offload == read
+    tree["multi_turn"]["tokenization_sanity_check_offload"] = "sometimes"
+    with pytest.raises(ValueError, match="tokenization_sanity_check_offload is 'sometimes'"):
+        RolloutConfig.from_config(tree)
+
+
 def test_it_is_frozen():
     cfg = RolloutConfig.from_config(_rollout())
     with pytest.raises(dataclasses.FrozenInstanceError):
