@@ -41,7 +41,9 @@ import collections
 import importlib.machinery
 import logging
 import multiprocessing
+import os
 import pickle
+import socket
 import sys
 import time
 import weakref
@@ -65,6 +67,7 @@ MAX_WAIT_S = 0.25
 # worker busy while the loop reads an answer
 CHUNK = 16
 IN_FLIGHT = 2
+_DEFAULT_SEND_ROOM = 32 * 1024  # when the pipe's buffer cannot be read
 _FIRST_PACE_S = 0.002  # seconds per check assumed until the worker has answered once
 
 def _run_all(renderer: ChatRenderer, items: list[CheckInput]) -> list[CheckResult | None]:
@@ -167,6 +170,7 @@ class CheckOffload:
         self._stealer: asyncio.Future | None = None  # `steal`'s task
         self._in_worker = 0  # checks of the call in flight
         self._pace_s = _FIRST_PACE_S  # the worker's seconds per check, in its last call
+        self._send_room = _DEFAULT_SEND_ROOM  # bytes a call may have beside one in flight
         self.answered = 0  # checks the worker answered (the rest ran on the loop)
 
     @property
@@ -195,6 +199,7 @@ class CheckOffload:
             process.start()  # returns at once: the worker starts while the batch generates
         child.close()
         self._process, self._conn, self._ready = process, conn, False
+        self._send_room = _send_room(conn)
         self._closer = weakref.finalize(self, _stop, process, conn)  # at exit too
         return True
 
@@ -266,18 +271,28 @@ class CheckOffload:
         """Hand the waiting checks to the worker, oldest first, at most `CHUNK` a call and
         `IN_FLIGHT` calls at a time (the worker starts the next call as it answers one),
         until none wait; a check the worker did not answer gets None (it then runs on the
-        loop)."""
+        loop). A call too large for the pipe's buffer waits until the call in flight is
+        answered: sending it then would block the loop until the worker reads it."""
         pending: collections.deque[list[tuple[CheckInput, asyncio.Future]]] = collections.deque()
+        staged: tuple[list, bytes] | None = None  # the next call, held back (its size)
         conn = self._conn
         try:
-            while self._waiting or pending:
-                while self._waiting and len(pending) < IN_FLIGHT and conn is not None:
+            while self._waiting or pending or staged is not None:
+                if staged is not None and not pending:
+                    (batch, payload), staged = staged, None
+                    pending.append(batch)
+                    conn.send_bytes(payload)
+                while staged is None and self._waiting and len(pending) < IN_FLIGHT:
                     batch, self._waiting = self._waiting[:CHUNK], self._waiting[CHUNK:]
-                    pending.append(batch)  # before sending: a failed send answers it here
                     self._in_worker += len(batch)
-                    conn.send_bytes(pickle.dumps([item for item, _ in batch],
-                                                 protocol=pickle.HIGHEST_PROTOCOL))  # fmt: skip
-                if not pending:  # no worker: the waiting checks run on the loop
+                    payload = pickle.dumps([item for item, _ in batch],
+                                           protocol=pickle.HIGHEST_PROTOCOL)  # fmt: skip
+                    if pending and len(payload) > self._send_room:
+                        staged = (batch, payload)
+                        break
+                    pending.append(batch)  # before sending: a failed send answers it here
+                    conn.send_bytes(payload)
+                if not pending:  # the process was closed
                     raise RuntimeError("the process is closed")
                 started = time.perf_counter()
                 kind, results = pickle.loads(await _receive(conn))
@@ -292,12 +307,14 @@ class CheckOffload:
                         future.set_result(result)
         except asyncio.CancelledError:  # the loop is closing: the pipe is out of step
             self.close()
-            for batch in pending:
+            for batch in [*pending, *([staged[0]] if staged else [])]:
                 for _, future in batch:
                     future.cancel()
             raise
         except Exception as err:
             unanswered = [entry for batch in pending for entry in batch] + self._waiting
+            if staged is not None:
+                unanswered += staged[0]
             self._waiting = []
             logger.warning(
                 "the tokenization check of %d requests failed in its process (%s: %s); "
@@ -319,6 +336,16 @@ class CheckOffload:
             self._closer = None
         if process is not None:
             _stop(process, conn)
+
+
+def _send_room(conn: Any) -> int:
+    """Bytes a call may have while another is in flight without blocking the sender: half
+    the pipe's send buffer (a duplex `Pipe` is a socket pair)."""
+    try:
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2
+    except OSError:
+        return _DEFAULT_SEND_ROOM
 
 
 async def _receive(conn: Any) -> bytes:

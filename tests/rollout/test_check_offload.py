@@ -81,7 +81,11 @@ def test_a_killed_process_falls_back_inline(tiny_tokenizer, renderer, caplog):
         offload.close()
 
 
-def test_held_checks_queue_and_the_loop_takes_the_unsent_ones(offload, renderer, tiny_tokenizer):
+@pytest.mark.parametrize("room", [None, 0])  # 0: every call waits for the one in flight
+def test_held_checks_queue_and_the_loop_takes_the_unsent_ones(offload, renderer, tiny_tokenizer,
+                                                               room, monkeypatch):  # fmt: skip
+    if room is not None:
+        monkeypatch.setattr(offload, "_send_room", room)
     cases = token_check_cases(renderer, tiny_tokenizer)
     items = [req.check_input("strict") for req in cases.values()] * 20  # > CHUNK x IN_FLIGHT
     expected = [run_check(renderer, item) for item in items]
