@@ -168,7 +168,7 @@ class CheckOffload:
         self._waiting: list[tuple[CheckInput, asyncio.Future]] = []
         self._sender: asyncio.Future | None = None
         self._stealer: asyncio.Future | None = None  # `steal`'s task
-        self._in_worker = 0  # checks of the call in flight
+        self._in_worker = 0  # checks sent to the worker or held back for it, not answered yet
         self._pace_s = _FIRST_PACE_S  # the worker's seconds per check, in its last call
         self._send_room = _DEFAULT_SEND_ROOM  # bytes a call may have beside one in flight
         self.answered = 0  # checks the worker answered (the rest ran on the loop)
