@@ -48,8 +48,18 @@ def interrupt_when_training(
     start_timeout: float = 60,
 ) -> tuple[int, str]:
     """Run the script command ``cmd``, wait up to ``start_timeout`` seconds for the stub
-    trainer to create ``started``, send the script ``sig``; its exit status and stderr."""
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    trainer to create ``started``, send the script ``sig``; its exit status and stderr.
+
+    The script starts with SIGINT at its default action, as from a terminal: a test run
+    started in the background (``cmd &`` in a non-interactive shell) ignores SIGINT, every
+    child inherits that, and bash cannot trap a signal ignored when it started, so the
+    script would never see the Ctrl-C."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # reset by exec
+    try:
+        proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    finally:
+        if previous is not None:  # None: a handler not set from Python, left as it was
+            signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + start_timeout
     while not started.exists():
         assert proc.poll() is None, proc.stderr.read()

@@ -327,6 +327,36 @@ async def multi_turn_batch(backend, prompts, user_ids, between_turns=None):
     return ids, outputs
 
 
+# Two logits this close (relative) are a tie: the batch a server happens to form changes the
+# float sums by ~1e-6, so a tie may go either way there and not in one engine's batch.
+TIE = 1e-3
+
+
+def assert_greedy(model, ids: list[int], positions: list[int], what: str) -> None:
+    """Each token of ``ids`` at ``positions`` is ``model``'s greedy choice given the tokens
+    before it, up to a tie: what a server made from the right context, whatever its batch."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0]
+    for i in positions:
+        row = logits[i - 1]
+        best, chosen = float(row.max()), float(row[ids[i]])
+        assert best - chosen <= TIE * max(1.0, abs(best)), (
+            f"{what}: token {i} is {ids[i]} (logit {chosen:.4f}), greedy is "
+            f"{int(row.argmax())} ({best:.4f})"
+        )
+
+
+def generated_positions(prompt_len: int, outs: list, user_len: int) -> list[int]:
+    """Where a trajectory of multi_turn_batch holds the model's tokens."""
+    positions, start = [], prompt_len
+    for turn, out in enumerate(outs):
+        positions += range(start, start + len(out.output_ids))
+        start += len(out.output_ids) + (user_len if turn < len(outs) - 1 else 0)
+    return positions
+
+
 @pytest.mark.slow
 def test_three_servers_one_killed_mid_batch(varied_model_dir, tiny_tokenizer, tmp_path, caplog):
     caplog.set_level(logging.WARNING)
@@ -371,8 +401,14 @@ def test_three_servers_one_killed_mid_batch(varied_model_dir, tiny_tokenizer, tm
             server.process.kill()
         with pytest.raises(BackendError) as everyone_dead:
             run(backend.generate([1, 2], GREEDY, "last-t0-a0"))
-    # every trajectory complete, each model turn once, the same tokens as one engine made
-    assert ids == expected
+    # every trajectory complete, each model turn once, the tokens one engine made: the same
+    # ids, or where a server's batch broke a tie the other way, greedy from there on
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(varied_model_dir).eval()
+    for t in [t for t in range(TRAJECTORIES) if ids[t] != expected[t]]:
+        assert_greedy(model, ids[t], generated_positions(len(prompts[t]), outputs[t],
+                                                         len(user_ids)), f"trajectory {t}")
     for outs in outputs:
         assert [len(o.output_ids) for o in outs] == [12] * TURNS
         assert all(len(o.output_log_probs) == 12 and o.finish_reason == "length" for o in outs)
@@ -394,7 +430,10 @@ def test_three_servers_one_killed_mid_batch(varied_model_dir, tiny_tokenizer, tm
     assert versions == ["2", "2"]
     assert sync_metrics["rollout/weight_sync_skipped"] == 1
     assert {o.meta_info["weight_version"] for o in after} == {"2"}
-    assert [o.output_ids for o in after] == [o[0].output_ids for o in outputs]
+    for i, (prompt, out) in enumerate(zip(prompts, after, strict=True)):
+        if out.output_ids != outputs[i][0].output_ids:
+            assert_greedy(model, prompt + out.output_ids,
+                          list(range(len(prompt), len(prompt) + 12)), f"after sync {i}")
     # nobody left: the error names every server and why it is down
     message = str(everyone_dead.value)
     assert all(u in message for u in urls)
