@@ -5,6 +5,7 @@ latency, measured in one run.
     python bench/async_vs_sync.py                    # seed 0, 25 steps per mode
     python bench/async_vs_sync.py --seeds 0 1 --steps 25 --out-dir outputs/async_vs_sync
     python bench/async_vs_sync.py --modes async --max-staleness 1   # one mode, another bound
+    python bench/async_vs_sync.py --override trainer.trace=false     # any config key, every mode
 
 The quickstart's model is SFT-warm-started once per seed (its SFT stage and defaults: nano
 model, the imperfect teacher, until the held-out skill check passes); then each mode runs
@@ -58,7 +59,8 @@ def latency_tools(path: Path, seed: int) -> Path:
 
 
 def run_seed(
-    out: Path, seed: int, steps: int, modes: tuple[str, ...], max_staleness: int = 2
+    out: Path, seed: int, steps: int, modes: tuple[str, ...], max_staleness: int = 2,
+    extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     from agentrl.models.tiny import make_tiny_model
     from agentrl.quickstart.evaluation import evaluate_model
@@ -93,6 +95,7 @@ def run_seed(
         overrides = [f"trainer.mode={mode}"]
         if mode == "async":
             overrides.append(f"off_policy.max_staleness={max_staleness}")
+        overrides.extend(extra)
         settings = dataclasses.replace(s, overrides=tuple(overrides))
         cfg = rl_config(sft_dir, data, slow_tools, out / f"rl_{mode}", settings)
         history = run_train(cfg)
@@ -141,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--max-staleness", type=int, default=2, help="async mode's bound")
     parser.add_argument("--out-dir", type=Path, default=Path("outputs/async_vs_sync"))
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for every mode's run (repeatable), "
+                             "e.g. trainer.trace=false")
     slowed.add_arguments(parser)
     args = parser.parse_args(argv)
     slowed.check_arguments(parser, args)
@@ -149,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = tuple(args.modes)
     with slowed.slowed_machine(args) as slowed_record:
         results = [run_seed(args.out_dir.resolve() / f"seed_{seed}", seed, args.steps, modes,
-                            args.max_staleness)
+                            args.max_staleness, tuple(args.override))
                    for seed in args.seeds]
     for result in results:
         print(table(result, modes) + "\n")
@@ -159,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if "sync" in mean and "async" in mean:
         line["async_over_sync"] = round(mean["async"] / mean["sync"], 3)
     line["slowed"] = slowed_record
+    line["overrides"] = list(args.override)
     line["seeds"] = results
     print(json.dumps(line, default=float))
     return 0
