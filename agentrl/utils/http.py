@@ -17,6 +17,12 @@ agent loop's CPU at a few hundred requests in flight (measured: 57% of the off-p
 rollout process at 256 generation calls in flight); so the requests are spread over
 pools of at most `POOL_CONNECTIONS` connections, each call going to the least busy one. A
 pool is made when every pool is full (an httpx client costs ~16 ms to make).
+
+An idle connection is dropped after `KEEPALIVE_EXPIRY_S`, well before the servers close it
+(uvicorn's `timeout_keep_alive`, 5 s by default, as SGLang's, vLLM's and `agentrl serve`'s
+servers keep it): with httpx's own 5 s the two timers race, and a request sent on a
+connection the server is closing failed with a `ReadError` (seen in training runs as a
+rollout server "down" for a second after each pause longer than 5 s).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import httpx
 # connection broke before an answer.
 RETRYABLE_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
 POOL_CONNECTIONS = 32  # connections per httpx pool (see the module docstring)
+KEEPALIVE_EXPIRY_S = 2.0  # an idle connection's life here, below the servers' 5 s
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,8 @@ class JSONClient:
         if not self._busy or min(self._busy) >= POOL_CONNECTIONS:
             size = min(self.max_concurrent, POOL_CONNECTIONS)
             self._clients.append(httpx.AsyncClient(
-                timeout=self.timeout, limits=httpx.Limits(max_connections=size)))
+                timeout=self.timeout,
+                limits=httpx.Limits(max_connections=size, keepalive_expiry=KEEPALIVE_EXPIRY_S)))
             self._busy.append(0)
             return len(self._busy) - 1
         return self._busy.index(min(self._busy))

@@ -7,9 +7,9 @@ import socket
 import time
 
 import pytest
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 
-from agentrl.utils.http import HTTPCallError, JSONClient, RetryPolicy
+from agentrl.utils.http import KEEPALIVE_EXPIRY_S, HTTPCallError, JSONClient, RetryPolicy
 from agentrl.utils.serving import serve_in_thread
 
 FAST = RetryPolicy(max_retries=2, backoff=0.01, backoff_max=0.02)
@@ -48,6 +48,10 @@ def server():
     async def slow():
         await asyncio.sleep(2)
         return {}
+
+    @app.get("/peer")
+    async def peer(request: Request):
+        return {"port": request.client.port}  # the client's end: one per connection
 
     @app.post("/pause")
     async def pause(body: dict):
@@ -145,3 +149,24 @@ def test_requests_spread_over_pools_made_only_when_all_are_full(server):
         assert client._clients == [] and client._busy == []
 
     asyncio.run(go())
+
+
+def test_an_idle_connection_is_dropped_before_the_server_would_close_it(server):
+    # uvicorn (the servers' HTTP layer) closes a connection idle for timeout_keep_alive; a
+    # client keeping it as long races that close and a request on it fails (ReadError)
+    import uvicorn
+
+    server_keep_alive = uvicorn.Config(FastAPI()).timeout_keep_alive
+    assert server_keep_alive >= 2 * KEEPALIVE_EXPIRY_S
+    url, _ = server
+
+    async def calls(client):
+        first = (await client.get_json(url + "/peer"))[0]["port"]
+        again = (await client.get_json(url + "/peer"))[0]["port"]
+        await asyncio.sleep(KEEPALIVE_EXPIRY_S + 0.5)
+        later = (await client.get_json(url + "/peer"))[0]["port"]
+        return first, again, later
+
+    first, again, later = _run(calls)
+    assert again == first  # reused while fresh
+    assert later != first  # a new connection after the expiry, not the one the server may close
