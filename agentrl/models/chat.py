@@ -24,7 +24,7 @@ which the delta never contains.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentrl.models.token_pieces import PieceEncoder
@@ -43,6 +43,29 @@ _ID_PROBES = ("call_probe_a", "call_probe_b")
 # contents that trimming, escaping or markup handling would change: a template that writes
 # them as given writes content verbatim
 _CONTENT_PROBES = ("  padded \n\t", "{{ x }} {% if %} <tool_call> </think>\n\n", "")
+
+
+def _verbatim_between(render: Callable[[list[str]], str], n: int) -> list[str] | None:
+    """The n + 1 texts around the contents of n messages, if `render` (the text of the
+    messages given their contents) writes every content verbatim: a sentinel per message
+    finds the texts, then each of `_CONTENT_PROBES` (contents that trimming, escaping,
+    markup handling or an empty-content branch would change), as it is in every message, must
+    render as the texts joined by it. None otherwise, or when the template refuses them."""
+    sentinels = [f"{_SENTINEL}{k}>" for k in range(n)]
+    try:
+        text = render(sentinels)
+        between = []
+        for sentinel in sentinels:
+            if text.count(sentinel) != 1:
+                return None
+            before, text = text.split(sentinel)
+            between.append(before)
+        between.append(text)
+        if any(render([probe] * n) != probe.join(between) for probe in _CONTENT_PROBES):
+            return None
+    except Exception:  # messages the template does not take: no fast path
+        return None
+    return between
 
 
 class TemplateError(ValueError):
@@ -168,31 +191,12 @@ class ChatRenderer:
     def _probe_prompt(self, roles: tuple[str, ...], add_generation_prompt: bool,
                       tools: list) -> list[str] | None:  # fmt: skip
         """The texts around the contents of messages of these roles, if the template writes
-        every content verbatim (a sentinel per message, then contents that trimming,
-        escaping or markup handling would change); else None."""
+        every content verbatim (`_verbatim_between`); else None."""
         if not roles:
             return None
-        sentinels = [f"{_SENTINEL}{k}>" for k in range(len(roles))]
-        try:
-            text = self.render([{"role": r, "content": c} for r, c in zip(roles, sentinels, strict=True)],
-                               add_generation_prompt, tools)  # fmt: skip
-        except Exception:  # messages the template does not take: no fast path
-            return None
-        between = []
-        for sentinel in sentinels:
-            if text.count(sentinel) != 1:
-                return None
-            before, text = text.split(sentinel)
-            between.append(before)
-        between.append(text)
-        for probe in _CONTENT_PROBES:
-            contents = [f"{probe}{k}" for k in range(len(roles))]
-            rendered = self.render([{"role": r, "content": c} for r, c in zip(roles, contents, strict=True)],
-                                   add_generation_prompt, tools)  # fmt: skip
-            joined = between[0] + "".join(c + b for c, b in zip(contents, between[1:], strict=True))
-            if rendered != joined:
-                return None
-        return between
+        return _verbatim_between(lambda contents: self.render(
+            [{"role": r, "content": c} for r, c in zip(roles, contents, strict=True)],
+            add_generation_prompt, tools), len(roles))  # fmt: skip
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text` (no BOS/EOS added: the template writes its own markup)."""
@@ -292,21 +296,10 @@ class ChatRenderer:
         self, fields: dict[str, str], add_generation_prompt: bool
     ) -> tuple[str, str] | None:
         """The text around the content of a message with these other `fields` (role, tool
-        name), if the template writes any content verbatim (probed with a sentinel and
-        contents that trimming, escaping or markup handling would change); else None."""
-        try:
-            with_sentinel = self._render_delta(
-                [{**fields, "content": _SENTINEL}], add_generation_prompt)
-        except Exception:  # a message the template does not take: no fast path
-            return None
-        if with_sentinel.count(_SENTINEL) != 1:
-            return None
-        before, after = with_sentinel.split(_SENTINEL)
-        for probe in _CONTENT_PROBES:
-            rendered = self._render_delta([{**fields, "content": probe}], add_generation_prompt)
-            if rendered != before + probe + after:
-                return None
-        return before, after
+        name), if the template writes any content verbatim (`_verbatim_between`); else None."""
+        between = _verbatim_between(lambda contents: self._render_delta(
+            [{**fields, "content": contents[0]}], add_generation_prompt), 1)  # fmt: skip
+        return None if between is None else (between[0], between[1])
 
     def _render_delta(self, new_messages: Sequence[dict], add_generation_prompt: bool) -> str:
         full = self.render([*_BASE, *new_messages], add_generation_prompt)

@@ -159,6 +159,23 @@ def test_a_template_that_trims_content_renders_prompts(tiny_tokenizer):
     assert all(v[1] is None for v in renderer._prompt_shapes.values())
 
 
+@pytest.mark.parametrize("change", ["message.content.rstrip()",
+                                    "(message.content or '(empty)')"])  # fmt: skip
+def test_a_template_that_changes_trailing_space_or_empty_content_renders_prompts(
+        tiny_tokenizer, change):
+    # each probe goes into every message as it is: a content changed only at its end, or
+    # only when empty, is seen in a prompt of several messages too
+    import copy
+
+    changing = copy.deepcopy(tiny_tokenizer)
+    changing.chat_template = tiny_tokenizer.chat_template.replace("message.content", change)
+    renderer = ChatRenderer(changing)
+    for user in ("padded \n\t", ""):
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": user}]
+        assert renderer.render_prompt(messages) == renderer.render(messages, True)
+    assert all(v[1] is None for v in renderer._prompt_shapes.values())
+
+
 def test_a_template_that_trims_content_gets_no_fast_path(tiny_tokenizer):
     import copy
 
