@@ -175,9 +175,16 @@ class AsyncRolloutEngine:
         (`multi_turn.tokenization_sanity_check_offload`), and wait until it is ready (at
         most `timeout` s). Optional: without it the first such batch starts the process and
         checks on the loop until it is ready. Whether the process is ready."""
+        offload = self._started_offload(requests)
+        return offload is not None and offload.wait_ready(timeout)
+
+    def _started_offload(self, requests: int) -> CheckOffload | None:
+        """The tokenization check's process, started, when a batch of `requests` requests
+        checks off the loop; None when it checks on the loop (the setting, the batch's size)
+        or the process cannot start."""
         if not should_offload(self.check_offload_setting, requests, self.check_offload.running):
-            return False
-        return self.check_offload.start() and self.check_offload.wait_ready(timeout)
+            return None
+        return self.check_offload if self.check_offload.start() else None
 
     def generate_sequences(self, batch: DataProto) -> DataProto:
         """Blocking `agenerate_sequences`, run on the engine's own event loop thread (one
@@ -235,8 +242,8 @@ class AsyncRolloutEngine:
             ctx.rows = self.padded_rows([(r.batch_data_id, r.rollout_offset) for r in requests])
         if self.deterministic:
             ctx.waves = GenerationWaves(len(requests))
-        if should_offload(self.check_offload_setting, len(requests), self.check_offload.running):
-            ctx.check_offload = self.check_offload if self.check_offload.start() else None
+        ctx.check_offload = self._started_offload(len(requests))
+        if ctx.check_offload is not None:
             ctx.unchecked = len(requests)
         rate = 0.0 if batch.meta_info.get("validate", False) else self.settings.over_sample_rate
         # every request starts at once: building them in chunks that start as they are built
