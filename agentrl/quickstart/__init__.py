@@ -52,6 +52,7 @@ _FLAGS = {
     "--sft-extra-steps": (int, "SFT steps after the held-out check passes"),
     "--sft-examples": (int, "distinct SFT conversations"),
     "--sft-lr": (float, "SFT learning rate"),
+    "--rl-lr": (float, "the GRPO stage's learning rate (actor_rollout_ref.actor.optim.lr)"),
     "--sft-batch-size": (int, "SFT batch size"),
     "--sft-max-length": (int, "longest SFT conversation in tokens (longer ones are an error)"),
     "--direct-rate": (
@@ -68,7 +69,7 @@ _FLAGS = {
         str,
         "the GRPO stage's backend (rollout.name; SFT and evaluation stay on hf); vllm: "
         "the tiny size (vLLM's CPU attention refuses the nano model's 16-wide heads), untied, "
-        "SFT lr 1e-3",
+        "SFT lr 1e-3, GRPO lr 1.5e-4",
     ),
     "--server-python": (str, "interpreter of the rollout's servers (e.g. .venv-vllm/bin/python)"),
 }

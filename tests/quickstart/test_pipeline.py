@@ -266,8 +266,8 @@ def test_the_vllm_variant_runs_the_tiny_untied_model_and_only_grpo_on_vllm(tmp_p
     # vLLM's CPU attention refuses the nano model's 16-wide heads; tiny's are 32 wide
     assert (settings.size, settings.untied, settings.rollout) == ("tiny", True, "vllm")
     assert settings.server_python == "/v/bin/python"
-    assert settings == QuickstartSettings(size="tiny", untied=True, sft_lr=1e-3, rollout="vllm",
-                                          server_python="/v/bin/python")  # fmt: skip
+    assert settings == QuickstartSettings(size="tiny", untied=True, sft_lr=1e-3, rl_lr=1.5e-4,
+                                          rollout="vllm", server_python="/v/bin/python")  # fmt: skip
     # a flag given wins over the variant's default; the plain quickstart is unchanged
     assert settings_from_args(parser.parse_args(["--rollout", "vllm", "--size", "small"])).size \
         == "small"
@@ -276,9 +276,17 @@ def test_the_vllm_variant_runs_the_tiny_untied_model_and_only_grpo_on_vllm(tmp_p
     rollout = rl_config(tmp_path / "m", data, tmp_path / "t.yaml", tmp_path / "rl",
                         settings).actor_rollout_ref.rollout  # fmt: skip
     assert (rollout.name, rollout.server_python) == ("vllm", "/v/bin/python")
-    plain = rl_config(tmp_path / "m", data, tmp_path / "t.yaml", tmp_path / "rl",
-                      QuickstartSettings()).actor_rollout_ref.rollout  # fmt: skip
+    variant = rl_config(tmp_path / "m", data, tmp_path / "t.yaml", tmp_path / "rl", settings)
+    assert variant.actor_rollout_ref.actor.optim.lr == 1.5e-4  # the variant's GRPO lr
+    plain_cfg = rl_config(tmp_path / "m", data, tmp_path / "t.yaml", tmp_path / "rl",
+                          QuickstartSettings())  # fmt: skip
+    plain = plain_cfg.actor_rollout_ref.rollout
     assert (plain.name, plain.server_python) == ("hf", None)
+    assert plain_cfg.actor_rollout_ref.actor.optim.lr == 3e-4  # the recipe's, untouched
+    # --rl-lr wins over the variant's, and reaches the config as given
+    given = settings_from_args(parser.parse_args(["--rollout", "vllm", "--rl-lr", "2e-4"]))
+    assert rl_config(tmp_path / "m", data, tmp_path / "t.yaml", tmp_path / "rl",
+                     given).actor_rollout_ref.actor.optim.lr == 2e-4  # fmt: skip
 
 
 def test_a_bad_rollout_or_server_python_is_named_before_any_stage(tmp_path):
