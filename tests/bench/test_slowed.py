@@ -214,8 +214,9 @@ def test_the_off_policy_bench_records_the_slowed_machine_in_its_json(monkeypatch
         sys.path.remove(str(ROOT / "bench"))
     seen = {}
 
-    def run_seed(out, seed, steps, modes, max_staleness):
+    def run_seed(out, seed, steps, modes, max_staleness, extra=()):
         seen["children"] = competitors(os.getpid())
+        seen["extra"] = extra
         run = {"steps_per_min": 2.0, "loop_s": 1.0, "gen_s": 0.5, "update_s": 0.5,
                "accuracy": 0.5, "accuracy_stderr": 0.1, "tool_call_rate": 1.0,
                "staleness_max": 0, "dropped_stale": 0}  # fmt: skip
@@ -228,6 +229,12 @@ def test_the_off_policy_bench_records_the_slowed_machine_in_its_json(monkeypatch
     assert len(seen["children"]) == len(slowed.bench_cores())  # while it measured
     assert async_vs_sync.main(["--modes", "sync"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["slowed"] is None
+    # --override reaches every mode's run and the JSON line
+    assert async_vs_sync.main(["--modes", "sync", "--override", "trainer.trace=false",
+                               "--override", "trainer.seed=3"]) == 0  # fmt: skip
+    assert seen["extra"] == ("trainer.trace=false", "trainer.seed=3")
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["overrides"] == ["trainer.trace=false", "trainer.seed=3"]
 
 
 def test_the_rollout_bench_records_the_slowed_machine_in_its_json():
