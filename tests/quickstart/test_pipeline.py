@@ -273,10 +273,9 @@ def test_the_vllm_variant_runs_the_tiny_untied_model_and_only_grpo_on_vllm(tmp_p
         == "small"
     assert (QuickstartSettings().size, QuickstartSettings().untied) == ("nano", False)
     data = TaskData(tmp_path / "sft.jsonl", tmp_path / "train.parquet", tmp_path / "test.parquet", {})
-    rollout = rl_config(tmp_path / "m", data, tmp_path / "t.yaml", tmp_path / "rl",
-                        settings).actor_rollout_ref.rollout  # fmt: skip
-    assert (rollout.name, rollout.server_python) == ("vllm", "/v/bin/python")
     variant = rl_config(tmp_path / "m", data, tmp_path / "t.yaml", tmp_path / "rl", settings)
+    rollout = variant.actor_rollout_ref.rollout
+    assert (rollout.name, rollout.server_python) == ("vllm", "/v/bin/python")
     assert variant.actor_rollout_ref.actor.optim.lr == 1.5e-4  # the variant's GRPO lr
     plain_cfg = rl_config(tmp_path / "m", data, tmp_path / "t.yaml", tmp_path / "rl",
                           QuickstartSettings())  # fmt: skip
