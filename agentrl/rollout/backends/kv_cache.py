@@ -11,7 +11,8 @@ removing the per-step tensors was measured.
 
 `ChunkedKVLayer` keeps each layer's keys and values in one buffer whose length is the
 filled length rounded up to `chunk` positions, written in place; it grows (one copy) only
-when a chunk fills. Attention sees the whole buffer: the positions not yet written lie
+when a chunk fills. The prefill attends to the prompt's positions alone (a view of the
+buffer); each decode step sees the whole buffer: the positions not yet written lie
 beyond every query's position, so the causal mask hides them, and transformers pads the
 2-D attention mask with zeros to the buffer's length. Every tensor of a decode step (keys,
 values, the mask) keeps one shape for `chunk` steps, so the allocator reuses the same
@@ -79,6 +80,8 @@ if DynamicLayer is not None:
             self.keys[:, :, start:end] = key_states
             self.values[:, :, start:end] = value_states
             self.length = end
+            if start == 0:  # the prefill sees what it wrote: see get_mask_sizes
+                return self.keys[:, :, :end], self.values[:, :, :end]
             return self.keys, self.values
 
         def _grown(self, buffer: torch.Tensor, capacity: int) -> torch.Tensor:
@@ -94,6 +97,13 @@ if DynamicLayer is not None:
         def get_mask_sizes(self, query_length: int | torch.Tensor) -> tuple[int, int]:
             if isinstance(query_length, torch.Tensor):  # transformers 4.x: the cache_position
                 query_length = query_length.shape[0]
+            if self.length == 0:
+                # the prefill: exactly the prompt. Given the buffer's length, transformers
+                # (5.24) drops the mask of an empty cache whose padding lies past the
+                # queries (StaticCache's prefill) and relies on SDPA's causal flag, which
+                # it leaves off for one query: a one-token prompt alone in its batch then
+                # attended to every unwritten, zero position
+                return query_length, 0
             capacity = self.keys.shape[-2] if self.is_initialized else 0
             return max(capacity, _round_up(self.length + query_length, self.chunk)), 0
 

@@ -21,11 +21,13 @@ def kv(batch: int, length: int, fill: float, heads: int = 2, dim: int = 4) -> to
 
 def test_buffer_grows_a_chunk_at_a_time_and_is_written_in_place():
     layer = ChunkedKVLayer(chunk=4)
+    assert layer.get_mask_sizes(3) == (3, 0)  # the prefill sees the prompt alone
     keys, values = layer.update(kv(2, 3, 1.0), kv(2, 3, -1.0))  # prefill of 3 positions
-    assert keys.shape == (2, 2, 4, 4) and layer.get_seq_length() == 3
-    assert keys[:, :, :3].eq(1).all() and keys[:, :, 3:].eq(0).all()  # unwritten: zeros
-    assert values[:, :, :3].eq(-1).all()
+    assert keys.shape == (2, 2, 3, 4) and layer.get_seq_length() == 3
+    assert layer.keys.shape == (2, 2, 4, 4) and layer.keys[:, :, 3:].eq(0).all()  # unwritten
+    assert keys.eq(1).all() and values.eq(-1).all()
     buffer = layer.keys.data_ptr()
+    assert keys.data_ptr() == buffer  # a view of the buffer, not a copy
     assert layer.get_mask_sizes(1) == (4, 0)  # the 4th position still fits
     assert layer.get_mask_sizes(torch.tensor([3])) == (4, 0)  # 4.x passes the cache_position
     keys, _ = layer.update(kv(2, 1, 2.0), kv(2, 1, -2.0))
@@ -149,3 +151,25 @@ def test_the_backend_names_a_wrong_kv_cache(tiny_model_dir):
         hf.HFBackend.from_pretrained(tiny_model_dir, kv_cache="static")
     with pytest.raises(ValueError, match="unknown kv_cache 'static'"):
         make_kv_cache(Qwen2Config(num_hidden_layers=1), "static")
+
+
+@pytest.mark.parametrize("kv_cache", ["chunked", "dynamic"])
+def test_a_one_token_prompt_alone_in_its_batch_is_greedy(varied_model_dir, kv_cache):
+    """A one-token prompt with nothing beside it (the CI failure of the three-server test):
+    transformers builds no mask for an empty cache and one query, so the prefill must
+    attend to the written position only, not to the buffer's unwritten zeros."""
+    model = AutoModelForCausalLM.from_pretrained(varied_model_dir).eval()
+    backend = hf.HFBackend.from_pretrained(varied_model_dir, kv_cache=kv_cache)
+    params = {"temperature": 0.0, "max_new_tokens": 6, "ignore_eos": True}
+    for prompt in ([453], [7], [453, 223]):
+        out = asyncio.run(backend.generate(prompt, params, "alone"))
+        ids = prompt + out.output_ids
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0].float()
+        want = logits[len(prompt) - 1 : -1].argmax(-1).tolist()
+        assert out.output_ids == want, (prompt, out.output_ids, want)
+        torch.testing.assert_close(
+            torch.tensor(out.output_log_probs),
+            logits[len(prompt) - 1 : -1].log_softmax(-1).gather(-1, torch.tensor(want)[:, None])[:, 0],
+            atol=1e-4, rtol=1e-4,
+        )
