@@ -183,9 +183,9 @@ def full_state_dict(model: torch.nn.Module, rank0_only: bool = False) -> dict[st
     return get_model_state_dict(model, options=options)
 
 
-def _named_full_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def named_full_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """Every weight, gathered, once (tied weights under their first name); a LoRA model's
-    merged, under the base model's names."""
+    merged, under the base model's names. A collective, as ``iter_full_weights``."""
     from agentrl.workers.lora import is_lora, merged_weights
 
     if is_lora(model):
@@ -215,7 +215,7 @@ def iter_full_weights(
     """
     bucket: dict[str, torch.Tensor] = {}
     size = 0
-    for name, full in _named_full_weights(model):
+    for name, full in named_full_weights(model):
         nbytes = full.numel() * full.element_size()
         if bucket and size + nbytes > bucket_bytes:
             yield bucket

@@ -26,6 +26,12 @@ of its name; agentrl/rollout/backends/registry.py):
   rank's own GPUs) each rank that launched servers tells its own, reading the copy in
   ``rollout.weights_dir`` (a directory every node mounts, written once) or, when that is
   null, its node's (written by the node's first rank): ``rollout_servers.plan_disk_sync``.
+- ``transfer`` (``vllm`` with ``rollout.weight_transfer`` ``nccl`` or ``ipc``, GPUs only):
+  the backend's own collective (``backend.weight_transfer``,
+  agentrl/rollout/backends/vllm_transfer.py): every rank gathers each weight once, in the
+  same order, and rank 0 sends it to every server (NCCL broadcast, or CUDA IPC handles);
+  then every rank waits at a barrier. It needs one sender for all servers: ``server_urls``,
+  or servers launched by a single rank.
 - ``state_dict`` (a user's backend that does not say): the full state dict at once.
 
 After every sync (``rollout.verify_weights``: ``every_sync``, ``first_sync`` or ``off``) the
@@ -56,7 +62,7 @@ from agentrl.rollout.backends.registry import backend_plugin, weight_sync_of
 from agentrl.rollout.backends.verify import verify_after_sync
 from agentrl.utils.aio import LoopThread
 from agentrl.utils.plain_config import plain_config
-from agentrl.workers.fsdp import full_state_dict, iter_full_weights
+from agentrl.workers.fsdp import full_state_dict, iter_full_weights, named_full_weights
 from agentrl.workers.rollout_assembly import build_rollout
 from agentrl.workers.rollout_servers import DiskSync, launch_rank_servers, plan_disk_sync
 
@@ -66,6 +72,10 @@ T = TypeVar("T")
 
 def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
 
 
 def _barrier() -> None:
@@ -113,6 +123,11 @@ class HybridRollout:
                     launched=servers is not None, owner=servers is not None and servers.owner,
                 )  # fmt: skip
                 self.weights_dir = self.disk_sync.directory
+            if self.weight_sync == "transfer" and servers is not None and _world() > 1:
+                raise ValueError(
+                    "actor_rollout_ref.rollout.weight_transfer sends from rank 0 to every "
+                    "server, and each of the trainer's ranks launched its own: give the servers "
+                    "in rollout.server_urls, or set weight_transfer=null (the disk path)")
         except BaseException:
             if servers is not None:  # no server outlives a start that failed
                 self.loop.run(servers.backend.aclose(), timeout=60)
@@ -120,6 +135,7 @@ class HybridRollout:
             raise
         self.awake = True
         self.weights_verified = 0  # servers the last sync verified (rollout/weights_verified)
+        self.transfer: Any = None  # the backend's weight transfer, made at the first sync
         self._syncs = 0
         # sleep after generation only where there is device memory to give back
         self.release_after_generation = bool(
@@ -154,6 +170,12 @@ class HybridRollout:
         verify = verify_after_sync(self.rollout_cfg.verify_weights, self._syncs)
         if self.weight_sync == "disk":
             self.weights_verified = self._update_from_disk(model, version, verify)
+        elif self.weight_sync == "transfer":
+            if self.transfer is None:  # every rank: NCCL's group forms here
+                self.transfer = self.backend.weight_transfer(
+                    lambda: named_full_weights(model), rank=_rank())
+            self.weights_verified = self.transfer.send(version, verify=verify)
+            _barrier()  # no rank generates before every server has the new weights
         elif self.weight_sync == "tensors":
             verified = True
             # bucket by bucket: never the whole model gathered at once on a rank
@@ -226,7 +248,11 @@ class HybridRollout:
         return self.loop.loop
 
     def close(self) -> None:
-        """Stop the engine workers, the backend (and servers it launched), the loop thread."""
+        """Stop the weight transfer, the engine workers, the backend (and servers it
+        launched), the loop thread."""
+        if self.transfer is not None:
+            self.transfer.close()
+            self.transfer = None
         self.rollout.close()
         self.loop.close()
         if self.disk_sync is not None:

@@ -203,3 +203,59 @@ def test_a_run_stops_when_the_engine_does_not_hold_the_weights(tmp_path, monkeyp
                                           "'model.norm.weight' differs"):
         run_smoke(tmp_path, steps=1, seed=0)
     assert not (tmp_path / "global_step_1").exists()  # it stopped before a checkpoint
+
+
+def test_a_backend_with_its_own_transfer_gets_every_weight_once_per_sync(varied_model_dir,
+                                                                        monkeypatch):  # fmt: skip
+    """`weight_sync = "transfer"` (vLLM's NCCL/IPC): the backend's transfer is made once, at
+    the first sync, with every gathered weight; each sync sends them labelled with the step
+    (here the stand-in copies them into the in-process engine, as a server would receive
+    them), and closing the rollout closes it."""
+    from agentrl.rollout.backends.hf import HFBackend
+
+    made = []
+
+    class Transfer:
+        def __init__(self, backend, weights, rank):
+            self.backend, self.weights, self.rank = backend, weights, rank
+            self.sent, self.closed = [], False
+
+        def send(self, version, verify=False):
+            state = dict(self.weights())
+            asyncio.run_coroutine_threadsafe(
+                self.backend.update_weights(state, weight_version=version), loop).result()
+            self.sent.append((version, verify, len(state)))
+            return 7 if verify else 0
+
+        def close(self):
+            self.closed = True
+
+    def weight_transfer(self, weights, rank):
+        made.append(Transfer(self, weights, rank))
+        return made[-1]
+
+    monkeypatch.setattr(HFBackend, "weight_sync", "transfer")
+    monkeypatch.setattr(HFBackend, "weight_transfer", weight_transfer, raising=False)
+    tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
+    rollout = HybridRollout(_config(varied_model_dir,
+                                    "actor_rollout_ref.rollout.verify_weights=first_sync"),
+                            tokenizer)  # fmt: skip
+    loop = rollout.event_loop()
+    try:
+        assert rollout.weight_sync == "transfer"
+        trained = _perturbed(varied_model_dir)
+        seen = []
+        for step in (1, 2):
+            rollout.update_weights(trained, step=step)
+            seen.append(rollout.weights_verified)
+        (transfer,) = made
+        tensors = len(dict(trained.state_dict()))  # every weight, the tied head once
+        assert transfer.rank == 0 and seen == [7, 0]
+        assert [(v, verify) for v, verify, _ in transfer.sent] == [("1", True), ("2", False)]
+        assert transfer.sent[0][2] in (tensors, tensors - 1)
+        after = rollout.generate_sequences(_prompts())
+        assert all(t == g[: len(t)] for t, g in zip(
+            response_tokens(after), greedy_continuations(trained, after, R), strict=True))
+    finally:
+        rollout.close()
+    assert transfer.closed and rollout.transfer is None

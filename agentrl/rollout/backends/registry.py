@@ -10,7 +10,9 @@ A plugin brings everything that differs between inference engines: how its serve
 launched (command, readiness, the interpreter they run under), its generate client, how
 weights reach it (the backend's ``weight_sync``: ``tensors`` for an engine in this process
 that copies state-dict buckets in place, ``disk`` for servers that load a Hugging Face
-directory), version reporting, abort, memory release, weight verification and its config
+directory, ``transfer`` for servers the trainer sends tensors to over a collective of the
+engine's own, ``backend.weight_transfer(weights, rank)``: vLLM's NCCL and IPC engines,
+``rollout.weight_transfer``), version reporting, abort, memory release, weight verification and its config
 checks. Code outside ``agentrl/rollout/backends/`` asks the plugin or the backend; it never
 compares a backend's name or class (tests/rollout/backends/test_registry.py holds that).
 
@@ -38,7 +40,7 @@ BUILTIN = {  # rollout.name -> the module that registers it
     "vllm": "agentrl.rollout.backends.vllm",
     "scripted": "agentrl.rollout.backends.scripted",  # a fixed policy read from a file
 }
-WEIGHT_SYNCS = ("tensors", "disk", "state_dict")  # a backend's `weight_sync` attribute
+WEIGHT_SYNCS = ("tensors", "disk", "transfer", "state_dict")  # a backend's `weight_sync`
 
 
 class BackendPlugin:
@@ -49,6 +51,8 @@ class BackendPlugin:
     #: ``create`` with ``server_urls`` empty launches servers: each trainer rank launches its
     #: share (agentrl/workers/rollout_servers.py) instead of building an engine in-process
     launches_servers = False
+    #: the values of ``rollout.weight_transfer`` it takes besides null (its default path)
+    weight_transfers: tuple[str, ...] = ()
 
     def config_problems(self, rollout: Mapping[str, Any]) -> list[str]:
         """What is wrong in ``rollout`` for this engine (each a sentence naming the key)."""
@@ -103,7 +107,14 @@ def backend_problems(rollout: Mapping[str, Any]) -> list[str]:
         plugin = backend_plugin(rollout["name"])
     except (ValueError, ImportError) as err:
         return [str(err)]
-    return plugin.config_problems(rollout)
+    problems = []
+    transfer = rollout.get("weight_transfer")
+    if transfer is not None and transfer not in plugin.weight_transfers:
+        takes = ", ".join(plugin.weight_transfers) or "no other"
+        problems.append(f"actor_rollout_ref.rollout.weight_transfer is {transfer!r}; the "
+                        f"{plugin.name or rollout['name']} backend takes null (its own path) "
+                        f"or {takes}")  # fmt: skip
+    return problems + plugin.config_problems(rollout)
 
 
 def weight_sync_of(backend: Any) -> str:

@@ -117,8 +117,12 @@ def iter_directory_tensors(directory: str | Path) -> Iterator[tuple[str, Any]]:
 
 def tensor_digest(tensor: Any) -> str:
     """SHA-256 of a tensor's bytes in its own dtype (contiguous, on the CPU)."""
-    data = tensor.detach().contiguous().cpu().view(-1).view(dtype=_byte_dtype()).numpy()
-    return hashlib.sha256(data.tobytes()).hexdigest()
+    return hashlib.sha256(tensor_bytes(tensor)).hexdigest()
+
+
+def tensor_bytes(tensor: Any) -> bytes:
+    """A tensor's bytes in its own dtype (contiguous, on the CPU)."""
+    return tensor.detach().contiguous().cpu().view(-1).view(dtype=_byte_dtype()).numpy().tobytes()
 
 
 def _byte_dtype() -> Any:
@@ -170,6 +174,7 @@ __all__ = [
     "prefix_values",
     "probe_ids",
     "probe_tolerance",
+    "tensor_bytes",
     "tensor_digest",
     "verify_after_sync",
 ]

@@ -49,9 +49,8 @@ head sizes 32, 64, 80, ... 512: the nano tiny model (16) cannot be served, tiny 
 
 from __future__ import annotations
 
-import hashlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from agentrl.rollout.backends.base import GenerationOutput
@@ -63,12 +62,19 @@ from agentrl.rollout.backends.servers import (
     ServerBackend,
     client_options,
 )
+from agentrl.rollout.backends.vllm_checksums import (
+    compare_checksums,
+    expected_checksums,
+    server_checksums,
+)
+from agentrl.rollout.backends.vllm_transfer import (
+    TRANSFER_METHODS,
+    VLLMWeightTransfer,
+    transfer_problems,
+)
 
 SERVED_MODEL_NAME = "agentrl-policy"  # --served-model-name of the servers agentrl launches
 CPU_KVCACHE_GIB = "1"  # VLLM_CPU_KVCACHE_SPACE when unset
-EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()  # a parameter the CPU kernels prepacked
-# how vLLM's loaders fuse Hugging Face projections (their stacked_params_mapping)
-STACKED = (("qkv_proj", ("q_proj", "k_proj", "v_proj")), ("gate_up_proj", ("gate_proj", "up_proj")))
 _GENERATE_ID_PREFIX = "generate-tokens-"  # the server's id of a /inference/v1/generate call
 _NO_VERSION = "default"  # what a server reports before any update_weight_version
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
@@ -127,22 +133,10 @@ class VLLMAPI(ServerAPI):
 
     async def verify_server(self, request: Request, url: str, directory: str,
                             dtype: Any) -> None:  # fmt: skip
-        from agentrl.rollout.backends.verify import WeightMismatchError
-
         reply = await request("POST", url + "/weight_checker", {"action": "checksum"})
         held, tensor_parallel = server_checksums(reply)
-        expected = expected_checksums(directory, dtype, names=set(held))
-        for name, digest in expected.items():
-            got = held.get(name)
-            if tensor_parallel and not name.endswith("norm.weight"):
-                continue  # sharded across the servers' ranks: not the whole tensor
-            if got is None:
-                raise WeightMismatchError(url, name, "the server holds no such tensor")
-            if got == EMPTY_DIGEST:
-                continue  # prepacked by the CPU kernels: the server cannot show it
-            if got != digest:
-                raise WeightMismatchError(url, name, f"SHA-256 {got[:12]}... on the server, "
-                                                     f"{digest[:12]}... sent")  # fmt: skip
+        compare_checksums(url, held, tensor_parallel,
+                          expected_checksums(directory, dtype, names=set(held)))  # fmt: skip
 
     def release_call(self, tags: list[str] | None) -> tuple[str, dict[str, Any]]:
         return "/sleep?level=1", {}
@@ -153,10 +147,43 @@ class VLLMAPI(ServerAPI):
 
 class VLLMBackend(ServerBackend):
     """`ServerBackend` speaking vLLM's routes (`VLLMAPI`); arguments as `ServerBackend`'s
-    (give it the tokenizer: the servers answer token ids, and `text` is their decoding)."""
+    (give it the tokenizer: the servers answer token ids, and `text` is their decoding).
+    `weight_transfer` (``nccl`` | ``ipc``; None: the disk path) sends weights through vLLM's
+    GPU transfer engines (`weight_transfer`, agentrl/rollout/backends/vllm_transfer.py), with
+    `weight_transfer_kwargs` and `tensor_parallel` workers per server."""
 
-    def __init__(self, server_urls: Sequence[str] | str, **kwargs: Any) -> None:
+    def __init__(self, server_urls: Sequence[str] | str, *, weight_transfer: str | None = None,
+                 weight_transfer_kwargs: Mapping[str, Any] | None = None,
+                 tensor_parallel: int = 1, **kwargs: Any) -> None:  # fmt: skip
+        problems = transfer_problems(weight_transfer, weight_transfer_kwargs)
+        if problems:
+            raise ValueError("; ".join(problems))
         super().__init__(server_urls, api=VLLMAPI(), **kwargs)
+        self.transfer_method = weight_transfer
+        self.transfer_options = dict(weight_transfer_kwargs or {})
+        self.tensor_parallel = int(tensor_parallel)
+        if weight_transfer is not None:
+            self.weight_sync = "transfer"  # registry.WEIGHT_SYNCS
+
+    def weight_transfer(self, weights: Callable[[], Iterable[Any]], rank: int,
+                        **kwargs: Any) -> VLLMWeightTransfer:  # fmt: skip
+        """This trainer rank's side of the transfer to every control server: ``weights()``
+        yields (name, full tensor) once each (a collective every rank runs). Needs CUDA."""
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"actor_rollout_ref.rollout.weight_transfer={self.transfer_method} "
+                             "moves weights over NCCL or CUDA IPC, which need GPUs; on CPU set "
+                             "it to null (the disk path)")  # fmt: skip
+        dtype = getattr(torch, self.weights_dtype) if self.weights_dtype else None
+        return VLLMWeightTransfer.start(
+            self.transfer_method, self.control_urls, weights, rank=rank, dtype=dtype,
+            options=self.transfer_options, tensor_parallel=self.tensor_parallel,
+            on_sent=self._transferred, **kwargs,
+        )  # fmt: skip
+
+    def _transferred(self, version: str) -> None:
+        self.weight_version = version  # a server that returns must report it to rejoin
 
 
 def vllm_sampling_params(params: Mapping[str, Any], return_logprob: bool) -> dict[str, Any]:
@@ -220,67 +247,14 @@ def token_versions(spans: list[Mapping[str, Any]], length: int) -> list[int]:
     return out
 
 
-def server_checksums(reply: Any) -> tuple[dict[str, str], bool]:
-    """`/weight_checker` `checksum` reply -> ({tensor name: SHA-256} of the first data- and
-    pipeline-parallel rank's tensor-parallel rank 0, whether it has tensor parallelism)."""
-    checksums = reply["checksums"]
-    held: dict[str, str] = {}
-    ranks = set()
-    for key, digest in checksums.items():
-        *placement, name = key.split(":")
-        ranks.add(tuple(placement))
-        if all(p.endswith("0") and p[-2:-1].isalpha() for p in placement):  # dp0:pp0:pcp0:tp0
-            held[name] = str(digest)
-    tensor_parallel = len({p[-1] for p in ranks if p}) > 1
-    return held, tensor_parallel
-
-
-def expected_checksums(directory: str | os.PathLike, dtype: Any = None,
-                       names: set[str] | None = None) -> dict[str, str]:
-    """vLLM's `/weight_checker` digests of a server holding `directory`'s weights in
-    `dtype` (None: as written): each tensor's SHA-256, with q/k/v and gate/up fused as vLLM
-    loads them (`STACKED`). A tied `lm_head.weight` is left out when `names` (the server's)
-    does not hold it."""
-    from agentrl.rollout.backends.verify import iter_directory_tensors, tensor_digest
-
-    tensors = dict(iter_directory_tensors(directory))
-    out: dict[str, str] = {}
-    done: set[str] = set()
-    for name in sorted(tensors):
-        if name in done:
-            continue
-        fused = _fused(name)
-        if fused is None:
-            parts, key = [name], name
-        else:
-            key, parts = fused
-            if not all(p in tensors for p in parts):
-                parts, key = [name], name
-        if names is not None and key not in names and key.startswith("lm_head."):
-            continue  # tied to the embeddings: vLLM holds one tensor
-        done.update(parts)
-        import torch
-
-        tensor = torch.cat([tensors[p] for p in parts], 0) if len(parts) > 1 else tensors[name]
-        out[key] = tensor_digest(tensor if dtype is None else tensor.to(dtype))
-    return out
-
-
-def _fused(name: str) -> tuple[str, list[str]] | None:
-    """(vLLM's fused name, the HF names it concatenates) for a stacked projection."""
-    for fused, parts in STACKED:
-        for part in parts:
-            marker = f".{part}."
-            if marker in name:
-                return (name.replace(marker, f".{fused}."),
-                        [name.replace(marker, f".{p}.") for p in parts])  # fmt: skip
-    return None
-
-
 def vllm_client(rollout: Mapping[str, Any], urls: Sequence[str], tokenizer: Any,
                 **kwargs: Any) -> VLLMBackend:  # fmt: skip
     """A `VLLMBackend` of the servers at `urls` with `rollout`'s client settings."""
-    return VLLMBackend(list(urls), **{**client_options(rollout, tokenizer), **kwargs})
+    options = {**client_options(rollout, tokenizer),
+               "weight_transfer": rollout.get("weight_transfer"),
+               "weight_transfer_kwargs": rollout.get("weight_transfer_kwargs") or {},
+               "tensor_parallel": rollout.get("tensor_model_parallel_size") or 1}  # fmt: skip
+    return VLLMBackend(list(urls), **{**options, **kwargs})
 
 
 @BACKEND_PLUGINS.register("vllm")
@@ -293,6 +267,11 @@ class VLLMPlugin(BackendPlugin):
 
     name = "vllm"
     launches_servers = True
+    weight_transfers = TRANSFER_METHODS
+
+    def config_problems(self, rollout: Mapping[str, Any]) -> list[str]:
+        # the value itself: registry.backend_problems, against weight_transfers
+        return transfer_problems(None, rollout.get("weight_transfer_kwargs"))
 
     def create(self, rollout: Mapping[str, Any], model_path: str | None, tokenizer: Any, *,
                model: Any = None, seed: int | None = None,

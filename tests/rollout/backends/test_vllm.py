@@ -8,7 +8,6 @@ AGENTRL_REQUIRE_VLLM=1 (CI) makes that a failure.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import shutil
@@ -31,12 +30,9 @@ from agentrl.rollout.backends.verify import (
 )
 from agentrl.rollout.backends.vllm import (
     CPU_HEAD_SIZES,
-    EMPTY_DIGEST,
     VLLMAPI,
     check_cpu_head_size,
-    expected_checksums,
     parse_generate_tokens,
-    server_checksums,
     token_versions,
     vllm_sampling_params,
 )
@@ -85,34 +81,6 @@ def test_abort_names_the_servers_id_of_the_request():
     assert VLLMAPI().abort_call(None) == ("/abort_requests", {})
     assert VLLMAPI().parse_version({"weight_version": "default"}) is None
     assert VLLMAPI().parse_version({"weight_version": "12"}) == "12"
-
-
-def _digest(tensor: torch.Tensor) -> str:
-    return hashlib.sha256(tensor.contiguous().view(-1).view(torch.uint8).numpy()).hexdigest()
-
-
-def test_expected_checksums_fuse_projections_as_vllm_loads_them(tiny_model_dir):
-    tensors = load_file(next(Path(tiny_model_dir).glob("*.safetensors")))
-    digests = expected_checksums(tiny_model_dir, names={"model.embed_tokens.weight"})
-    prefix = "model.layers.0."
-    qkv = torch.cat([tensors[prefix + f"self_attn.{p}_proj.weight"] for p in "qkv"], 0)
-    assert digests[prefix + "self_attn.qkv_proj.weight"] == _digest(qkv)
-    gate_up = torch.cat([tensors[prefix + f"mlp.{p}_proj.weight"] for p in ("gate", "up")], 0)
-    assert digests[prefix + "mlp.gate_up_proj.weight"] == _digest(gate_up)
-    assert prefix + "self_attn.q_proj.weight" not in digests
-    assert "lm_head.weight" not in digests  # tied: vLLM holds the embeddings only
-    norm = tensors["model.norm.weight"]
-    assert digests["model.norm.weight"] == _digest(norm)
-    as_bf16 = expected_checksums(tiny_model_dir, torch.bfloat16)
-    assert as_bf16["model.norm.weight"] == _digest(norm.to(torch.bfloat16))
-
-
-def test_server_checksums_take_rank_zero_and_see_tensor_parallelism():
-    held, tp = server_checksums({"checksums": {"dp0:pp0:pcp0:tp0:a.weight": "x",
-                                               "dp0:pp0:pcp0:tp1:a.weight": "y"}})
-    assert held == {"a.weight": "x"} and tp
-    held, tp = server_checksums({"checksums": {"dp0:pp0:pcp0:tp0:a.weight": EMPTY_DIGEST}})
-    assert held == {"a.weight": EMPTY_DIGEST} and not tp
 
 
 def test_a_head_size_the_cpu_attention_refuses_is_named(tmp_path):
