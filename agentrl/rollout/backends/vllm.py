@@ -49,6 +49,7 @@ head sizes 32, 64, 80, ... 512: the nano tiny model (16) cannot be served, tiny 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -326,6 +327,11 @@ class VLLMPlugin(BackendPlugin):
             if on_gpu:
                 server_args["gpu_memory_utilization"] = rollout["gpu_memory_utilization"]
                 server_args["enable_sleep_mode"] = rollout["free_cache_engine"]
+            method = rollout.get("weight_transfer")
+            if method is not None:  # the engine the servers' side of the transfer runs
+                server_args["weight_transfer_config"] = json.dumps({"backend": method})
+                if method == "ipc":  # the handles come pickled over HTTP
+                    server_env.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         return gpu_server_launcher(rollout, model_path,
                                    ("-m", "vllm.entrypoints.openai.api_server"), server_args,
                                    env=server_env, host=host, gpus=gpus, model_flag="--model",

@@ -122,6 +122,13 @@ def test_the_launcher_runs_vllms_server_module_with_its_flags(tiny_model_dir):
         assert flag in flags
     assert launcher.num_servers == 2 and launcher.health_path == "/health"
     assert launcher.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert "--weight-transfer-config" not in argv  # the disk path needs no transfer engine
+    ipc = _rollout(f"actor_rollout_ref.rollout.server_python={sys.executable}",
+                   "actor_rollout_ref.rollout.weight_transfer=ipc")
+    launcher = backend_plugin("vllm").launcher(ipc, str(tiny_model_dir))
+    argv = launcher.argv(8000)
+    assert argv[argv.index("--weight-transfer-config") + 1] == '{"backend": "ipc"}'
+    assert launcher.env["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"
 
 
 # ---------------------------------------------------------------- real vLLM servers
