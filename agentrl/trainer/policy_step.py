@@ -1,6 +1,6 @@
 """The policy step: from scored trajectories to updated models.
 
-    balance (trainer.balance_batch) -> old log-probs -> ref log-probs
+    balance (trainer.balance_batch) -> old log-probs (or in the update: fused) -> ref log-probs
     -> teacher log-probs (on-policy distillation) -> values
     -> KL-in-reward + advantage (driver, agentrl.algos) -> update_critic -> update_actor
 
@@ -63,9 +63,14 @@ def policy_step(
         data, balance_metrics = balance_batch(data, ctx.n_workers)
         metrics |= balance_metrics
     actor = models.actor_rollout
-    with stage("old_log_prob", timing):
-        data = data.union(actor.compute_log_prob(data))
-    metrics |= compute_rollout_logprob_gap(data)
+    updates = step > ctx.trainer_cfg.critic_warmup
+    # nothing before the update reads them (no KL in the reward, no distillation): the
+    # update makes them itself, its first mini-batch from its own forward (PPOActor)
+    fuse = ctx.fuse_old_log_prob and updates and ctx.kl_ctrl is None and not models.use_teacher
+    if not fuse:
+        with stage("old_log_prob", timing):
+            data = data.union(actor.compute_log_prob(data))
+        metrics |= compute_rollout_logprob_gap(data)
     if models.use_reference_policy:
         with stage("ref", timing):
             data = data.union(actor.compute_ref_log_prob(data))
@@ -83,10 +88,14 @@ def policy_step(
     if models.critic is not None:
         with stage("update_critic", timing):
             metrics |= models.critic.update_critic(data).meta_info["metrics"]
-    if step > ctx.trainer_cfg.critic_warmup:
+    if updates:
         data.meta_info["sync_weights"] = sync_weights
+        data.meta_info["fuse_old_log_prob"] = fuse
         with stage("update_actor", timing):
             out = actor.update_actor(data)
         metrics |= out.meta_info["metrics"]
         ctx.trace.absorb(out)
+        if fuse:
+            data = data.union(out.select(batch_keys=["old_log_probs"], meta_info_keys=[]))
+            metrics |= compute_rollout_logprob_gap(data)
     return data

@@ -60,6 +60,7 @@ class StepContext:
     stage: Stage
     n_workers: int  # ranks (trainer.balance_batch evens tokens across them)
     total_training_steps: int
+    fuse_old_log_prob: bool = False  # actor.fuse_old_log_prob, with one PPO epoch
 
     @classmethod
     def of(cls, config: DictConfig, models: Models, *, reward_fn: Any, kl_ctrl: Any,
@@ -70,4 +71,11 @@ class StepContext:
                    rollout=config.actor_rollout_ref.rollout, trainer_cfg=config.trainer,
                    reward_fn=reward_fn, kl_ctrl=kl_ctrl, trace=trace, watchdog=watchdog,
                    stage=stage, n_workers=n_workers,
-                   total_training_steps=total_training_steps)  # fmt: skip
+                   total_training_steps=total_training_steps,
+                   fuse_old_log_prob=fused_old_log_prob(config.actor_rollout_ref.actor))  # fmt: skip
+
+
+def fused_old_log_prob(actor: DictConfig) -> bool:
+    """Whether the update makes the old log-probs itself (``actor.fuse_old_log_prob``; it
+    needs one PPO epoch, so other values keep the separate pass)."""
+    return bool(actor.get("fuse_old_log_prob", False)) and int(actor.ppo_epochs) == 1

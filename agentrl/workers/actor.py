@@ -259,7 +259,9 @@ class ActorRolloutRefWorker(Worker):
         the rollout gets the new weights (unless ``meta_info["sync_weights"]`` is false: the
         off-policy modes call ``sync_rollout_weights`` when their producer allows). Returns
         ``meta_info["metrics"]`` (and, traced, this rank's `update_policy` and `weight_sync`
-        spans in ``meta_info["trace_events"]``)."""
+        spans in ``meta_info["trace_events"]``). With ``meta_info["fuse_old_log_prob"]`` and
+        no ``old_log_probs`` in the batch, the update makes them (``PPOActor.update_policy``)
+        and returns them as ``old_log_probs``."""
         self.cpu_threads.tick()
         actor = self._require(self.actor, "the actor")
         scheduler = self._require(self.lr_scheduler, "training (roles with the actor)")
@@ -268,9 +270,12 @@ class ActorRolloutRefWorker(Worker):
         residency = self.actor_residency
         trace = TraceRecorder.for_call(data.meta_info, f"worker rank {self.rank}")
         track = None if trace is None else trace.track("update_actor")
+        fused = bool(data.meta_info.get("fuse_old_log_prob"))
+        batching = self._log_prob_batching("rollout") if fused else None
         with residency.on_device(optimizer=True):
             with span(track, "update_policy"):
-                metrics = actor.update_policy(data, self._temperature(data), self.global_step)
+                metrics = actor.update_policy(data, self._temperature(data), self.global_step,
+                                              old_log_prob_batching=batching)  # fmt: skip
             scheduler.step()
             self.global_step += 1
             metrics["actor/lr"] = lr
@@ -281,6 +286,9 @@ class ActorRolloutRefWorker(Worker):
                     metrics.update(self._sync_rollout_weights())
         metrics.update(peak_memory_metrics(self.device))  # this process, since the last step
         out = DataProto(meta_info={"metrics": metrics})
+        if fused:  # the old log-probs the update made (PPOActor.update_policy)
+            out = DataProto.from_dict(tensors={"old_log_probs": data.batch["old_log_probs"]},
+                                      meta_info={"metrics": metrics})  # fmt: skip
         if trace is not None:
             out.meta_info[TRACE_EVENTS] = trace.drain()
         return out

@@ -28,9 +28,10 @@ from agentrl.algos import agg_loss, get_policy_loss_fn, kl_penalty
 from agentrl.protocol import DataProto
 from agentrl.workers.forward import model_device, response_log_probs
 from agentrl.workers.micro_batch import MicroBatching, plan_micro_batches
-from agentrl.workers.update import MicroResult, UpdateSettings, run_update
+from agentrl.workers.update import MicroResult, UpdateSettings, mini_batch_rows, run_update
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
+FUSED_KEYS = ("own_old_log_probs", "row_index")  # the fused old log-probs' bookkeeping
 
 
 def micro_batching(
@@ -134,17 +135,32 @@ class PPOActor:
         return outputs[0], outputs[1] if calc_entropy else None
 
     def update_policy(
-        self, data: DataProto, temperature: float = 1.0, step: int = 0
+        self,
+        data: DataProto,
+        temperature: float = 1.0,
+        step: int = 0,
+        old_log_prob_batching: MicroBatching | None = None,
     ) -> dict[str, float]:
-        """PPO epochs over ``data``; returns averaged ``actor/*`` metrics."""
+        """PPO epochs over ``data``; returns averaged ``actor/*`` metrics.
+
+        Without ``data["old_log_probs"]`` and with ``old_log_prob_batching`` (the fused old
+        log-probs, one epoch only), the update makes them itself and leaves them in
+        ``data.batch["old_log_probs"]``: those of the first mini-batch are its own first
+        forward's (until its optimizer step the weights are the old policy's), the others'
+        come from one forward without gradients before that step. The same numbers as a
+        separate pass (to float rounding), a mini-batch's forward fewer."""
         if self.optimizer is None:
             raise RuntimeError("this actor has no optimizer (a reference model cannot train)")
         needed = ["response_mask", "old_log_probs", "advantages"]
         if self.config.use_kl_loss:
             needed.append("ref_log_prob")
+        fused = old_log_prob_batching is not None and "old_log_probs" not in data.batch.keys()
+        if fused:
+            self._prepare_fused_old_log_probs(data, temperature, step, old_log_prob_batching)
         require_keys(data, [*MODEL_INPUTS[:2], "responses", *needed], "update_actor")
-        extra = (*needed, "rollout_log_probs")
+        extra = (*needed, "rollout_log_probs", *(FUSED_KEYS if fused else ()))
         self.model.train()
+        self._own_old: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         metrics = run_update(
             self.model,
             self.optimizer,
@@ -154,9 +170,36 @@ class PPOActor:
             prefix="actor",
             step=step,
         )
+        if fused:
+            old = data.batch["old_log_probs"]
+            for rows, own, log_probs in self._own_old:  # on the host once, after the update
+                own = own.cpu()
+                old[rows.cpu()[own]] = log_probs.cpu()[own].to(old.dtype)
+            for key in FUSED_KEYS:
+                data.batch.pop(key)
+        self._own_old = []
         if self.config.use_kl_loss:
             metrics["actor/kl_coef"] = float(self.config.kl_loss_coef)
         return metrics
+
+    def _prepare_fused_old_log_probs(self, data: DataProto, temperature: float, step: int,
+                                     batching: MicroBatching) -> None:  # fmt: skip
+        """``old_log_probs`` of every row outside the first mini-batch (a forward without
+        gradients); the first mini-batch's rows are marked to take their own."""
+        if self.settings.epochs != 1:
+            raise ValueError("fused old log-probs need actor.ppo_epochs=1 (a later epoch's "
+                             "mini-batches come after optimizer steps)")  # fmt: skip
+        n = len(data)
+        first = mini_batch_rows(n, self.settings, 0, step)[0]
+        own = torch.zeros(n, dtype=torch.bool)
+        own[first] = True
+        old = torch.zeros(data.batch["responses"].shape, dtype=torch.float32)
+        rest = torch.nonzero(~own)[:, 0]
+        if len(rest):
+            old[rest] = self.compute_log_prob(data[rest], batching, temperature, False)[0]
+        data.batch["old_log_probs"] = old
+        data.batch["own_old_log_probs"] = own
+        data.batch["row_index"] = torch.arange(n)
 
     def _micro_loss(self, micro: DataProto, temperature: float) -> MicroResult:
         cfg = self.config
@@ -169,8 +212,13 @@ class PPOActor:
         rollout_log_probs = (
             batch["rollout_log_probs"] if "rollout_log_probs" in batch.keys() else None
         )
+        old_log_probs = batch["old_log_probs"]
+        if "own_old_log_probs" in batch.keys():  # fused: the first mini-batch's are its own
+            own = batch["own_old_log_probs"]
+            old_log_probs = torch.where(own[:, None], log_prob.detach(), old_log_probs)
+            self._own_old.append((batch["row_index"], own, log_prob.detach()))  # read after
         pg_loss, stats = self.loss_fn(
-            batch["old_log_probs"],
+            old_log_probs,
             log_prob,
             batch["advantages"],
             mask,

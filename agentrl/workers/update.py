@@ -100,7 +100,14 @@ def mini_batches(
     """The mini-batches of one epoch of training step `step` (shuffled when asked, with a
     permutation drawn from the seed, the step and the epoch: a new one every step, the same
     in every run)."""
-    n, size = len(data), settings.mini_batch_size
+    return [data[rows] for rows in mini_batch_rows(len(data), settings, epoch, step)]
+
+
+def mini_batch_rows(
+    n: int, settings: UpdateSettings, epoch: int, step: int = 0
+) -> list[torch.Tensor]:
+    """The rows of each of `mini_batches`' mini-batches of a per-rank batch of `n`."""
+    size = settings.mini_batch_size
     if n % size:
         raise ValueError(
             f"the per-rank batch of {n} trajectories is not a multiple of the "
@@ -114,7 +121,7 @@ def mini_batches(
         order = torch.randperm(n, generator=generator)
     else:
         order = torch.arange(n)
-    return [data[order[i : i + size]] for i in range(0, n, size)]
+    return [order[i : i + size] for i in range(0, n, size)]
 
 
 def run_update(

@@ -16,10 +16,11 @@ from agentrl.trainer.step_context import Models, StepContext
 from agentrl.trainer.tracing import StepTrace
 
 
-def _config(**trainer):
+def _config(fuse=False, **trainer):
     return OmegaConf.create({
         "trainer": {"balance_batch": False, "critic_warmup": 0, **trainer},
-        "actor_rollout_ref": {"rollout": {"n": 2}}, "data": {},
+        "actor_rollout_ref": {"rollout": {"n": 2},
+                              "actor": {"ppo_epochs": 1, "fuse_old_log_prob": fuse}}, "data": {},
         "algorithm": {"adv_estimator": "grpo", "gamma": 1.0, "lam": 1.0, "kl_penalty": "kl",
                       "norm_adv_by_std_in_grpo": True},
     })  # fmt: skip
@@ -61,10 +62,14 @@ class _Worker:
     def update_actor(self, data):
         self.calls.append(f"{self.name}.update_actor sync={data.meta_info['sync_weights']}")
         assert "advantages" in data.batch.keys()
+        if data.meta_info["fuse_old_log_prob"]:  # the update makes them (PPOActor)
+            assert "old_log_probs" not in data.batch.keys()
+            return DataProto.from_dict(tensors={"old_log_probs": torch.full((len(data), 3), -0.5)},
+                                       meta_info={"metrics": {"actor/pg_loss": 0.25}})  # fmt: skip
         return DataProto(meta_info={"metrics": {"actor/pg_loss": 0.25}})
 
 
-def _run(config, models, step=1, sync=True):
+def _run(config, models, step=1, sync=True, kl_ctrl=None):
     stages = []
 
     @contextlib.contextmanager
@@ -74,7 +79,7 @@ def _run(config, models, step=1, sync=True):
         yield
 
     metrics, timing = {}, {}
-    ctx = StepContext.of(config, models, reward_fn=None, kl_ctrl=None,
+    ctx = StepContext.of(config, models, reward_fn=None, kl_ctrl=kl_ctrl,
                          trace=StepTrace(False, Path("unused")), watchdog=None, stage=stage,
                          n_workers=1, total_training_steps=3)  # fmt: skip
     data = policy_step(_batch(), step, ctx, sync_weights=sync, metrics=metrics, timing=timing)
@@ -113,3 +118,22 @@ def test_rewards_and_advantages_without_kl_takes_the_scores_as_rewards():
     assert rewards_and_advantages(data, _config().algorithm, n=2) == {}
     torch.testing.assert_close(data.batch["token_level_rewards"], data.batch["token_level_scores"])
     assert data.batch["advantages"].shape == (4, 3)
+
+
+def test_fused_old_log_probs_come_back_from_the_update():
+    calls = []
+    data, stages, metrics = _run(_config(fuse=True), Models(_Worker(calls, "actor")))
+    assert stages == ["adv", "update_actor"] and calls == ["actor.update_actor sync=True"]
+    assert torch.equal(data.batch["old_log_probs"], torch.full((4, 3), -0.5))
+    assert metrics["training/rollout_log_probs_diff_mean"] == pytest.approx(0.5)  # from them
+    # something reads them before the update: the separate pass
+    config = _config(fuse=True, critic_warmup=1)
+    assert _run(config, Models(_Worker([], "actor")), step=1)[1][0] == "old_log_prob"
+    unfused = _config(fuse=True)
+    unfused.actor_rollout_ref.actor.ppo_epochs = 2
+    assert _run(unfused, Models(_Worker([], "actor")))[1][0] == "old_log_prob"
+    calls = []
+    models = Models(_Worker(calls, "actor"), use_teacher=True, remote_teacher=_Worker([], "t"))
+    with pytest.raises(AttributeError, match="compute_teacher_log_prob"):  # a fake teacher
+        _run(_config(fuse=True), models)
+    assert calls == ["actor.old_log_prob"]  # distillation reads them: the separate pass

@@ -22,7 +22,7 @@ VERL_NAMES = [
     "critic/advantages/mean", "critic/returns/mean", "response_length/mean",
     "response_length/max", "response_length/clip_ratio", "prompt_length/mean",
     "actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/lr", "timing_s/gen",
-    "timing_s/reward", "timing_s/old_log_prob", "timing_s/adv", "timing_s/update_actor",
+    "timing_s/reward", "timing_s/adv", "timing_s/update_actor",
     "timing_s/step", "perf/throughput", "perf/total_num_tokens", "rollout/requests",
     "rollout/tool_calls",
 ]  # fmt: skip

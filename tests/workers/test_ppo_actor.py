@@ -136,3 +136,38 @@ def test_update_names_the_missing_keys(tiny_model_dir, batch):
     reference = PPOActor(actor.model, None, actor.config)
     with pytest.raises(RuntimeError, match="has no optimizer"):
         reference.update_policy(batch)
+
+
+@pytest.mark.parametrize("shuffle, micro", [(False, 4), (True, 2), (True, None)])
+def test_fused_old_log_probs_are_a_separate_passes_and_so_is_the_update(tiny_model_dir, batch,
+                                                                       shuffle, micro):  # fmt: skip
+    """Three mini-batches (shuffled or not): the fused update's old log-probs equal a
+    separate pass's (its first mini-batch's from its own forward), and the weights after it
+    equal the separate path's (both to float rounding), with rollout correction on."""
+    overrides = [f"actor_rollout_ref.actor.shuffle={shuffle}",
+                 "actor_rollout_ref.actor.policy_loss.rollout_is=token"]  # fmt: skip
+    batching = MicroBatching(micro_batch_size=3)  # another cut than the update's
+    data = make_trajectory_batch(12, P, R, vocab_size=1961, seed=2)
+    data.batch["rollout_log_probs"] = torch.full((12, R), -2.0)
+    separate, fused = (_actor(tiny_model_dir, overrides, mini=4, micro=micro) for _ in range(2))
+    fused.model.load_state_dict(separate.model.state_dict())
+    one = data.select(deepcopy=True)
+    one.batch["old_log_probs"] = separate.compute_log_prob(one, batching, calc_entropy=False)[0]
+    want = separate.update_policy(one, step=3)
+    two = data.select(deepcopy=True)
+    got = fused.update_policy(two, step=3, old_log_prob_batching=batching)
+    torch.testing.assert_close(two.batch["old_log_probs"], one.batch["old_log_probs"],
+                               atol=1e-5, rtol=0)  # fmt: skip
+    assert set(two.batch.keys()) == set(one.batch.keys())  # the bookkeeping is gone
+    assert set(got) == set(want)
+    for key in want:
+        assert got[key] == pytest.approx(want[key], abs=1e-4), key
+    for (name, a), b in zip(separate.model.state_dict().items(),
+                            fused.model.state_dict().values(), strict=True):  # fmt: skip
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_fused_old_log_probs_need_one_epoch(tiny_model_dir, batch):
+    actor = _actor(tiny_model_dir, ["actor_rollout_ref.actor.ppo_epochs=2"])
+    with pytest.raises(ValueError, match="fused old log-probs need actor.ppo_epochs=1"):
+        actor.update_policy(batch.select(deepcopy=True), old_log_prob_batching=MicroBatching())
