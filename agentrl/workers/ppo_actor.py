@@ -115,6 +115,8 @@ class PPOActor:
             loss_agg_mode=config.loss_agg_mode,
             seed=seed,
         )
+        # fused old log-probs: (row_index, own, log_probs) of each micro-batch, read after
+        self._own_old: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     def compute_log_prob(
         self,
@@ -160,7 +162,7 @@ class PPOActor:
         require_keys(data, [*MODEL_INPUTS[:2], "responses", *needed], "update_actor")
         extra = (*needed, "rollout_log_probs", *(FUSED_KEYS if fused else ()))
         self.model.train()
-        self._own_old: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self._own_old = []
         metrics = run_update(
             self.model,
             self.optimizer,
@@ -216,7 +218,7 @@ class PPOActor:
         if "own_old_log_probs" in batch.keys():  # fused: the first mini-batch's are its own
             own = batch["own_old_log_probs"]
             old_log_probs = torch.where(own[:, None], log_prob.detach(), old_log_probs)
-            self._own_old.append((batch["row_index"], own, log_prob.detach()))  # read after
+            self._own_old.append((batch["row_index"], own, log_prob.detach()))
         pg_loss, stats = self.loss_fn(
             old_log_probs,
             log_prob,
