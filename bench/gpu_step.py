@@ -213,6 +213,9 @@ def run_config(name: str, args: argparse.Namespace, model_dir: Path, data: Path,
         f"actor_rollout_ref.rollout.n={args.n}",
         "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.ignore_eos=true",
+        # the separate old-log-prob pass, as the recorded figures and the targets (issue
+        # 27) had it: the update's time and FLOPs (MFU) are then the update's alone
+        "actor_rollout_ref.actor.fuse_old_log_prob=false",
         f"+actor_rollout_ref.rollout.engine_kwargs.kv_cache={args.kv_cache}",
         "actor_rollout_ref.rollout.calculate_log_probs=true",
         f"actor_rollout_ref.rollout.max_num_seqs={n_traj}",
