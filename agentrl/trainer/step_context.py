@@ -78,4 +78,4 @@ class StepContext:
 def fused_old_log_prob(actor: DictConfig) -> bool:
     """Whether the update makes the old log-probs itself (``actor.fuse_old_log_prob``; it
     needs one PPO epoch, so other values keep the separate pass)."""
-    return bool(actor.get("fuse_old_log_prob", False)) and int(actor.ppo_epochs) == 1
+    return bool(actor.fuse_old_log_prob) and int(actor.ppo_epochs) == 1

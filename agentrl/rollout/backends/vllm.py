@@ -252,9 +252,9 @@ def vllm_client(rollout: Mapping[str, Any], urls: Sequence[str], tokenizer: Any,
                 **kwargs: Any) -> VLLMBackend:  # fmt: skip
     """A `VLLMBackend` of the servers at `urls` with `rollout`'s client settings."""
     options = {**client_options(rollout, tokenizer),
-               "weight_transfer": rollout.get("weight_transfer"),
-               "weight_transfer_kwargs": rollout.get("weight_transfer_kwargs") or {},
-               "tensor_parallel": rollout.get("tensor_model_parallel_size") or 1}  # fmt: skip
+               "weight_transfer": rollout["weight_transfer"],
+               "weight_transfer_kwargs": rollout["weight_transfer_kwargs"],
+               "tensor_parallel": rollout["tensor_model_parallel_size"]}  # fmt: skip
     return VLLMBackend(list(urls), **{**options, **kwargs})
 
 
