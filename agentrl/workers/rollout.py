@@ -79,7 +79,7 @@ def _world() -> int:
 
 
 def _barrier() -> None:
-    if dist.is_initialized() and dist.get_world_size() > 1:
+    if _world() > 1:
         dist.barrier()
 
 

@@ -13,8 +13,9 @@ that copies state-dict buckets in place, ``disk`` for servers that load a Huggin
 directory, ``transfer`` for servers the trainer sends tensors to over a collective of the
 engine's own, ``backend.weight_transfer(weights, rank)``: vLLM's NCCL and IPC engines,
 ``rollout.weight_transfer``), version reporting, abort, memory release, weight
-verification and its config checks. Code outside ``agentrl/rollout/backends/`` asks the plugin or the backend; it never
-compares a backend's name or class (tests/rollout/backends/test_registry.py holds that).
+verification and its config checks. Code outside ``agentrl/rollout/backends/`` asks the
+plugin or the backend; it never compares a backend's name or class
+(tests/rollout/backends/test_registry.py holds that).
 
 The built-in plugins register themselves when their module is imported (``BUILTIN``: name ->
 module, imported on first use so that naming ``sglang`` never imports torch's engine). A

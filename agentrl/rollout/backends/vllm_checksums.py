@@ -109,24 +109,24 @@ class StreamDigests:
 
     def __init__(self) -> None:
         self.digests: dict[str, str] = {}
-        self._open: dict[str, tuple[Any, list[str], dict[int, bytes]]] = {}
+        # fused name -> [its hasher, the index of the next part to hash, parts come early]
+        self._open: dict[str, list[Any]] = {}
 
     def add(self, name: str, tensor: Any) -> None:
-        from agentrl.rollout.backends.verify import tensor_bytes
+        from agentrl.rollout.backends.verify import tensor_bytes, tensor_digest
 
         fused = fused_name(name)
         if fused is None:
-            self.digests[name] = hashlib.sha256(tensor_bytes(tensor)).hexdigest()
+            self.digests[name] = tensor_digest(tensor)
             return
         key, parts = fused
-        hasher, left, waiting = self._open.setdefault(key, (hashlib.sha256(), list(parts), {}))
+        state = self._open.setdefault(key, [hashlib.sha256(), 0, {}])
+        hasher, _, waiting = state
         waiting[parts.index(name)] = tensor_bytes(tensor)
-        index = len(parts) - len(left)  # the next part to hash
-        while index in waiting:
-            hasher.update(waiting.pop(index))
-            left.pop(0)
-            index += 1
-        if not left:
+        while state[1] in waiting:
+            hasher.update(waiting.pop(state[1]))
+            state[1] += 1
+        if state[1] == len(parts):
             self.digests[key] = hasher.hexdigest()
             del self._open[key]
 

@@ -154,7 +154,7 @@ class TransferClient:
             if "rank_offset" in info:  # NCCL: this server's first worker's rank
                 info["rank_offset"] = 1 + i * self.workers_per_server
             bodies.append({"init_info": info})
-        self._post_each("/init_weight_transfer_engine", bodies)
+        self._each("POST", "/init_weight_transfer_engine", bodies)
 
     def start_weight_update(self) -> None:
         self._post_all("/start_weight_update")
@@ -190,10 +190,7 @@ class TransferClient:
         self.http.close()
 
     def _post_all(self, path: str, body: Any = None) -> None:
-        self._post_each(path, [body] * len(self.urls))
-
-    def _post_each(self, path: str, bodies: list[Any]) -> None:
-        self._each("POST", path, bodies)
+        self._each("POST", path, [body] * len(self.urls))
 
     def _each(self, method: str, path: str, bodies: list[Any]) -> list[Any]:
         with ThreadPoolExecutor(max_workers=len(self.urls)) as pool:
