@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
@@ -33,21 +32,13 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from agentrl.config.validate import CHECKPOINT_CONTENTS
+from agentrl.distributed.process_group import barrier, rank
 from agentrl.workers.fsdp import full_state_dict
 from agentrl.workers.lora import base_model, full_state_dict_of_adapters, is_lora
 
 logger = logging.getLogger(__name__)
 
 CONTENTS = CHECKPOINT_CONTENTS  # the one list: the validator's
-
-
-def _rank() -> int:
-    return dist.get_rank() if dist.is_initialized() else 0
-
-
-def _barrier() -> None:
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
 
 
 def _check_contents(contents: Any) -> list[str]:
@@ -103,9 +94,9 @@ def save_checkpoint(
     """Write the parts in ``contents`` under ``path`` (see the module docstring)."""
     contents = _check_contents(contents)
     path = Path(path)
-    if _rank() == 0:
+    if rank() == 0:
         path.mkdir(parents=True, exist_ok=True)
-    _barrier()
+    barrier()
     state = _sharded_state(model, optimizer, contents)
     if state:
         dcp.save(state, checkpoint_id=str(path / "dcp"))
@@ -115,10 +106,10 @@ def save_checkpoint(
             "state": dict(extra_state or {}),
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
         }
-        torch.save(extra, path / f"extra_rank{_rank()}.pt")
+        torch.save(extra, path / f"extra_rank{rank()}.pt")
     if "hf_model" in contents:
         export_hf(path / "huggingface", model, tokenizer)
-    _barrier()
+    barrier()
     logger.info("saved checkpoint %s (%s)", path, ", ".join(contents))
     return path
 
@@ -155,7 +146,7 @@ def load_checkpoint(
             set_model_state_dict(model, state["model"])
     extra_state: dict[str, Any] = {}
     if "extra" in contents:
-        extra_path = path / f"extra_rank{_rank()}.pt"
+        extra_path = path / f"extra_rank{rank()}.pt"
         if not extra_path.is_file():
             raise FileNotFoundError(f"{extra_path} is missing (saved with another world size?)")
         extra = torch.load(extra_path, weights_only=False)
@@ -163,7 +154,7 @@ def load_checkpoint(
         if scheduler is not None and extra["scheduler"] is not None:
             scheduler.load_state_dict(extra["scheduler"])
         extra_state = extra["state"]
-    _barrier()
+    barrier()
     logger.info("loaded checkpoint %s (%s)", path, ", ".join(contents))
     return extra_state
 
@@ -195,12 +186,12 @@ def export_hf(
     """
     path = Path(path)
     if bucket_bytes is not None:
-        writer = _rank() == 0 if writer is None else writer
+        writer = rank() == 0 if writer is None else writer
         return _export_streamed(path, model, tokenizer, bucket_bytes, writer)
     if writer is not None:
         raise ValueError("export_hf: writer needs bucket_bytes (the streamed export)")
     weights = full_state_dict(model, rank0_only=True)  # LoRA: merged into the base weights
-    if _rank() == 0:
+    if rank() == 0:
         path.mkdir(parents=True, exist_ok=True)
         base_model(model).save_pretrained(path, state_dict=weights)
         if is_lora(model):  # the adapters alone too, for peft users
@@ -208,7 +199,7 @@ def export_hf(
             model.save_pretrained(path / "lora_adapter", state_dict=adapter)
         if tokenizer is not None:
             tokenizer.save_pretrained(path)
-    _barrier()
+    barrier()
     return path
 
 
@@ -250,5 +241,5 @@ def _export_streamed(
         (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
         if tokenizer is not None:
             tokenizer.save_pretrained(path)
-    _barrier()
+    barrier()
     return path

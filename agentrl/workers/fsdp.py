@@ -21,12 +21,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from transformers import AutoConfig
+
+from agentrl.distributed.process_group import rank, world_size
 
 logger = logging.getLogger(__name__)
 
@@ -174,9 +175,9 @@ def full_state_dict(model: torch.nn.Module, rank0_only: bool = False) -> dict[st
 
     if is_lora(model):  # the merged policy under the base model's names
         merged = {name: t.to("cpu", copy=True) for name, t in merged_weights(model)}
-        return merged if not rank0_only or not dist.is_initialized() or dist.get_rank() == 0 else {}
+        return merged if not rank0_only or rank() == 0 else {}
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    if not rank0_only or not dist.is_initialized() or dist.get_world_size() == 1:
+    if not rank0_only or world_size() == 1:
         options = StateDictOptions(full_state_dict=True, cpu_offload=False)
         state = get_model_state_dict(model, options=options)
         return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from agentrl.distributed.process_group import world_size
 from agentrl.protocol import DataProto
 
 
@@ -147,7 +148,7 @@ def _groups_for_count(
 
 def agree_on_count(count: int) -> int:
     """The largest ``count`` over the ranks (every rank must run as many passes)."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
+    if world_size() == 1:
         return count
     tensor = torch.tensor([count], dtype=torch.int64)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)

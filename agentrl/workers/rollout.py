@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-import torch.distributed as dist
 
+from agentrl.distributed.process_group import barrier, rank, world_size
 from agentrl.protocol import DataProto
 from agentrl.rollout.backends.registry import backend_plugin, weight_sync_of
 from agentrl.rollout.backends.verify import verify_after_sync
@@ -68,19 +68,6 @@ from agentrl.workers.rollout_servers import DiskSync, launch_rank_servers, plan_
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def _rank() -> int:
-    return dist.get_rank() if dist.is_initialized() else 0
-
-
-def _world() -> int:
-    return dist.get_world_size() if dist.is_initialized() else 1
-
-
-def _barrier() -> None:
-    if _world() > 1:
-        dist.barrier()
 
 
 class HybridRollout:
@@ -123,7 +110,7 @@ class HybridRollout:
                     launched=servers is not None, owner=servers is not None and servers.owner,
                 )  # fmt: skip
                 self.weights_dir = self.disk_sync.directory
-            if self.weight_sync == "transfer" and servers is not None and _world() > 1:
+            if self.weight_sync == "transfer" and servers is not None and world_size() > 1:
                 raise ValueError(
                     "actor_rollout_ref.rollout.weight_transfer sends from rank 0 to every "
                     "server, and each of the trainer's ranks launched its own: give the servers "
@@ -173,9 +160,9 @@ class HybridRollout:
         elif self.weight_sync == "transfer":
             if self.transfer is None:  # every rank: NCCL's group forms here
                 self.transfer = self.backend.weight_transfer(
-                    lambda: named_full_weights(model), rank=_rank())
+                    lambda: named_full_weights(model), rank=rank())
             self.weights_verified = self.transfer.send(version, verify=verify)
-            _barrier()  # no rank generates before every server has the new weights
+            barrier()  # no rank generates before every server has the new weights
         elif self.weight_sync == "tensors":
             verified = True
             # bucket by bucket: never the whole model gathered at once on a rank
@@ -191,7 +178,7 @@ class HybridRollout:
             verifier = getattr(self.backend, "verify_weights", None)
             self.weights_verified = int(self.loop.run(verifier(state))) if (
                 verify and verifier is not None) else 0
-        logger.info("rank %d: rollout weights synced (%s sync, step %s, %d verified)", _rank(),
+        logger.info("rank %d: rollout weights synced (%s sync, step %s, %d verified)", rank(),
                     self.weight_sync, version, self.weights_verified)  # fmt: skip
 
     def _bucket_bytes(self) -> int:
@@ -216,7 +203,7 @@ class HybridRollout:
             for old in sync.directory.glob("step_*"):
                 if old != target:
                     shutil.rmtree(old, ignore_errors=True)
-        _barrier()  # no rank generates before every server has the new weights
+        barrier()  # no rank generates before every server has the new weights
         return verified
 
     def _probe(self, model: torch.nn.Module) -> Any:

@@ -39,32 +39,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
+from agentrl.distributed import process_group
 from agentrl.rollout.backends.factory import create_backend
 from agentrl.rollout.backends.launcher import visible_gpus
 
 logger = logging.getLogger(__name__)
 
 WEIGHTS_DIR_KEY = "actor_rollout_ref.rollout.weights_dir"
-
-
-def _rank() -> int:
-    return dist.get_rank() if dist.is_initialized() else 0
-
-
-def _all_gather(value: Any) -> list[Any]:
-    """Every rank's ``value``, in rank order (``[value]`` without a process group)."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return [value]
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, value)
-    return out
-
-
-def _barrier() -> None:
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
 
 
 def rank_gpus() -> list[str]:
@@ -135,11 +117,11 @@ def launch_rank_servers(
     """Launch this rank's share of the servers and connect to the ones it uses (a
     collective: every rank calls it). ``rollout``: ``actor_rollout_ref.rollout`` with
     ``server_urls`` empty; ``gpus``: this rank's (None: ``rank_gpus()``)."""
-    rank = _rank()
+    rank = process_group.rank()
     tp = int(rollout["tensor_model_parallel_size"])
     place = RankPlace(socket.gethostname(), int(os.environ.get("LOCAL_RANK", 0)),
                       tuple(rank_gpus() if gpus is None else gpus))  # fmt: skip
-    places = _all_gather(place)
+    places = process_group.all_gather_object(place)
     group = next(g for g in server_groups(places, tp) if rank in g)
     leader = group[0]
     backend, failure = None, None
@@ -149,7 +131,7 @@ def launch_rank_servers(
             backend = create_backend(rollout, model_path, tokenizer, gpus=group_gpus or None)
         except Exception as exc:  # noqa: BLE001 - raised below, after the group learns of it
             failure = exc
-    launched = _all_gather(
+    launched = process_group.all_gather_object(
         (list(backend.server_urls), None) if backend is not None else (None, repr(failure))
     )
     if failure is not None:
@@ -187,22 +169,22 @@ def plan_disk_sync(weights_dir: str | os.PathLike | None, launched: bool,
                    owner: bool) -> DiskSync:  # fmt: skip
     """Each rank's ``DiskSync`` (a collective). ``weights_dir``: ``rollout.weights_dir``;
     ``launched``: the ranks launched the servers; ``owner``: this rank launched its own."""
-    rank = _rank()
+    rank = process_group.rank()
     sends = owner if launched else rank == 0
     if weights_dir is None:
-        hosts = _all_gather(socket.gethostname())
+        hosts = process_group.all_gather_object(socket.gethostname())
         writer = hosts.index(hosts[rank]) if launched else 0  # first rank of the node, or 0
         made = tempfile.mkdtemp(prefix="agentrl_weights_") if rank == writer else None
-        directory = _all_gather(made)[writer]
+        directory = process_group.all_gather_object(made)[writer]
         return DiskSync(writes=rank == writer, sends=sends, directory=Path(directory),
                         temporary=made is not None)  # fmt: skip
     directory = Path(weights_dir)
     probe, problem = (_probe(directory) if rank == 0 else (None, None))
-    probe, problem = _all_gather((probe, problem))[0]
+    probe, problem = process_group.all_gather_object((probe, problem))[0]
     if problem is not None:
         raise ValueError(f"{WEIGHTS_DIR_KEY}={directory} is not writable: {problem}")
-    blind = _all_gather(launched and sends and not _sees(Path(probe)))
-    _barrier()  # every rank has looked
+    blind = process_group.all_gather_object(launched and sends and not _sees(Path(probe)))
+    process_group.barrier()  # every rank has looked
     if rank == 0:
         Path(probe).unlink(missing_ok=True)
     blind_ranks = [r for r, b in enumerate(blind) if b]

@@ -35,6 +35,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
+from agentrl.distributed.process_group import world_size
 from agentrl.protocol import DataProto
 from agentrl.workers.forward import model_device
 from agentrl.workers.micro_batch import MicroBatching, plan_micro_batches
@@ -71,10 +72,6 @@ class UpdateSettings:
     grad_clip: float = 1.0
     loss_agg_mode: str = "token-mean"
     seed: int = 0
-
-
-def world_size() -> int:
-    return dist.get_world_size() if dist.is_initialized() else 1
 
 
 def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
