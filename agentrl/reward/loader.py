@@ -18,24 +18,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
 
 from agentrl.plugins import load_object
 from agentrl.reward.base import RewardManager, get_reward_manager_cls
-
-
-def _plain(value: Any) -> dict[str, Any]:
-    """An OmegaConf node, mapping or None as a plain dict (nested nodes resolved)."""
-    if value is None:
-        return {}
-    if isinstance(value, DictConfig):
-        return OmegaConf.to_container(value, resolve=True)  # type: ignore[return-value]
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"expected a mapping, got {type(value).__name__}: {value!r}")
+from agentrl.utils.plain_config import plain_dict
 
 
 def get_custom_reward_fn(custom_reward_function_config: Any) -> Callable[..., Any] | None:
@@ -54,7 +42,7 @@ def get_custom_reward_fn(custom_reward_function_config: Any) -> Callable[..., An
     fn = load_object(spec)
     if not callable(fn):
         raise TypeError(f"custom_reward_function {spec!r} is a {type(fn).__name__}, not callable")
-    kwargs = _plain(custom_reward_function_config.reward_kwargs)
+    kwargs = plain_dict(custom_reward_function_config.reward_kwargs, "custom_reward_function.reward_kwargs")
     return functools.partial(fn, **kwargs) if kwargs else fn
 
 
@@ -86,12 +74,12 @@ def load_reward_manager(
     """Build the configured reward manager; ``reward_kwargs`` override
     ``reward_model.reward_kwargs``."""
     name = reward_model_config.reward_manager
-    judge = _plain(getattr(reward_model_config, "judge", None))
+    judge = plain_dict(getattr(reward_model_config, "judge", None), "reward_model.judge")
     if judge.get("enable"):  # the LLM judge scores (agentrl/reward/judge.py)
         name = "judge"
         reward_kwargs = {"judge": judge, **reward_kwargs}
     cls = get_reward_manager_cls(name)
-    kwargs = {**_plain(reward_model_config.reward_kwargs), **reward_kwargs}
+    kwargs = {**plain_dict(reward_model_config.reward_kwargs, "reward_model.reward_kwargs"), **reward_kwargs}
     arguments = {
         "tokenizer": tokenizer,
         "num_examine": num_examine,

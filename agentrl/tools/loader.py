@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from agentrl.plugins import PluginLoadError, load_object
 from agentrl.tools.base import BaseTool
 from agentrl.tools.schemas import OpenAIFunctionToolSchema
+from agentrl.utils.plain_config import plain_container
 from agentrl.utils.yaml_lines import entry_key_lines
 
 logger = logging.getLogger(__name__)
@@ -46,18 +47,9 @@ class ToolConfigError(ValueError):
     """A tool config entry is malformed, cannot be loaded, or clashes with another."""
 
 
-def _to_plain(obj: Any) -> Any:
-    """OmegaConf containers to plain dicts/lists (without importing omegaconf eagerly)."""
-    if type(obj).__module__.startswith("omegaconf"):
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(obj, resolve=True)
-    return obj
-
-
 def _read_entries(source: ToolConfigSource) -> tuple[list[Any], Path | None]:
     """The raw list of entries and the directory relative file paths resolve against."""
-    source = _to_plain(source)
+    source = plain_container(source)
     base_dir = None
     if isinstance(source, str | os.PathLike):
         path = Path(source)

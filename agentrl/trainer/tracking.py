@@ -28,9 +28,8 @@ import math
 from pathlib import Path
 from typing import Any, Protocol
 
-from omegaconf import DictConfig, OmegaConf
-
 from agentrl.config.validate import LOGGERS
+from agentrl.utils.plain_config import plain_dict
 
 logger = logging.getLogger("agentrl.trainer")
 
@@ -58,14 +57,6 @@ def _require(backend: str) -> Any:
             f"trainer.logger lists {backend!r} but the package {package!r} is not installed: "
             f"pip install {package} (or remove {backend!r} from trainer.logger)"
         ) from exc
-
-
-def _plain(config: Any) -> dict[str, Any]:
-    if config is None:
-        return {}
-    if isinstance(config, DictConfig):
-        return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
-    return dict(config)
 
 
 def _format(value: Any) -> str:
@@ -212,7 +203,7 @@ class Tracking:
         unknown = [n for n in names if n not in BACKENDS]
         if unknown:
             raise ValueError(f"unknown tracking backend(s) {unknown}; valid: {', '.join(BACKENDS)}")
-        plain = _plain(config)
+        plain = plain_dict(config, "the tracked config")
         if log_dir is None:
             log_dir = plain.get("trainer", {}).get("default_local_dir") or "."
         self.log_dir = Path(log_dir)

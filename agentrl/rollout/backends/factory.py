@@ -20,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from agentrl.rollout.backends.base import GenerationBackend
 from agentrl.rollout.backends.registry import backend_plugin
+from agentrl.utils.plain_config import plain_dict
 
 
 def create_backend(
@@ -41,7 +42,7 @@ def create_backend(
     the hf sampler unless `engine_kwargs.seed` is set. `gpus` (as CUDA_VISIBLE_DEVICES names
     them) are the GPUs launched servers share; None -> this process's.
     """
-    cfg = _as_dict(rollout_config)
+    cfg = plain_dict(rollout_config, "actor_rollout_ref.rollout")
     return backend_plugin(cfg["name"]).create(cfg, model_path, tokenizer, model=model,
                                               seed=seed, gpus=gpus)  # fmt: skip
 
@@ -61,7 +62,7 @@ def server_launcher(
     (``seed``: the trainer's; ``env``: e.g. their thread count), else the engine's own.
     ``host`` is where they listen and what their URLs name. Servers share ``gpus`` (None:
     this process's visible GPUs), ``tensor_model_parallel_size`` each."""
-    cfg = _as_dict(cfg)
+    cfg = plain_dict(cfg, "actor_rollout_ref.rollout")
     return backend_plugin(cfg["name"]).launcher(
         cfg, model_path, seed=seed, trust_remote_code=trust_remote_code, env=env, host=host,
         gpus=gpus,
@@ -72,7 +73,7 @@ def backend_client(cfg: Mapping[str, Any], urls: Sequence[str], tokenizer: Any,
                    **kwargs: Any) -> Any:  # fmt: skip
     """An HTTP client of the running servers at ``urls`` of ``cfg``'s engine (what the
     off-policy producer and the sharded engine's workers use)."""
-    cfg = _as_dict(cfg)
+    cfg = plain_dict(cfg, "actor_rollout_ref.rollout")
     return backend_plugin(cfg["name"]).client(cfg, list(urls), tokenizer, **kwargs)
 
 
@@ -83,12 +84,6 @@ def prompt_scorer(urls: Sequence[str], request_timeout: float) -> Any:
     from agentrl.rollout.backends.sglang import SGLangBackend
 
     return SGLangBackend(list(urls), request_timeout=request_timeout)
-
-
-def _as_dict(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
-    if isinstance(config, DictConfig):
-        return OmegaConf.to_container(config, resolve=True)
-    return dict(config)
 
 
 __all__ = ["backend_client", "create_backend", "prompt_scorer", "server_launcher"]
