@@ -41,6 +41,7 @@ from tqdm import tqdm
 from agentrl.config import ConfigError, chat_template_kwargs
 from agentrl.config.cli import add_config_arguments, config_from_args
 from agentrl.protocol import DataProto
+from agentrl.utils.jsonl import json_default
 from agentrl.workers.rollout_assembly import build_rollout
 
 logger = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ async def _generate(cfg: DictConfig, backend: Any) -> dict[str, float]:
                 )
                 scores = _scores(reward_fn, out)
                 for row in trajectory_rows(out, rollout.n, scores):
-                    sink.write(json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n")
+                    sink.write(json.dumps(row, ensure_ascii=False, default=json_default) + "\n")
                 totals.add(out, scores)
     finally:
         await engine.aclose()  # the engine workers, and the backend unless it was given
@@ -246,13 +247,6 @@ class _Totals:
         if self.scored:
             out["score/mean"] = self.score_sum / self.scored
         return out
-
-
-def _jsonable(obj: Any) -> Any:
-    """numpy values from parquet rows to plain JSON."""
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    return str(obj)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.interactions.base import BaseInteraction
+from agentrl.utils.contract import require
 
 
 @dataclass
@@ -33,11 +34,6 @@ class InteractionReport:
     metrics: dict
 
 
-def _require(condition: bool, message: str) -> None:
-    if not condition:  # not `assert`: must hold under `python -O`
-        raise AssertionError(message)
-
-
 async def check_interaction_contract(
     interaction: BaseInteraction,
     messages: list[dict],
@@ -46,33 +42,33 @@ async def check_interaction_contract(
 ) -> InteractionReport:
     """Run one start/respond/finalize cycle and check every return value."""
     kwargs = dict(interaction_kwargs or {})
-    _require(
+    require(
         isinstance(interaction, BaseInteraction),
         f"{type(interaction).__name__} is not a BaseInteraction subclass",
     )
     got_id = await interaction.start_interaction(instance_id, **kwargs)
-    _require(
+    require(
         got_id == instance_id,
         f"start_interaction returned {got_id!r}, expected the given instance id {instance_id!r}",
     )
     result = await interaction.generate_response(instance_id, [dict(m) for m in messages], **kwargs)
-    _require(
+    require(
         isinstance(result, tuple) and len(result) == 4,
         f"generate_response returned {result!r}; expected (should_terminate, text, score, metrics)",
     )
     terminate, text, score, metrics = result
-    _require(
+    require(
         isinstance(terminate, bool),
         f"should_terminate is {type(terminate).__name__}, expected bool",
     )
-    _require(isinstance(text, str), f"the response is {type(text).__name__}, expected str")
-    _require(
+    require(isinstance(text, str), f"the response is {type(text).__name__}, expected str")
+    require(
         isinstance(score, int | float) and not isinstance(score, bool),
         f"the score is {type(score).__name__}, expected float",
     )
-    _require(isinstance(metrics, dict), f"metrics is {type(metrics).__name__}, expected dict")
+    require(isinstance(metrics, dict), f"metrics is {type(metrics).__name__}, expected dict")
     await interaction.finalize_interaction(instance_id)
-    _require(
+    require(
         instance_id not in interaction._instance_dict,
         f"finalize_interaction did not free instance {instance_id!r}",
     )

@@ -33,25 +33,17 @@ from uuid import uuid4
 from agentrl.tools.base import BaseTool
 from agentrl.tools.execution import conform_result
 from agentrl.tools.schemas import ToolResponse
+from agentrl.utils.jsonl import json_default
 
 logger = logging.getLogger(__name__)
 
 MODES = (None, "record", "replay")
 
 
-def _jsonable(obj: Any) -> Any:
-    """JSON fallback: numpy arrays/scalars (as parquet rows hold them) to lists/numbers."""
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, set | frozenset):
-        return sorted(obj, key=repr)
-    return str(obj)
-
-
 def canonical_json(obj: Any) -> str:
     """The canonical JSON text of ``obj``: sorted keys, no spaces, numpy made plain."""
     return json.dumps(
-        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=json_default
     )
 
 

@@ -22,6 +22,7 @@ import jsonschema
 from agentrl.tools.base import BaseTool
 from agentrl.tools.execution import parameters_json_schema, validate_arguments
 from agentrl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+from agentrl.utils.contract import require
 
 
 @dataclass
@@ -36,20 +37,14 @@ class ContractReport:
     reward: float
 
 
-def _require(condition: bool, message: str) -> None:
-    # Not `assert`: the check must hold under `python -O` too.
-    if not condition:
-        raise AssertionError(message)
-
-
 def _check_schema(tool: BaseTool) -> None:
     schema = tool.get_openai_tool_schema()
-    _require(
+    require(
         isinstance(schema, OpenAIFunctionToolSchema),
         f"get_openai_tool_schema() returned {type(schema).__name__}, "
         "expected OpenAIFunctionToolSchema",
     )
-    _require(
+    require(
         tool.name == schema.function.name,
         f"tool.name {tool.name!r} differs from the schema's function name {schema.function.name!r}",
     )
@@ -63,13 +58,13 @@ def _check_schema(tool: BaseTool) -> None:
 
 async def _check_create(tool: BaseTool, create_kwargs: dict[str, Any]) -> tuple[str, ToolResponse]:
     result = await tool.create(**create_kwargs)
-    _require(
+    require(
         isinstance(result, tuple) and len(result) == 2,
         f"create() must return (instance_id, ToolResponse), got {result!r}",
     )
     instance_id, response = result
-    _require(isinstance(instance_id, str) and instance_id != "", "create() gave no instance id")
-    _require(
+    require(isinstance(instance_id, str) and instance_id != "", "create() gave no instance id")
+    require(
         isinstance(response, ToolResponse),
         f"create() returned a {type(response).__name__}, expected ToolResponse",
     )
@@ -80,22 +75,22 @@ async def _check_execute(
     tool: BaseTool, instance_id: str, parameters: dict[str, Any], execute_kwargs: dict[str, Any]
 ) -> tuple[ToolResponse, float, dict]:
     error = validate_arguments(tool, parameters)
-    _require(error is None, f"the test's parameters fail the tool's own schema: {error}")
+    require(error is None, f"the test's parameters fail the tool's own schema: {error}")
     result = await tool.execute(instance_id, parameters, **execute_kwargs)
-    _require(
+    require(
         isinstance(result, tuple) and len(result) == 3,
         f"execute() must return (ToolResponse, float, dict), got {result!r}",
     )
     response, step_reward, metrics = result
-    _require(
+    require(
         isinstance(response, ToolResponse),
         f"execute() returned a {type(response).__name__} response, expected ToolResponse",
     )
-    _require(
+    require(
         isinstance(step_reward, float),
         f"execute() step reward is a {type(step_reward).__name__}, expected float",
     )
-    _require(isinstance(metrics, dict), f"execute() metrics is a {type(metrics).__name__}")
+    require(isinstance(metrics, dict), f"execute() metrics is a {type(metrics).__name__}")
     return response, step_reward, metrics
 
 
@@ -108,11 +103,11 @@ async def check_tool_contract(
     calc_reward_kwargs: dict[str, Any] | None = None,
 ) -> ContractReport:
     """Run one instance's whole lifecycle and check every rule of the ``BaseTool`` contract."""
-    _require(isinstance(tool, BaseTool), f"{type(tool).__name__} is not a BaseTool")
+    require(isinstance(tool, BaseTool), f"{type(tool).__name__} is not a BaseTool")
     _check_schema(tool)
     instance_id, create_response = await _check_create(tool, create_kwargs or {})
     instances = getattr(tool, "_instance_dict", None)
-    _require(
+    require(
         isinstance(instances, dict) and instance_id in instances,
         f"create() did not record instance {instance_id!r} in tool._instance_dict",
     )
@@ -120,18 +115,18 @@ async def check_tool_contract(
         tool, instance_id, parameters, execute_kwargs or {}
     )
     reward = await tool.calc_reward(instance_id, **(calc_reward_kwargs or {}))
-    _require(isinstance(reward, float), f"calc_reward() returned a {type(reward).__name__}")
+    require(isinstance(reward, float), f"calc_reward() returned a {type(reward).__name__}")
     released = await tool.release(instance_id)
-    _require(released is None, f"release() returned {released!r}, expected None")
-    _require(
+    require(released is None, f"release() returned {released!r}, expected None")
+    require(
         instance_id not in tool._instance_dict,
         f"release() did not free instance {instance_id!r}",
     )
     explicit_id, _ = await tool.create("contract-explicit-id", **(create_kwargs or {}))
-    _require(
+    require(
         explicit_id == "contract-explicit-id",
         f"create('contract-explicit-id') returned id {explicit_id!r}",
     )
     await tool.release(explicit_id)
-    _require(explicit_id not in tool._instance_dict, "release() did not free the explicit id")
+    require(explicit_id not in tool._instance_dict, "release() did not free the explicit id")
     return ContractReport(instance_id, create_response, response, step_reward, metrics, reward)

@@ -1,6 +1,7 @@
 """Reading and writing jsonl, and writing parquet rows, with errors that name the file and line.
 
-Used by the data preprocessing scripts and the retriever's corpus reader.
+Used by the data preprocessing scripts and the retriever's corpus reader; `json_default` is
+the `json.dumps` fallback for parquet rows' numpy values.
 """
 
 from __future__ import annotations
@@ -9,9 +10,7 @@ import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import Any
 
 
 class JsonlError(ValueError):
@@ -39,12 +38,25 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
             yield lineno, record
 
 
+def json_default(obj: Any) -> Any:
+    """``json.dumps``' fallback for what parquet rows hold: numpy arrays and scalars as lists
+    and numbers, sets sorted, anything else as its ``str``."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, set | frozenset):
+        return sorted(obj, key=repr)
+    return str(obj)
+
+
 def write_parquet(rows: list[dict], path: str | Path) -> Path:
     """Write `rows` (dicts with the same keys) to a parquet file, creating its directory."""
     path = Path(path).expanduser()
     if not rows:
         raise ValueError(f"no rows to write to {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
+    import pyarrow as pa  # here: the tools that only read jsonl or dump JSON need no arrow
+    import pyarrow.parquet as pq
+
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 

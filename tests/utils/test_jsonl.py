@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow.parquet as pq
 import pytest
 
-from agentrl.utils.jsonl import JsonlError, read_jsonl, write_parquet
+from agentrl.utils.jsonl import JsonlError, json_default, read_jsonl, write_parquet
 
 
 def test_reads_objects_with_their_line_numbers_skipping_blank_lines(tmp_path):
@@ -45,3 +47,13 @@ def test_read_jsonl_streams_gzip(tmp_path):
     with gzip.open(path, "wt", encoding="utf-8") as f:
         f.write('{"id": "1"}\n\n{"id": "2"}\n')
     assert list(read_jsonl(path)) == [(1, {"id": "1"}), (3, {"id": "2"})]
+
+
+def test_json_default_writes_parquet_values_as_plain_json():
+    import json
+
+    import numpy as np
+
+    row = {"ids": np.array([1, 2]), "score": np.float32(0.5), "tags": {"b", "a"}, "p": Path("x")}
+    assert json.loads(json.dumps(row, default=json_default)) == {
+        "ids": [1, 2], "score": 0.5, "tags": ["a", "b"], "p": "x"}
