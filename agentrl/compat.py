@@ -55,6 +55,25 @@ RENAMED_NAMES: dict[str, dict[str, str]] = {
     "agentrl.rollout.sharded": {"AgentWorker": "EngineWorker"},
     "agentrl.rollout.output": {"batch_metrics": "request_metrics"},
     "agentrl.trainer.metrics": {"batch_metrics": "train_step_metrics"},
+    # one name, one definition in the package (tests/test_single_definitions.py)
+    "agentrl.data.retool": {"make_row": "retool_row", "normalize_answer": "ground_truth_text"},
+    "agentrl.environments.prepare": {"check_out_dir": "check_writable_out_dir"},
+    "agentrl.gateway.anthropic_api": {"stream_events": "message_stream_events",
+                                      "to_chat_request": "messages_to_chat_request"},
+    "agentrl.gateway.responses_api": {"stream_events": "response_stream_events",
+                                      "to_chat_request": "responses_to_chat_request"},
+    "agentrl.gateway.sessions": {"normalize_message": "comparable_message"},
+    "agentrl.interactions.openenv_server": {"ServerProcess": "OpenEnvServer"},
+    "agentrl.interactions.textarena": {"observation_text": "game_observation"},
+    "agentrl.report.run_dir": {"read_jsonl": "read_log_jsonl"},
+    "agentrl.report.timeline": {"Span": "TimelineSpan"},
+    "agentrl.tasks.code_arithmetic": {"teacher_messages": "code_teacher_messages"},
+    "agentrl.testing.rollout": {"ScriptedBackend": "ConversationScriptBackend", "run": "run_batch"},
+    "agentrl.testing.workers": {"worker_config": "testing_worker_config"},
+    "agentrl.smoke": {"prepare": "smoke_config"},
+    "agentrl.verl_compat": {"install": "install_verl_paths"},
+    "envs.sandbox.cli": {"config_from_args": "sandbox_config_from_args"},
+    "tools.calculator": {"format_number": "format_result"},
 }
 
 

@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def prepare(out_dir: Path, size: str, seed: int,
-            overrides: list[str] | tuple[str, ...] = ()) -> Any:
+def smoke_config(out_dir: Path, size: str, seed: int,
+                 overrides: list[str] | tuple[str, ...] = ()) -> Any:
     """Write the model, the data and the tool config; return the smoke run's config."""
     out_dir.mkdir(parents=True, exist_ok=True)
     model_dir = out_dir / "model"
@@ -93,7 +93,7 @@ def prepare(out_dir: Path, size: str, seed: int,
 def run_smoke(out_dir: Path, steps: int = 3, size: str = "tiny", seed: int = 0,
               overrides: list[str] | tuple[str, ...] = ()) -> list[dict[str, float]]:
     """Prepare the inputs and train `steps` steps; returns one metrics dict per step."""
-    cfg = prepare(out_dir, size, seed, [
+    cfg = smoke_config(out_dir, size, seed, [
         f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out_dir}",
         "trainer.resume_mode=disable", "trainer.logger=[console,file]",
         "trainer.val_before_train=false", *overrides])

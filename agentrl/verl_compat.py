@@ -2,15 +2,15 @@
 
 A verl tool YAML names `verl.tools.gsm8k_tool.Gsm8kTool`; a user's tool or reward file
 written for verl imports `verl.tools.base_tool`, `verl.tools.schemas`,
-`verl.utils.reward_score.gsm8k` or `verl.utils.rollout_trace`. With `install()` those
-imports resolve to agentrl's modules (the table `MODULES`: verl's name -> agentrl's module
+`verl.utils.reward_score.gsm8k` or `verl.utils.rollout_trace`. With `install_verl_paths()`
+those imports resolve to agentrl's modules (the table `MODULES`: verl's name -> agentrl's module
 and the names verl spells differently), so such files run unmodified. Every mapped module
 is logged once at INFO ("verl.tools.base_tool -> agentrl.tools.base").
 
-`install()` appends an import finder at the end of `sys.meta_path`: it is asked only after
-every normal finder failed, so an installed verl is always imported, never shadowed (the
+`install_verl_paths()` appends an import finder at the end of `sys.meta_path`: it is asked
+only after every normal finder failed, so an installed verl is always imported, never shadowed (the
 finder also steps aside for good once a real `verl` is in `sys.modules`). `import agentrl`
-imports this module, which registers `install` with the plugin loader
+imports this module, which registers `install_verl_paths` with the plugin loader
 (`agentrl.plugins.before_load`): the finder is installed before the loader imports a tool
 class, reward function, dataset or sampler. A `verl.*` module not in the table is an import
 error that lists the table.
@@ -147,13 +147,13 @@ class _VerlFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 _FINDER = _VerlFinder()
 
 
-def install() -> None:
+def install_verl_paths() -> None:
     """Serve `verl.*` imports from agentrl where verl is not installed (idempotent)."""
     if _FINDER not in sys.meta_path:
         sys.meta_path.append(_FINDER)
 
 
-before_load(install)
+before_load(install_verl_paths)
 
 
 def is_installed() -> bool:
@@ -161,5 +161,5 @@ def is_installed() -> bool:
     return _FINDER in sys.meta_path
 
 
-__all__ = ["MODULES", "MissingVerlModule", "RolloutTraceConfig", "install", "is_installed", "rollout_trace_attr",
-           "rollout_trace_op"]
+__all__ = ["MODULES", "MissingVerlModule", "RolloutTraceConfig", "install_verl_paths",
+           "is_installed", "rollout_trace_attr", "rollout_trace_op"]

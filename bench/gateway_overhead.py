@@ -276,7 +276,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 def prefix_reuse(first: dict[str, Any]) -> list[dict[str, Any]]:
     """Per episode call of one replay: tokens, whether the prompt extends the previous
     prompt + completion, the shared prefix, and a full render's agreement with it."""
-    from agentrl.gateway.sessions import normalize_message, template_message
+    from agentrl.gateway.sessions import comparable_message, template_message
 
     rows = []
     episode = [(c, p) for c, p in zip(first["calls"], first["prepares"], strict=True)
@@ -286,7 +286,7 @@ def prefix_reuse(first: dict[str, Any]) -> list[dict[str, Any]]:
         prompt = call["input_ids"]
         renderer = prep["renderer"]
         start = time.perf_counter()
-        full = renderer.prompt_ids([template_message(normalize_message(m))
+        full = renderer.prompt_ids([template_message(comparable_message(m))
                                     for m in prep["messages"]], prep["tools"] or None)
         full_s = time.perf_counter() - start
         row: dict[str, Any] = {"turn": k, "prompt_tokens": len(prompt),

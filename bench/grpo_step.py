@@ -123,7 +123,7 @@ class ReferenceLoop:
 
     def step(self, batch_rows: list[dict]) -> dict[str, float]:
         from agentrl.reward.score import default_compute_score
-        from tools.calculator import evaluate, format_number
+        from tools.calculator import evaluate, format_result
 
         started = time.perf_counter()
         rows = [row for row in batch_rows for _ in range(self.args.n)]
@@ -160,7 +160,7 @@ class ReferenceLoop:
                     continue
                 try:
                     call = json.loads(match.group(1))
-                    result = format_number(evaluate(str(call["arguments"]["expression"])))
+                    result = format_result(evaluate(str(call["arguments"]["expression"])))
                 except Exception as err:  # noqa: BLE001 - the model's call was bad
                     result = f"Error: {err}"
                 # the chat template's tool turn, written out by hand as a minimal loop does

@@ -8,13 +8,18 @@ them; components above import theirs from the validator). A fallback is
 `X.get("key", LITERAL)` or `X.get("key") or LITERAL` where "key" is a key of the default
 YAML (agentrl/config/*.yaml) and LITERAL is its default there: the default lives in the
 YAML, and the code reads the key of the validated config.
+
+And one name, one meaning: a public function or class name is defined in one module of the
+packages the wheel ships (agentrl, tools, envs, recipes), unless it is one of CONVENTIONS:
+a name that modules of one kind each define because a caller reaches every such module by
+it (a subcommand's `run(args)`), with the parameters that convention gives it.
 """
 
 from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -22,6 +27,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "agentrl"
+WHEEL_PACKAGES = ("agentrl", "tools", "envs", "recipes")
 
 # (module path, key): why the literal there is not the YAML's default of that key
 NOT_CONFIG = {
@@ -187,3 +193,88 @@ def test_a_reintroduced_fallback_is_found(source, found):
         "judge:\n  enable: false\n")])  # fmt: skip
     assert bool(repeated_defaults({"agentrl/x.py": source}, defaults)) is found
     assert "path" not in defaults  # an interpolation is no default
+
+
+# name -> (the modules that define it and who reaches them by it, the parameters it may take)
+CONVENTIONS: dict[str, tuple[str, Callable[[tuple[str, ...]], bool]]] = {
+    "add_arguments": ("a subcommand module's arguments: agentrl.cli.COMMANDS (and the envs' "
+                      "servers' CLIs) call module.add_arguments(parser)",
+                      lambda p: p == ("parser",)),
+    "run": ("a subcommand module's entry, module.run(args) (agentrl.cli.COMMANDS); or an agent "
+            "function run(task, client) named by rollout.agent_function (agentrl/agents, "
+            "docs/agents.md)", lambda p: p in {("args",), ("task", "client")}),
+    "main": ("a module's `python -m` entry point", lambda p: p in {(), ("argv",)}),
+    "compute_score": ("verl's reward-module function: a data_source's module in "
+                      "agentrl/reward/score, called with solution_str and ground_truth",
+                      lambda p: {"solution_str", "ground_truth"} <= set(p)),
+    "prepare": ("an environment adapter: environments/prepare.py calls "
+                "agentrl.environments.<kind>.prepare(name, size, test_size, seed, answer_tag)",
+                lambda p: p[1:] == ("size", "test_size", "seed", "answer_tag")),
+    "make_rows": ("an environment adapter's verl rows of one split",
+                  lambda p: "split" in p),
+    "interaction_config": ("an environment adapter's interaction YAML (what its prepare "
+                           "writes as interaction.yaml)", lambda p: True),
+    "create_app": ("a server module's FastAPI app factory (agentrl serve, the gateway, the "
+                   "sandbox and retriever servers)", lambda p: True),
+    "agent": ("a harness module's agent-function factory, agent(**options) (agentrl/agents)",
+              lambda p: p == ()),
+}
+
+
+def public_definitions(modules: dict[str, str]) -> dict[str, list[tuple[str, object]]]:
+    """Public top-level function and class names of MODULES (path -> source) -> where each
+    is defined: (path, its positional parameter names, or "class")."""
+    where: dict[str, list[tuple[str, object]]] = defaultdict(list)
+    for path, source in modules.items():
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                where[node.name].append((path, "class"))
+            elif (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  and not node.name.startswith("_")):  # fmt: skip
+                args = node.args.posonlyargs + node.args.args
+                where[node.name].append((path, tuple(a.arg for a in args)))
+    return where
+
+
+def names_of_two_meanings(modules: dict[str, str]) -> list[str]:
+    """Each public name MODULES define twice or more, unless every definition keeps its
+    convention (a function, with the parameters CONVENTIONS allows)."""
+    found = []
+    for name, places in sorted(public_definitions(modules).items()):
+        if len(places) < 2:
+            continue
+        convention = CONVENTIONS.get(name)
+        if convention is None or not all(kind != "class" and convention[1](kind)
+                                         for _, kind in places):  # fmt: skip
+            found.append(f"{name}: {', '.join(f'{path} {kind}' for path, kind in places)}")
+    return found
+
+
+def _wheel_sources() -> dict[str, str]:
+    return {str(path.relative_to(REPO)): path.read_text()
+            for package in WHEEL_PACKAGES
+            for path in sorted((REPO / package).rglob("*.py"))}  # fmt: skip
+
+
+def test_each_public_name_has_one_definition_or_keeps_its_convention():
+    assert names_of_two_meanings(_wheel_sources()) == []
+
+
+def test_every_convention_is_still_used_twice():
+    """A convention no two modules follow any more is stale: remove it."""
+    where = public_definitions(_wheel_sources())
+    assert [name for name in CONVENTIONS if len(where.get(name, ())) < 2] == []
+
+
+def test_a_name_of_two_meanings_is_found():
+    modules = {
+        "agentrl/a.py": "def batch_metrics(batch):\n    pass\nclass Span:\n    pass\n",
+        "agentrl/b.py": "def batch_metrics(outputs):\n    pass\n",
+        "tools/c.py": "class Span:\n    pass\ndef _private():\n    pass\n",
+        "agentrl/d.py": "def _private():\n    pass\ndef run(args):\n    pass\n",
+        "agentrl/e.py": "def run(args):\n    pass\n",
+    }
+    found = names_of_two_meanings(modules)
+    assert [line.split(":")[0] for line in found] == ["Span", "batch_metrics"]
+    modules["agentrl/f.py"] = "def run(engine, batch):\n    pass\n"  # a third meaning of run
+    assert any(line.startswith("run:") for line in names_of_two_meanings(modules))

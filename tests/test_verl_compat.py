@@ -72,7 +72,7 @@ def test_an_installed_verl_is_not_shadowed(tmp_path):
     (tmp_path / "verl" / "__init__.py").write_text("REAL = True\n")
     (package / "__init__.py").write_text("")
     (package / "base_tool.py").write_text("class BaseTool:\n    real = True\n")
-    code = ("from agentrl import verl_compat; verl_compat.install()\n"
+    code = ("from agentrl import verl_compat; verl_compat.install_verl_paths()\n"
             "import verl; from verl.tools.base_tool import BaseTool\n"
             "assert verl.REAL and BaseTool.real\n"
             "try:\n    import verl.tools.gsm8k_tool\nexcept ImportError:\n    print('ok')\n")

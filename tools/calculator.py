@@ -291,7 +291,7 @@ def evaluate(expression: str, limits: Limits | None = None) -> Number:
         raise CalculatorError("too_deep", "expression nested too deeply") from None
 
 
-def format_number(value: Number) -> str:
+def format_result(value: Number) -> str:
     """Integers exactly; floats to 12 significant digits (``0.1 + 0.2`` -> ``0.3``)."""
     if isinstance(value, int):
         return str(value)
@@ -324,7 +324,7 @@ class CalculatorTool(BaseTool):
             value = evaluate(expression, self.limits)
         except CalculatorError as err:
             return ToolResponse(text=f"Error: {err}"), 0.0, {"tool_error": err.kind}
-        return ToolResponse(text=format_number(value)), 0.0, {}
+        return ToolResponse(text=format_result(value)), 0.0, {}
 
     async def calc_reward(self, instance_id: str, **kwargs: Any) -> float:
         """Always 0.0: the reward function, not the calculator, scores the answer."""

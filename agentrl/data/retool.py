@@ -86,7 +86,7 @@ class FieldError(ValueError):
         self.field = field
 
 
-def normalize_answer(value: Any, field: str) -> str:
+def ground_truth_text(value: Any, field: str) -> str:
     """The ground truth as a non-empty string (``34``, ``34.0`` -> ``"34"``, ``0.5`` -> ``"0.5"``)."""
     if isinstance(value, bool) or value is None:
         raise FieldError(field, f"expected a string or a number, got {value!r}")
@@ -132,7 +132,7 @@ def record_fields(record: Mapping[str, Any]) -> tuple[str, str]:
         reward_model = record["reward_model"]
         if not isinstance(reward_model, Mapping) or reward_model.get("ground_truth") is None:
             raise FieldError("reward_model.ground_truth", "missing")  # parquet fills it with null
-        answer = normalize_answer(reward_model["ground_truth"], "reward_model.ground_truth")
+        answer = ground_truth_text(reward_model["ground_truth"], "reward_model.ground_truth")
         question = strip_dapo_prompt(_verl_question(record["prompt"]))
         if not question:
             raise FieldError("prompt", "the user message is empty")
@@ -142,10 +142,10 @@ def record_fields(record: Mapping[str, Any]) -> tuple[str, str]:
     if not isinstance(question, str) or not question.strip():
         raise FieldError(qkey, f"expected a non-empty string, got {question!r}"[:200])
     akey = _first_key(record, ANSWER_KEYS, "answer")
-    return question.strip(), normalize_answer(record[akey], akey)
+    return question.strip(), ground_truth_text(record[akey], akey)
 
 
-def make_row(question: str, answer: str, index: int, split: str, *,
+def retool_row(question: str, answer: str, index: int, split: str, *,
              data_source: str = DATA_SOURCE, prompt_template: str = PROMPT_TEMPLATE) -> dict:
     """One verl row. Only non-empty kwargs dicts are written (parquet cannot store ``{}``)."""
     return {
@@ -202,7 +202,7 @@ def convert_file(path: str | Path, split: str, *, data_source: str = DATA_SOURCE
                 duplicates += 1
                 continue
             seen.add((question, answer))
-        rows.append(make_row(question, answer, len(rows), split, data_source=data_source,
+        rows.append(retool_row(question, answer, len(rows), split, data_source=data_source,
                              prompt_template=prompt_template))
     if not rows:
         raise RetoolDataError(f"{path}: no records")

@@ -39,7 +39,7 @@ def _adapter(kind: str) -> Any:
     return importlib.import_module(f"agentrl.environments.{kind}")
 
 
-def check_out_dir(out: Path) -> None:
+def check_writable_out_dir(out: Path) -> None:
     """ValueError unless `out` is, or can be made as, a directory this process can write."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file, not a directory")
@@ -69,7 +69,7 @@ def prepare_environment(
     if size < 1 or test_size < 1:
         raise ValueError(f"--size and --test-size must be >= 1, got {size} and {test_size}")
     out = Path(out_dir).expanduser()
-    check_out_dir(out)
+    check_writable_out_dir(out)
     train, test, configs = _adapter(parsed.kind).prepare(
         parsed.name, size, test_size, seed, answer_tag
     )
@@ -93,4 +93,4 @@ def prepare_environment(
     return Prepared(train_path, test_path, written, overrides)
 
 
-__all__ = ["Prepared", "check_out_dir", "prepare_environment"]
+__all__ = ["Prepared", "check_writable_out_dir", "prepare_environment"]

@@ -120,7 +120,7 @@ def _assistant_message(content: Any, where: str) -> dict[str, Any]:
     return message
 
 
-def to_chat_request(body: dict[str, Any]) -> dict[str, Any]:
+def messages_to_chat_request(body: dict[str, Any]) -> dict[str, Any]:
     """The chat-completions request of a Messages request (MessagesRequestError if the
     gateway cannot serve it)."""
     if not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 1:
@@ -206,7 +206,7 @@ def to_message(completion: dict[str, Any], stop_sequence: str | None) -> dict[st
     }  # fmt: skip
 
 
-def stream_events(message: dict[str, Any]) -> Iterator[str]:
+def message_stream_events(message: dict[str, Any]) -> Iterator[str]:
     """The answer as Anthropic's server-sent events (each block whole in one delta)."""
 
     def event(kind: str, data: dict[str, Any]) -> str:
@@ -233,5 +233,5 @@ def stream_events(message: dict[str, Any]) -> Iterator[str]:
     yield event("message_stop", {})
 
 
-__all__ = ["MessagesRequestError", "error_body", "is_side_call", "stream_events",
-           "to_chat_request", "to_message"]
+__all__ = ["MessagesRequestError", "error_body", "is_side_call", "message_stream_events",
+           "messages_to_chat_request", "to_message"]

@@ -113,7 +113,8 @@ def input_messages(items: Any) -> list[dict[str, Any]]:
     return messages
 
 
-def to_chat_request(body: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
+def responses_to_chat_request(body: dict[str, Any], history: list[dict[str, Any]]
+                              ) -> dict[str, Any]:  # fmt: skip
     """The chat-completions request of a Responses request whose earlier conversation
     (``previous_response_id``'s) is ``history``."""
     messages = list(history)
@@ -191,7 +192,7 @@ def conversation_after(request_messages: list[dict[str, Any]], completion: dict[
     return [*messages, dict(completion["choices"][0]["message"])]
 
 
-def stream_events(response: dict[str, Any]) -> Iterator[str]:
+def response_stream_events(response: dict[str, Any]) -> Iterator[str]:
     """The answer as the Responses API's server-sent events (each item whole in one delta)."""
     sequence = 0
 
@@ -227,5 +228,5 @@ def stream_events(response: dict[str, Any]) -> Iterator[str]:
                 else "response.incomplete", {"response": response})
 
 
-__all__ = ["ResponsesRequestError", "conversation_after", "input_messages", "stream_events",
-           "to_chat_request", "to_response"]
+__all__ = ["ResponsesRequestError", "conversation_after", "input_messages",
+           "response_stream_events", "responses_to_chat_request", "to_response"]

@@ -56,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentrl.data.rows import CHAT_ROLES
 from agentrl.gateway import anthropic_api, responses_api
-from agentrl.gateway.sessions import Session, normalize_message
+from agentrl.gateway.sessions import Session, comparable_message
 from agentrl.gateway.tools import SessionTools
 from agentrl.models.chat import ChatRenderer
 from agentrl.rollout.parsers import ParseResult, get_tool_parser
@@ -195,7 +195,7 @@ def create_app(
     async def messages(session_id: str, body: dict[str, Any]) -> Any:
         """Anthropic's Messages API (agentrl/gateway/anthropic_api.py)."""
         try:
-            request = ChatRequest.model_validate(anthropic_api.to_chat_request(body))
+            request = ChatRequest.model_validate(anthropic_api.messages_to_chat_request(body))
             _check(request)
         except anthropic_api.MessagesRequestError as err:
             return JSONResponse(status_code=400, content=anthropic_api.error_body(
@@ -208,7 +208,7 @@ def create_app(
         completion, stop_sequence = await _complete_in(session_id, request, side=side)
         message = anthropic_api.to_message(completion, stop_sequence)
         if body.get("stream"):
-            return StreamingResponse(anthropic_api.stream_events(message),
+            return StreamingResponse(anthropic_api.message_stream_events(message),
                                      media_type="text/event-stream")
         return message
 
@@ -221,7 +221,8 @@ def create_app(
             return _openai_error(f"no response {previous!r} in session {session_id!r}",
                                  "previous_response_id")
         try:
-            chat = responses_api.to_chat_request(body, session.responses.get(previous, []))
+            history = session.responses.get(previous, [])
+            chat = responses_api.responses_to_chat_request(body, history)
             request = ChatRequest.model_validate(chat)
             _check(request)
         except responses_api.ResponsesRequestError as err:
@@ -233,7 +234,7 @@ def create_app(
         session.responses[response["id"]] = responses_api.conversation_after(
             chat["messages"], completion, body.get("instructions"))
         if body.get("stream"):
-            return StreamingResponse(responses_api.stream_events(response),
+            return StreamingResponse(responses_api.response_stream_events(response),
                                      media_type="text/event-stream")
         return response
 
@@ -290,7 +291,7 @@ def create_app(
                  "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
                 for c in calls
             ]
-        segment.messages = [*segment.messages, normalize_message(message)]
+        segment.messages = [*segment.messages, comparable_message(message)]
         finish = "length" if out.finish_reason == "length" and not stopped else (
             "tool_calls" if calls else "stop")
         return {

@@ -29,7 +29,7 @@ from agentrl.rollout.trajectory import TokenTrajectory
 logger = logging.getLogger(__name__)
 
 
-def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
+def comparable_message(message: dict[str, Any]) -> dict[str, Any]:
     """The parts of an OpenAI chat message that the template renders, in a comparable
     form: role, content (None and "" alike, text parts joined), tool calls (name and parsed
     arguments), tool_call_id and name; the client's extra fields (refusal, audio, ...)
@@ -126,7 +126,7 @@ class Session:
         messages' template delta, or a new one (a fork, counted in ``rewrites``, when one
         existed). A ``side`` call (not part of the episode) gets a segment of its own in
         ``side``, and leaves the episode's segments alone."""
-        normalized = [normalize_message(m) for m in messages]
+        normalized = [comparable_message(m) for m in messages]
         if side:
             segment = self._new_segment(renderer, normalized, tools)
             self.side.append(segment)
@@ -189,4 +189,4 @@ def _short(message: dict | None, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-__all__ = ["Segment", "Session", "first_difference", "normalize_message", "template_message"]
+__all__ = ["Segment", "Session", "first_difference", "comparable_message", "template_message"]

@@ -51,7 +51,7 @@ import httpx
 import jsonschema
 
 from agentrl.interactions.base import BaseInteraction
-from agentrl.interactions.openenv_server import ServerProcess, start_server
+from agentrl.interactions.openenv_server import OpenEnvServer, start_server
 from agentrl.utils.answer_tags import answer_or_reply
 from agentrl.utils.extras import missing_package
 
@@ -199,7 +199,7 @@ class OpenEnvInteraction(BaseInteraction):
         self.answer_tag = None if tag in (None, "") else str(tag)
         self.timeout = float(self.config.get("timeout", 60.0))
         # a module's server starts with the interaction, so a bad one fails at load time
-        self._process: ServerProcess | None = None
+        self._process: OpenEnvServer | None = None
         if not is_url(self.server):
             self._process = start_server(self.server, timeout=max(self.timeout, 60.0))
         self.base_url = self._process.base_url if self._process else self.server

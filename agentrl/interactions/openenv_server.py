@@ -57,7 +57,7 @@ def _stop(process: subprocess.Popen, log: Path, grace: float = 5.0) -> None:
     log.unlink(missing_ok=True)
 
 
-class ServerProcess:
+class OpenEnvServer:
     """A running OpenEnv server (see the module docstring)."""
 
     def __init__(self, app: str, process: subprocess.Popen, port: int, log: Path) -> None:
@@ -91,7 +91,7 @@ class ServerProcess:
             time.sleep(0.1)
 
 
-def start_server(module: str, timeout: float = 60.0) -> ServerProcess:
+def start_server(module: str, timeout: float = 60.0) -> OpenEnvServer:
     """Start ``python -m uvicorn MODULE:app`` on a free loopback port and wait until ready."""
     app = app_path(module)
     sock = socket.socket()
@@ -107,10 +107,10 @@ def start_server(module: str, timeout: float = 60.0) -> ServerProcess:
     with sock, log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                    pass_fds=(sock.fileno(),), stdin=subprocess.DEVNULL)
-    server = ServerProcess(app, process, port, log)
+    server = OpenEnvServer(app, process, port, log)
     server.wait_ready(timeout)
     logger.info("OpenEnv server %s at %s (pid %d)", app, server.base_url, process.pid)
     return server
 
 
-__all__ = ["ServerProcess", "app_path", "start_server"]
+__all__ = ["OpenEnvServer", "app_path", "start_server"]

@@ -202,7 +202,7 @@ def make_game(env_id: str, seed: int) -> tuple[Game, str]:
     return game, game.first
 
 
-def observation_text(game: Game) -> str:
+def game_observation(game: Game) -> str:
     """Player 0's observation as text (ValueError when the game gives anything else)."""
     return game.observation()
 
@@ -252,4 +252,4 @@ class TextArenaInteraction(BaseInteraction):
                 state["game"].close()
 
 
-__all__ = ["Game", "TextArenaInteraction", "game_reward", "make_game", "observation_text"]
+__all__ = ["Game", "TextArenaInteraction", "game_reward", "make_game", "game_observation"]

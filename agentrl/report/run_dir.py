@@ -60,7 +60,7 @@ class RunInputs:
     notes: list[str] = field(default_factory=list)
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_log_jsonl(path: Path) -> list[dict[str, Any]]:
     """The JSON objects of ``path``, one per line; lines that do not parse (a last line
     cut short by a killed run) are skipped with a warning."""
     rows: list[dict[str, Any]] = []
@@ -180,7 +180,7 @@ def load_run(run_dir: str | Path) -> RunInputs:
             "trainer.logger=[console,file], then `agentrl report DIR`)"
         )
     if metrics_path.is_file():
-        run.metrics = _merge_by_step(read_jsonl(metrics_path))
+        run.metrics = _merge_by_step(read_log_jsonl(metrics_path))
         if not run.metrics:
             run.notes.append(f"{metrics_path} holds no complete step yet: no training curves")
             logger.warning(run.notes[-1])

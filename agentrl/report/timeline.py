@@ -40,7 +40,7 @@ PALETTE = ("#8c564b", "#17becf", "#bcbd22", "#7f7f7f", "#9467bd", "#2ca02c")
 
 
 @dataclass
-class Span:
+class TimelineSpan:
     name: str
     ts: float  # microseconds
     dur: float
@@ -58,7 +58,7 @@ def trace_files(train_dir: Path) -> list[Path]:
     return sorted(files, key=step)
 
 
-def read_tracks(trace: dict[str, Any]) -> list[tuple[str, list[Span]]]:
+def read_tracks(trace: dict[str, Any]) -> list[tuple[str, list[TimelineSpan]]]:
     """``(row label, its spans with their nesting depth)`` per track of a Chrome trace, in
     the trace's track order; the label is the process and the track names."""
     events = trace.get("traceEvents")
@@ -66,21 +66,21 @@ def read_tracks(trace: dict[str, Any]) -> list[tuple[str, list[Span]]]:
         raise ValueError("not a Chrome trace: no traceEvents list")
     processes: dict[Any, str] = {}
     threads: dict[tuple[Any, Any], str] = {}
-    rows: dict[tuple[Any, Any], list[Span]] = {}
+    rows: dict[tuple[Any, Any], list[TimelineSpan]] = {}
     for event in events:
         if event.get("ph") == "M" and event.get("name") == "process_name":
             processes[event.get("pid")] = str(event.get("args", {}).get("name", ""))
         elif event.get("ph") == "M" and event.get("name") == "thread_name":
             threads[(event.get("pid"), event.get("tid"))] = str(event["args"].get("name", ""))
         elif event.get("ph") == "X":
-            rows.setdefault((event.get("pid"), event.get("tid")), []).append(Span(
+            rows.setdefault((event.get("pid"), event.get("tid")), []).append(TimelineSpan(
                 str(event.get("name", "")), float(event["ts"]), float(event.get("dur", 0)),
                 dict(event.get("args") or {})))  # fmt: skip
     order = {key: i for i, key in enumerate(threads)}
     labelled = []
     for key in sorted(rows, key=lambda k: (order.get(k, len(order)), str(k))):
         spans = sorted(rows[key], key=lambda s: (s.ts, -s.dur))
-        stack: list[Span] = []
+        stack: list[TimelineSpan] = []
         for span in spans:
             while stack and span.ts >= stack[-1].ts + stack[-1].dur:
                 stack.pop()
@@ -97,7 +97,7 @@ def _colour(name: str) -> str:
     return PALETTE[sum(map(ord, name)) % len(PALETTE)]
 
 
-def _tooltip(span: Span) -> str:
+def _tooltip(span: TimelineSpan) -> str:
     args = ", ".join(f"{k}={v}" for k, v in span.args.items() if v is not None)
     return f"{span.name}: {span.dur / 1000:.1f} ms" + (f" ({args})" if args else "")
 
@@ -112,7 +112,7 @@ def _tick_step(total_s: float) -> float:
     return total_s
 
 
-def timeline_svg(tracks: list[tuple[str, list[Span]]]) -> str:
+def timeline_svg(tracks: list[tuple[str, list[TimelineSpan]]]) -> str:
     """The SVG of `read_tracks`' rows (the first `MAX_ROWS`)."""
     shown = tracks[:MAX_ROWS]
     spans = [s for _, row in shown for s in row]

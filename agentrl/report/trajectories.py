@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentrl.report.run_dir import read_jsonl
+from agentrl.report.run_dir import read_log_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def load_source(
     per_step: dict[Any, int] = defaultdict(int)
     total = 0
     for path in files:
-        for row in read_jsonl(path):
+        for row in read_log_jsonl(path):
             total += 1
             step = row.get("step")
             if per_step[step] >= max_per_step:
@@ -145,7 +145,7 @@ def needs_decoder(files: list[Path]) -> bool:
     """Whether rows of these files carry token ids without token strings (checks the first
     row of the first file only, they are all written the same way)."""
     for path in files[:1]:
-        for row in read_jsonl(path)[:1]:
+        for row in read_log_jsonl(path)[:1]:
             return "input_ids" in row or ("response_ids" in row and "response_tokens" not in row)
     return False
 

@@ -42,7 +42,8 @@ def get_custom_reward_fn(custom_reward_function_config: Any) -> Callable[..., An
     fn = load_object(spec)
     if not callable(fn):
         raise TypeError(f"custom_reward_function {spec!r} is a {type(fn).__name__}, not callable")
-    kwargs = plain_dict(custom_reward_function_config.reward_kwargs, "custom_reward_function.reward_kwargs")
+    kwargs = plain_dict(custom_reward_function_config.reward_kwargs,
+                        "custom_reward_function.reward_kwargs")
     return functools.partial(fn, **kwargs) if kwargs else fn
 
 
@@ -79,7 +80,8 @@ def load_reward_manager(
         name = "judge"
         reward_kwargs = {"judge": judge, **reward_kwargs}
     cls = get_reward_manager_cls(name)
-    kwargs = {**plain_dict(reward_model_config.reward_kwargs, "reward_model.reward_kwargs"), **reward_kwargs}
+    configured = plain_dict(reward_model_config.reward_kwargs, "reward_model.reward_kwargs")
+    kwargs = {**configured, **reward_kwargs}
     arguments = {
         "tokenizer": tokenizer,
         "num_examine": num_examine,

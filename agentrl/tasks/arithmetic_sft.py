@@ -58,7 +58,7 @@ def calculator_output(expression: str) -> str:
     """What the calculator tool answers for `expression` (its `execute` text). No time
     limit: the data must not depend on how busy the machine was while writing it."""
     no_time_limit = _calculator("Limits")(max_time=math.inf)
-    return _calculator("format_number")(_calculator("evaluate")(expression, no_time_limit))
+    return _calculator("format_result")(_calculator("evaluate")(expression, no_time_limit))
 
 
 def answer_from_output(output: str) -> str:

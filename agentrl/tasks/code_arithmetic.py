@@ -43,7 +43,7 @@ from __future__ import annotations
 import random
 from collections.abc import Collection
 
-from agentrl.data.retool import TOOL_NAME, make_row
+from agentrl.data.retool import TOOL_NAME, retool_row
 from agentrl.tasks.arithmetic import draw_distinct
 
 SYSTEM_PROMPT = "Compute with code_interpreter. Reply \\boxed{NUMBER}."
@@ -112,7 +112,7 @@ def make_code_rows(
     for i, (program, question, value, phrasing) in enumerate(
         draw_distinct(n, split, rng, draw, "problems")
     ):
-        row = make_row(question, str(value), i, split, prompt_template="{question}")
+        row = retool_row(question, str(value), i, split, prompt_template="{question}")
         row["prompt"] = [{"role": "system", "content": system_prompt}, *row["prompt"]]
         kind = PHRASINGS[phrasing][0]
         row["extra_info"] |= {"kind": kind, "phrasing": phrasing, "program": program}
@@ -120,7 +120,7 @@ def make_code_rows(
     return rows
 
 
-def teacher_messages(row: dict, direct: bool) -> list[dict]:
+def code_teacher_messages(row: dict, direct: bool) -> list[dict]:
     """The prompt, then the answer at once (`direct`) or one code_interpreter run of the
     row's program with its output, then the answer."""
     messages = [dict(m) for m in row["prompt"]]
@@ -158,7 +158,7 @@ def make_code_sft_rows(
         direct = extra["phrasing"] in direct_phrasings and rng.random() < direct_rate
         out.append(
             {
-                "messages": teacher_messages(row, direct),
+                "messages": code_teacher_messages(row, direct),
                 "tools": [tool_schema],
                 "program": extra["program"],
                 "phrasing": extra["phrasing"],

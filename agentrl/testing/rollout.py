@@ -1,14 +1,16 @@
 """Test helpers for the rollout engine: a scripted backend, a recording tool, batches.
 
-    from agentrl.testing.rollout import ScriptedBackend, RecordingTool, prompts_batch, run
-    backend = ScriptedBackend(tokenizer, {0: [call_text("echo", "hi") + "<|im_end|>", "done"]})
-    out = run(AsyncRolloutEngine(rollout_config(), tokenizer, backend, make_tools()),
-              prompts_batch(1, tools_kwargs={"echo": {}}))
+    from agentrl.testing.rollout import (ConversationScriptBackend, RecordingTool,
+                                         prompts_batch, run_batch)
+    backend = ConversationScriptBackend(tokenizer,
+                                        {0: [call_text("echo", "hi") + "<|im_end|>", "done"]})
+    out = run_batch(AsyncRolloutEngine(rollout_config(), tokenizer, backend, make_tools()),
+                    prompts_batch(1, tools_kwargs={"echo": {}}))
 
-`ScriptedBackend` plays a fixed list of model turns per conversation (the conversation whose
-user message contains `conv-k` plays `scripts[k]`), so engine behaviour is tested without a
-model; it implements the `GenerationBackend` protocol as a user's own backend would. The
-real backends are tested against the same engine in tests/rollout/.
+`ConversationScriptBackend` plays a fixed list of model turns per conversation (the
+conversation whose user message contains `conv-k` plays `scripts[k]`), so engine behaviour
+is tested without a model; it implements the `GenerationBackend` protocol as a user's own
+backend would. The real backends are tested against the same engine in tests/rollout/.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ async def _maybe_await(value):
     return await value if asyncio.iscoroutine(value) else value
 
 
-class ScriptedBackend:
+class ConversationScriptBackend:
     """Plays a script per conversation: `scripts[k]` is the list of model turn texts of the
     conversation whose user message contains `conv-k`; its turn index is the number of
     assistant turns already in the input. Records every output and the calls in flight."""
@@ -184,7 +186,7 @@ def expected_ids(tokenizer, request_messages, tools) -> list[int]:
     return tokenizer.encode(text[:-1], add_special_tokens=False)
 
 
-def run(engine, batch, collected: list | None = None) -> DataProto:
+def run_batch(engine, batch, collected: list | None = None) -> DataProto:
     return asyncio.run(
         engine.agenerate_sequences(
             batch, on_request_done=None if collected is None else collected.append
@@ -210,8 +212,8 @@ def scripted_backend_factory(scripts: dict[int, list[str]]):
     return functools.partial(_scripted_backend, scripts)
 
 
-def _scripted_backend(scripts: dict[int, list[str]], tokenizer) -> ScriptedBackend:
-    return ScriptedBackend(tokenizer, scripts)
+def _scripted_backend(scripts: dict[int, list[str]], tokenizer) -> ConversationScriptBackend:
+    return ConversationScriptBackend(tokenizer, scripts)
 
 
 def token_check_cases(renderer, tokenizer) -> dict[str, object]:

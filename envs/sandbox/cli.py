@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             )
 
 
-def config_from_args(args: argparse.Namespace) -> SandboxConfig:
+def sandbox_config_from_args(args: argparse.Namespace) -> SandboxConfig:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(SandboxConfig)}
     return SandboxConfig(**values).validate()
 
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     from envs.sandbox.server import create_app
 
-    app = create_app(config_from_args(args))
+    app = create_app(sandbox_config_from_args(args))
     logger.info("sandbox listening on http://%s:%d", args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -32,7 +32,7 @@ from agents import (
 )
 from agents.exceptions import MaxTurnsExceeded
 
-from tools.calculator import CalculatorError, evaluate, format_number
+from tools.calculator import CalculatorError, evaluate, format_result
 
 MAX_TURNS = 3  # model calls per episode, as the OpenAI-client example
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -44,7 +44,7 @@ PARAMETERS = {"type": "object", "properties": {"expression": {"type": "string"}}
 async def _calculate(_context: Any, arguments: str) -> str:
     """The calculator's answer to a call's JSON arguments (errors as text for the model)."""
     try:
-        return format_number(evaluate(str(json.loads(arguments).get("expression", ""))))
+        return format_result(evaluate(str(json.loads(arguments).get("expression", ""))))
     except (CalculatorError, ValueError, AttributeError) as err:
         return f"Error: {err}"
 

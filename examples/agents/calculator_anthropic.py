@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from tools.calculator import CalculatorError, evaluate, format_number
+from tools.calculator import CalculatorError, evaluate, format_result
 
 CALCULATOR = {
     "name": "calculator",
@@ -34,7 +34,7 @@ ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 def calculate(arguments: dict[str, Any]) -> str:
     """The calculator's answer to a tool_use block's input (errors as text for the model)."""
     try:
-        return format_number(evaluate(str(arguments.get("expression", ""))))
+        return format_result(evaluate(str(arguments.get("expression", ""))))
     except (CalculatorError, ValueError, AttributeError) as err:
         return f"Error: {err}"
 

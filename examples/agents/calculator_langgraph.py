@@ -21,7 +21,7 @@ from typing import Annotated, Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-from tools.calculator import CalculatorError, evaluate, format_number
+from tools.calculator import CalculatorError, evaluate, format_result
 
 CALCULATOR = {
     "type": "function",
@@ -45,7 +45,7 @@ def calculate(arguments: str) -> str:
     """The calculator's answer to a call's JSON arguments (errors as text for the model)."""
     try:
         expression = json.loads(arguments).get("expression", "")
-        return format_number(evaluate(str(expression)))
+        return format_result(evaluate(str(expression)))
     except (CalculatorError, ValueError, AttributeError) as err:
         return f"Error: {err}"
 

@@ -15,7 +15,7 @@ from agentrl.data.retool import (
     PROMPT_TEMPLATE,
     RetoolDataError,
     convert_file,
-    make_row,
+    retool_row,
     strip_dapo_prompt,
 )
 from agentrl.data.rows import check_row
@@ -48,7 +48,7 @@ def test_jsonl_rows_fit_the_tool_config_and_the_scorer(tmp_path):
     ])
     rows = convert_file(path, "train")
     assert [r["reward_model"]["ground_truth"] for r in rows] == ["5050", "1180591620717411303424", "0.5"]
-    assert rows[1] == make_row("Compute 2**70.", "1180591620717411303424", 1, "train")
+    assert rows[1] == retool_row("Compute 2**70.", "1180591620717411303424", 1, "train")
     row = rows[0]
     assert row["data_source"] == DATA_SOURCE and row["ability"] == "math"
     assert row["prompt"] == [{"role": "user", "content": PROMPT_TEMPLATE.format(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.gateway.agent_rollout import AgentRollout
-from agentrl.testing.rollout import ScriptedBackend, prompts_batch, rollout_config
+from agentrl.testing.rollout import ConversationScriptBackend, prompts_batch, rollout_config
 
 pytest.importorskip("openai")
 AGENTS = Path(__file__).resolve().parents[2] / "examples" / "agents"
@@ -34,7 +34,7 @@ def test_the_calculator_agent_is_trained_in_agent_mode(tiny_tokenizer):
     agent = _load()
     assert agent.calculate('{"expression": "2**10"}') == "1024"
     assert agent.calculate('{"expression": "import os"}').startswith("Error:")
-    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
+    backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
     rollout = AgentRollout(rollout_config(), tiny_tokenizer, backend, agent.run)
     batch = prompts_batch(2, reward_model=[{"ground_truth": "42"}, {"ground_truth": "42"}])
     out = asyncio.run(rollout.agenerate_sequences(batch))
@@ -52,7 +52,7 @@ def test_the_calculator_agent_is_trained_in_agent_mode(tiny_tokenizer):
 def test_the_agents_sdk_agent_is_trained_in_agent_mode_without_rewrites(tiny_tokenizer):
     pytest.importorskip("agents")
     agent = _load(AGENTS_SDK)
-    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
+    backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
     rollout = AgentRollout(rollout_config(), tiny_tokenizer, backend, agent.run)
     batch = prompts_batch(2, reward_model=[{"ground_truth": "42"}, {"ground_truth": "42"}])
     out = asyncio.run(rollout.agenerate_sequences(batch))
@@ -79,7 +79,7 @@ def test_the_messages_and_responses_agents_are_trained_in_agent_mode(tiny_tokeni
                                                                     client):
     pytest.importorskip(_needs(name, client))
     agent = _load(AGENTS / name)
-    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
+    backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
     rollout = AgentRollout(rollout_config(f"agent_client={client}"), tiny_tokenizer, backend,
                            agent.run)
     batch = prompts_batch(2, reward_model=[{"ground_truth": "42"}, {"ground_truth": "42"}])

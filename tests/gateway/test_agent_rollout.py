@@ -9,7 +9,12 @@ import re
 import torch
 
 from agentrl.gateway.agent_rollout import AgentRollout
-from agentrl.testing.rollout import ScriptedBackend, call_text, prompts_batch, rollout_config
+from agentrl.testing.rollout import (
+    ConversationScriptBackend,
+    call_text,
+    prompts_batch,
+    rollout_config,
+)
 
 SCRIPTS = {0: [call_text("calculator", "6*7") + "<|im_end|>", "It is 42.<|im_end|>"],
            1: ["x<|im_end|>"], 2: ["y<|im_end|>"], 3: ["z<|im_end|>"]}
@@ -39,7 +44,7 @@ async def agent(task, client):
 
 
 def test_agent_functions_become_trajectories_and_faults_fail_only_their_sample(tiny_tokenizer):
-    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
+    backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
     rollout = AgentRollout(rollout_config("agent_timeout=1"), tiny_tokenizer, backend, agent)
     out = asyncio.run(rollout.agenerate_sequences(prompts_batch(4)))
     states = list(out.non_tensor_batch["request_state"])

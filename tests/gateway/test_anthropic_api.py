@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from agentrl.gateway import create_app
-from agentrl.testing.rollout import ScriptedBackend, call_text
+from agentrl.testing.rollout import ConversationScriptBackend, call_text
 from agentrl.utils.serving import serve_in_thread
 
 anthropic = pytest.importorskip("anthropic")
@@ -25,7 +25,7 @@ SCRIPTS = {0: [call_text("calculator", "6*7") + "<|im_end|>", "It is 42.<|im_end
 
 @pytest.fixture
 def gateway(tiny_tokenizer):
-    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
+    backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
     with serve_in_thread(create_app(backend, tiny_tokenizer, model_name="policy")) as url:
         yield url, backend
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from agentrl.gateway import create_app
-from agentrl.testing.rollout import ScriptedBackend, call_text
+from agentrl.testing.rollout import ConversationScriptBackend, call_text
 from agentrl.utils.serving import serve_in_thread
 
 openai = pytest.importorskip("openai")
@@ -25,7 +25,7 @@ SCRIPTS = {0: [call_text("calculator", "6*7") + "<|im_end|>", "It is 42.<|im_end
 
 @pytest.fixture
 def gateway(tiny_tokenizer):
-    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
+    backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
     with serve_in_thread(create_app(backend, tiny_tokenizer, model_name="policy")) as url:
         yield url, backend
 
@@ -93,7 +93,7 @@ def test_streaming_events_end_with_the_completed_response(gateway):
 
 
 def test_a_cut_answer_is_incomplete(tiny_tokenizer):
-    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS, finish_reason="length")  # cut at 3
+    backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS, finish_reason="length")  # cut at 3
     with serve_in_thread(create_app(backend, tiny_tokenizer, model_name="policy")) as url:
         reply = _client(url, "i").responses.create(model="policy", input="hi conv-1",
                                                    max_output_tokens=3)

@@ -11,7 +11,7 @@ import pytest
 
 from agentrl.gateway import create_app
 from agentrl.models.chat import ChatRenderer
-from agentrl.testing.rollout import ScriptedBackend, call_text
+from agentrl.testing.rollout import ConversationScriptBackend, call_text
 from agentrl.utils.serving import serve_in_thread
 
 openai = pytest.importorskip("openai")
@@ -28,7 +28,7 @@ SCRIPTS = {0: [call_text("calculator", "6*7") + "<|im_end|>", "It is 42.<|im_end
 
 @pytest.fixture
 def gateway(tiny_tokenizer):
-    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
+    backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
     app = create_app(backend, tiny_tokenizer, model_name="policy")
     with serve_in_thread(app) as url:
         yield url, backend
@@ -139,7 +139,7 @@ def test_delete_returns_the_record_and_forgets_the_session(gateway):
 
 
 def test_body_limits_answer_413_and_keep_openai_errors(tiny_tokenizer):
-    backend = ScriptedBackend(tiny_tokenizer, SCRIPTS)
+    backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
     app = create_app(backend, tiny_tokenizer, max_body_bytes=4096, body_timeout=5.0)
     with serve_in_thread(app) as url:
         big = {"messages": [{"role": "user", "content": "x" * 8192}]}

@@ -9,7 +9,7 @@ import logging
 import pytest
 import yaml
 
-from agentrl.report.run_dir import LOOKED_FOR, ReportError, load_run, read_jsonl
+from agentrl.report.run_dir import LOOKED_FOR, ReportError, load_run, read_log_jsonl
 
 
 def test_a_directory_that_is_not_a_run_names_what_was_looked_for(tmp_path):
@@ -73,7 +73,7 @@ def test_a_truncated_last_line_is_skipped_with_a_warning(tmp_path, synthetic, ca
     with path.open("a") as f:
         f.write(json.dumps({"step": 3, "critic/score/mean": 0.9})[:17])  # killed mid-write
     with caplog.at_level(logging.WARNING):
-        rows = read_jsonl(path)
+        rows = read_log_jsonl(path)
         run = load_run(tmp_path)
     assert [row["step"] for row in rows] == [0, 1, 2]
     assert [row["step"] for row in run.metrics] == [0, 1, 2]

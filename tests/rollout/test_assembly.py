@@ -18,7 +18,12 @@ from agentrl.rollout.assembly import (
     engine_factories,
 )
 from agentrl.rollout.engine import AsyncRolloutEngine
-from agentrl.testing.rollout import ScriptedBackend, prompts_batch, rollout_config, run
+from agentrl.testing.rollout import (
+    ConversationScriptBackend,
+    prompts_batch,
+    rollout_config,
+    run_batch,
+)
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 ENGINE = f"{FIXTURES / 'counting_engine.py'}:CountingEngine"
@@ -45,18 +50,18 @@ def test_no_paths_no_tools_no_interactions():
 
 def test_the_default_engine_gets_the_configured_tools(tiny_tokenizer, tool_config):
     rollout = rollout_config(f"multi_turn.tool_config_path={tool_config}")
-    engine = build_engine(rollout, tiny_tokenizer, ScriptedBackend(tiny_tokenizer, {}))
+    engine = build_engine(rollout, tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, {}))
     assert type(engine) is AsyncRolloutEngine
     assert list(engine.tools) == ["calculator"]
 
 
 def test_a_users_engine_by_path_runs_the_rollout(tiny_tokenizer):
     rollout = rollout_config(f"engine_class={ENGINE}")
-    backend = ScriptedBackend(tiny_tokenizer, {0: ["4<|im_end|>"], 1: ["5<|im_end|>"]})
+    backend = ConversationScriptBackend(tiny_tokenizer, {0: ["4<|im_end|>"], 1: ["5<|im_end|>"]})
     engine = build_engine(rollout, tiny_tokenizer, backend)
     assert type(engine).__name__ == "CountingEngine"
     before = type(engine).requests_run
-    out = run(engine, prompts_batch(2))
+    out = run_batch(engine, prompts_batch(2))
     assert len(out) == 2 * int(rollout.n)
     assert type(engine).requests_run - before == len(out)
 
@@ -64,7 +69,7 @@ def test_a_users_engine_by_path_runs_the_rollout(tiny_tokenizer):
 def test_an_engine_class_that_is_not_an_engine_is_named(tiny_tokenizer):
     rollout = rollout_config(f"engine_class={FIXTURES / 'counting_engine.py'}:NotAnEngine")
     with pytest.raises(ValueError, match="engine_class: .*not a subclass of .*AsyncRolloutEngine"):
-        build_engine(rollout, tiny_tokenizer, ScriptedBackend(tiny_tokenizer, {}))
+        build_engine(rollout, tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, {}))
 
 
 def test_the_validator_refuses_engine_class_only_with_agent_mode():

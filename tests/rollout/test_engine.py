@@ -15,13 +15,13 @@ from agentrl.rollout import AsyncRolloutEngine, AsyncRolloutRequest
 from agentrl.testing.rollout import (
     PROMPT_LENGTH,
     RESPONSE_LENGTH,
-    ScriptedBackend,
+    ConversationScriptBackend,
     call_text,
     expected_ids,
     make_tools,
     prompts_batch,
     rollout_config,
-    run,
+    run_batch,
 )
 
 # ---------------------------------------------------------------------- property test
@@ -79,11 +79,11 @@ def test_property_token_in_token_out(tiny_tokenizer, conversations):
             prefix + "\n".join(call_text(n, t, compact) for n, t, compact in calls) + "<|im_end|>"
             for prefix, calls in turns
         ] + [final + "<|im_end|>"]
-    backend = ScriptedBackend(tiny_tokenizer, scripts)
+    backend = ConversationScriptBackend(tiny_tokenizer, scripts)
     tools = make_tools()
     engine = AsyncRolloutEngine(rollout_config("n=2"), tiny_tokenizer, backend, tools)
     requests: list[AsyncRolloutRequest] = []
-    out = run(engine, prompts_batch(len(conversations)), requests)
+    out = run_batch(engine, prompts_batch(len(conversations)), requests)
 
     assert len(out) == 2 * len(conversations)
     assert out.meta_info["metrics"]["rollout/failed"] == 0
@@ -139,12 +139,12 @@ def test_output_keys_shapes_and_reward_manager(tiny_tokenizer):
     engine = AsyncRolloutEngine(
         rollout_config("n=2", "response_length=64"),
         tiny_tokenizer,
-        ScriptedBackend(tiny_tokenizer, scripts),
+        ConversationScriptBackend(tiny_tokenizer, scripts),
         tools,
     )
     batch = prompts_batch(2, tools_kwargs={"wrap": {}}, uid=["u0", "u1"])
     batch.meta_info["global_steps"] = 3
-    out = run(engine, batch)
+    out = run_batch(engine, batch)
     P, R = PROMPT_LENGTH, 64
     assert {k: tuple(v.shape) for k, v in out.batch.items()} == {
         "prompts": (4, P),
@@ -219,10 +219,10 @@ def test_output_keys_shapes_and_reward_manager(tiny_tokenizer):
 
 
 def test_single_turn_without_tools_and_validation_params(tiny_tokenizer):
-    backend = ScriptedBackend(tiny_tokenizer, {0: [call_text("echo", "x") + "<|im_end|>"]})
+    backend = ConversationScriptBackend(tiny_tokenizer, {0: [call_text("echo", "x") + "<|im_end|>"]})
     config = rollout_config("multi_turn.enable=false", "n=4", "temperature=0.7", "top_k=5")
     engine = AsyncRolloutEngine(config, tiny_tokenizer, backend, make_tools())
-    out = run(engine, prompts_batch(1))
+    out = run_batch(engine, prompts_batch(1))
     assert len(out) == 4
     assert out.meta_info["metrics"]["rollout/tool_calls"] == 0  # no tool state machine
     assert out.non_tensor_batch["messages"][0][-1]["role"] == "assistant"
@@ -238,14 +238,14 @@ def test_single_turn_without_tools_and_validation_params(tiny_tokenizer):
     validation = prompts_batch(1)
     validation.meta_info["validate"] = True
     backend.calls.clear()
-    assert len(run(engine, validation)) == 1  # val_kwargs.n
+    assert len(run_batch(engine, validation)) == 1  # val_kwargs.n
     assert backend.calls[0]["temperature"] == 0.0 and backend.calls[0]["top_k"] == -1
 
 
 def test_blocking_generate_sequences_reuses_one_loop(tiny_tokenizer):
     loops = []
 
-    class LoopRecorder(ScriptedBackend):
+    class LoopRecorder(ConversationScriptBackend):
         async def generate(self, input_ids, sampling_params, request_id):
             loops.append(asyncio.get_running_loop())
             return await super().generate(input_ids, sampling_params, request_id)
@@ -273,12 +273,12 @@ def test_backend_without_generate_is_rejected(tiny_tokenizer):
 def test_tool_schemas_in_prompt(tiny_tokenizer, mode):
     """`multi_turn.tool_schemas_in_prompt`: which schemas the prompt shows; with `none` the
     prompt is the plain chat template, and the tools still run when called."""
-    backend = ScriptedBackend(tiny_tokenizer, {0: [call_text("echo", "hi") + "<|im_end|>",
+    backend = ConversationScriptBackend(tiny_tokenizer, {0: [call_text("echo", "hi") + "<|im_end|>",
                                                    "done<|im_end|>"]})
     tools = make_tools()
     cfg = rollout_config(f"multi_turn.tool_schemas_in_prompt={mode}")
     requests: list[AsyncRolloutRequest] = []
-    out = run(AsyncRolloutEngine(cfg, tiny_tokenizer, backend, tools),
+    out = run_batch(AsyncRolloutEngine(cfg, tiny_tokenizer, backend, tools),
               prompts_batch(1, tools_kwargs={"echo": {}}), requests)
     (req,) = requests
     shown = [s["function"]["name"] for s in req.tool_schemas]
@@ -312,12 +312,12 @@ def test_a_traced_batch_returns_each_requests_states_and_calls(tiny_tokenizer):
     scripts = {0: [turn, "done<|im_end|>"], 1: [call_text("boom", "x") + "<|im_end|>", "ok"]}
     batch = prompts_batch(2, tools_kwargs={"echo": {}, "reverse": {}, "boom": {}})
     engine = AsyncRolloutEngine(rollout_config("n=1"), tiny_tokenizer,
-                                ScriptedBackend(tiny_tokenizer, scripts, fail={1: 1}), tools)
-    assert TRACE_EVENTS not in run(engine, batch).meta_info
+                                ConversationScriptBackend(tiny_tokenizer, scripts, fail={1: 1}), tools)
+    assert TRACE_EVENTS not in run_batch(engine, batch).meta_info
 
     batch.meta_info["trace"] = True
-    engine.backend = ScriptedBackend(tiny_tokenizer, scripts, fail={1: 1})
-    out = run(engine, batch)
+    engine.backend = ConversationScriptBackend(tiny_tokenizer, scripts, fail={1: 1})
+    out = run_batch(engine, batch)
     rows = {}
     for process, track, name, ts, dur, args in out.meta_info.pop(TRACE_EVENTS):
         assert process.startswith("rollout (pid ") and dur >= 0
@@ -328,7 +328,7 @@ def test_a_traced_batch_returns_each_requests_states_and_calls(tiny_tokenizer):
     assert [n for n, _ in first] == ["request", "PENDING", "RUNNING", "generate", "TOOL_CALLING",
                                      "tool", "RUNNING", "generate", "end_plugins"]  # fmt: skip
     assert first[0][1]["state"] == "COMPLETED" and first[0][1]["turns"] == 4
-    assert first[3][1]["server"] == "ScriptedBackend" and first[3][1]["policy_version"] == 0
+    assert first[3][1]["server"] == "ConversationScriptBackend" and first[3][1]["policy_version"] == 0
     assert first[5][1]["tool"] == "echo" and first[5][1]["outcome"] == "ok"
     (lane,) = [(name, args) for _, _, name, args in rows[ids[0] + " call 1"]]
     assert lane[0] == "tool" and lane[1]["tool"] == "reverse"  # beside echo: they overlap

@@ -11,10 +11,10 @@ from agentrl.interactions import BaseInteraction
 from agentrl.rollout import AsyncRolloutEngine, AsyncRolloutRequest
 from agentrl.rollout.backends import GenerationOutput
 from agentrl.testing.rollout import (
-    ScriptedBackend,
+    ConversationScriptBackend,
     prompts_batch,
     rollout_config,
-    run,
+    run_batch,
 )
 
 # ---------------------------------------------------------------------- tokenization check
@@ -45,10 +45,10 @@ def _drifting_tokenizer(tiny_model_dir, filter_name: str):
 )
 def test_sanity_check_modes(tiny_model_dir, filter_name, mode, state, tokenization):
     tokenizer = _drifting_tokenizer(tiny_model_dir, filter_name)
-    backend = ScriptedBackend(tokenizer, {0: ["the answer  <|im_end|>"]})
+    backend = ConversationScriptBackend(tokenizer, {0: ["the answer  <|im_end|>"]})
     requests: list[AsyncRolloutRequest] = []
     config = rollout_config(f"multi_turn.tokenization_sanity_check_mode={mode}")
-    out = run(AsyncRolloutEngine(config, tokenizer, backend), prompts_batch(1), requests)
+    out = run_batch(AsyncRolloutEngine(config, tokenizer, backend), prompts_batch(1), requests)
     assert (requests[0].state.value, requests[0].metrics.tokenization) == (state, tokenization)
     assert out.meta_info["metrics"][f"rollout/tokenization/{tokenization}"] == 1
     assert bool(out.batch["response_mask"].sum()) == (state == "completed")
@@ -59,12 +59,12 @@ def test_token_drift_is_reported_but_not_failed(tiny_tokenizer):
     assert len(tiny_tokenizer.encode("the", add_special_tokens=False)) == 1
     spelled = [*tiny_tokenizer.convert_tokens_to_ids(list("the")), tiny_tokenizer.eos_token_id]
 
-    class Spelling(ScriptedBackend):
+    class Spelling(ConversationScriptBackend):
         async def generate(self, input_ids, sampling_params, request_id):
             return GenerationOutput(spelled, "the", "stop", [0.0] * 4)
 
     requests: list[AsyncRolloutRequest] = []
-    run(
+    run_batch(
         AsyncRolloutEngine(rollout_config(), tiny_tokenizer, Spelling(tiny_tokenizer, {})),
         prompts_batch(1),
         requests,
@@ -94,11 +94,11 @@ def test_interaction_turns(tiny_tokenizer):
     batch = prompts_batch(1, interaction_kwargs=[{"name": "again"}])
     requests: list[AsyncRolloutRequest] = []
     interaction = TryAgain({"name": "again"})
-    out = run(
+    out = run_batch(
         AsyncRolloutEngine(
             rollout_config(),
             tiny_tokenizer,
-            ScriptedBackend(tiny_tokenizer, scripts),
+            ConversationScriptBackend(tiny_tokenizer, scripts),
             interactions={"again": interaction},
         ),
         batch,
@@ -118,11 +118,11 @@ def test_interaction_turns(tiny_tokenizer):
     with pytest.raises(
         ValueError, match="interaction_kwargs.name is 'other'; loaded interactions: again"
     ):
-        run(
+        run_batch(
             AsyncRolloutEngine(
                 rollout_config(),
                 tiny_tokenizer,
-                ScriptedBackend(tiny_tokenizer, scripts),
+                ConversationScriptBackend(tiny_tokenizer, scripts),
                 interactions={"again": interaction},
             ),
             prompts_batch(1, interaction_kwargs=[{"name": "other"}]),
@@ -179,7 +179,7 @@ def test_hf_backend_end_to_end(varied_model_dir, tiny_tokenizer):
     engine = AsyncRolloutEngine(config, tiny_tokenizer, backend, load_tools(CALCULATOR_CONFIG))
     requests: list[AsyncRolloutRequest] = []
     try:
-        out = run(engine, prompts_batch(3, tools_kwargs={"calculator": {}}), requests)
+        out = run_batch(engine, prompts_batch(3, tools_kwargs={"calculator": {}}), requests)
     finally:
         asyncio.run(hf.aclose())
     assert len(out) == 6 and out.meta_info["metrics"]["rollout/failed"] == 0
@@ -221,7 +221,7 @@ def test_hf_in_process_and_sglang_over_serve_give_the_same_greedy_rollout(
 
     def rollout(backend):
         engine = AsyncRolloutEngine(config, tiny_tokenizer, backend, load_tools(CALCULATOR_CONFIG))
-        return run(engine, batch)
+        return run_batch(engine, batch)
 
     local = HFBackend.from_pretrained(varied_model_dir, tiny_tokenizer)
     served = HFBackend.from_pretrained(varied_model_dir, tiny_tokenizer)

@@ -11,13 +11,13 @@ from agentrl.protocol import DataProto
 from agentrl.rollout import AsyncRolloutEngine, AsyncRolloutRequest
 from agentrl.rollout.backends import BackendError
 from agentrl.testing.rollout import (
+    ConversationScriptBackend,
     RecordingTool,
-    ScriptedBackend,
     call_text,
     make_tools,
     prompts_batch,
     rollout_config,
-    run,
+    run_batch,
 )
 
 # ---------------------------------------------------------------------- faults
@@ -47,12 +47,12 @@ def test_faults_never_end_the_batch(tiny_tokenizer):
         "hang": HangingTool("hang"),
         "echo": RecordingTool("echo"),
     }
-    backend = ScriptedBackend(tiny_tokenizer, scripts, fail={2: 100})
+    backend = ConversationScriptBackend(tiny_tokenizer, scripts, fail={2: 100})
     # on_infra_error=zero: the timeout (an infrastructure failure) reaches the model as text
     config = rollout_config("max_retries=2", "multi_turn.tool_timeout=0.2", "on_infra_error=zero")
     engine = AsyncRolloutEngine(config, tiny_tokenizer, backend, tools)
     requests: list[AsyncRolloutRequest] = []
-    out = run(engine, prompts_batch(3), requests)
+    out = run_batch(engine, prompts_batch(3), requests)
 
     metrics = out.meta_info["metrics"]
     assert metrics["rollout/requests"] == 3
@@ -97,9 +97,9 @@ def test_an_infrastructure_failure_ends_its_request_at_once(tiny_tokenizer, mode
         1: [call_text("echo", "b") + "<|im_end|>", "Done.<|im_end|>"],
     }
     tools = {"hang": HangingTool("hang"), "echo": RecordingTool("echo")}
-    backend = ScriptedBackend(tiny_tokenizer, scripts)
+    backend = ConversationScriptBackend(tiny_tokenizer, scripts)
     config = rollout_config("multi_turn.tool_timeout=0.2", f"on_infra_error={mode}")
-    out = run(AsyncRolloutEngine(config, tiny_tokenizer, backend, tools), prompts_batch(2))
+    out = run_batch(AsyncRolloutEngine(config, tiny_tokenizer, backend, tools), prompts_batch(2))
     assert list(out.non_tensor_batch["request_state"]) == ["failed", "completed"]
     assert out.non_tensor_batch["infra_error"][0] == {
         "kind": "hang", "error": "tool 'hang' timed out after 0.2 s."}
@@ -113,17 +113,17 @@ def test_an_infrastructure_failure_ends_its_request_at_once(tiny_tokenizer, mode
 def test_an_unknown_on_infra_error_is_named(tiny_tokenizer):
     config = dict(rollout_config(), on_infra_error="skip")
     with pytest.raises(ValueError, match="on_infra_error is 'skip'; choose one of mask, zero, raise"):
-        AsyncRolloutEngine(config, tiny_tokenizer, ScriptedBackend(tiny_tokenizer, {}))
+        AsyncRolloutEngine(config, tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, {}))
 
 
 def test_non_retryable_backend_error_fails_at_once(tiny_tokenizer):
-    class Broken(ScriptedBackend):
+    class Broken(ConversationScriptBackend):
         async def generate(self, input_ids, sampling_params, request_id):
             self.calls.append(sampling_params)
             raise BackendError("400: bad request", retryable=False)
 
     backend = Broken(tiny_tokenizer, {})
-    out = run(
+    out = run_batch(
         AsyncRolloutEngine(rollout_config("max_retries=5"), tiny_tokenizer, backend),
         prompts_batch(1),
     )
@@ -134,13 +134,13 @@ def test_non_retryable_backend_error_fails_at_once(tiny_tokenizer):
 
 
 def test_backend_timeout_is_retried_and_aborted(tiny_tokenizer):
-    class Slow(ScriptedBackend):
+    class Slow(ConversationScriptBackend):
         async def generate(self, input_ids, sampling_params, request_id):
             await asyncio.sleep(60)
 
     backend = Slow(tiny_tokenizer, {})
     config = rollout_config("max_retries=1", "request_timeout=0.05")
-    out = run(AsyncRolloutEngine(config, tiny_tokenizer, backend), prompts_batch(1))
+    out = run_batch(AsyncRolloutEngine(config, tiny_tokenizer, backend), prompts_batch(1))
     assert out.meta_info["metrics"]["rollout/backend_retries"] == 1
     assert len(backend.aborted) == 2
     assert out.non_tensor_batch["request_state"][0] == "failed"
@@ -151,7 +151,7 @@ def test_cancellation_still_releases_every_instance(tiny_tokenizer):
     tools = {"hang": HangingTool("hang")}
     scripts = {k: [call_text("hang", "x") + "<|im_end|>"] for k in range(3)}
     engine = AsyncRolloutEngine(
-        rollout_config(), tiny_tokenizer, ScriptedBackend(tiny_tokenizer, scripts), tools
+        rollout_config(), tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, scripts), tools
     )
 
     async def cancel_midway():
@@ -180,9 +180,9 @@ def test_create_failure_fails_only_that_request(tiny_tokenizer):
         [{"picky": {"create_kwargs": {"secret": 1}}}, {"picky": {}}], dtype=object
     )
     scripts = {0: ["ok<|im_end|>"], 1: ["ok<|im_end|>"]}
-    out = run(
+    out = run_batch(
         AsyncRolloutEngine(
-            rollout_config(), tiny_tokenizer, ScriptedBackend(tiny_tokenizer, scripts), tools
+            rollout_config(), tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, scripts), tools
         ),
         batch,
     )
@@ -206,9 +206,9 @@ def test_malformed_and_unknown_calls_become_error_messages(tiny_tokenizer):
     scripts = {0: [turn, "Done.<|im_end|>"]}
     config = rollout_config("multi_turn.max_parallel_calls=1")  # counts runnable calls only
     requests: list[AsyncRolloutRequest] = []
-    out = run(
+    out = run_batch(
         AsyncRolloutEngine(
-            config, tiny_tokenizer, ScriptedBackend(tiny_tokenizer, scripts), make_tools()
+            config, tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, scripts), make_tools()
         ),
         prompts_batch(1),
         requests,
@@ -244,11 +244,11 @@ def test_malformed_and_unknown_calls_become_error_messages(tiny_tokenizer):
 
 def test_invalid_arguments_reach_the_model(tiny_tokenizer):
     turn = '<tool_call>\n{"name": "echo", "arguments": {"text": 5}}\n</tool_call><|im_end|>'
-    out = run(
+    out = run_batch(
         AsyncRolloutEngine(
             rollout_config(),
             tiny_tokenizer,
-            ScriptedBackend(tiny_tokenizer, {0: [turn, "ok<|im_end|>"]}),
+            ConversationScriptBackend(tiny_tokenizer, {0: [turn, "ok<|im_end|>"]}),
             make_tools(),
         ),
         prompts_batch(1),
@@ -275,11 +275,11 @@ def test_turn_limits(tiny_tokenizer):
         engine = AsyncRolloutEngine(
             rollout_config(override),
             tiny_tokenizer,
-            ScriptedBackend(tiny_tokenizer, loop_forever),
+            ConversationScriptBackend(tiny_tokenizer, loop_forever),
             make_tools(),
         )
         requests: list[AsyncRolloutRequest] = []
-        out = run(engine, prompts_batch(1), requests)
+        out = run_batch(engine, prompts_batch(1), requests)
         assert out.non_tensor_batch["finish_reason"][0] == "tool_call"
         assert (requests[0].metrics.assistant_turns, requests[0].metrics.user_turns) == (
             turns,
@@ -294,10 +294,10 @@ def test_response_budget_truncates_every_aligned_list(tiny_tokenizer):
     engine = AsyncRolloutEngine(
         rollout_config("response_length=40"),
         tiny_tokenizer,
-        ScriptedBackend(tiny_tokenizer, long_tool),
+        ConversationScriptBackend(tiny_tokenizer, long_tool),
         make_tools(),
     )
-    out = run(engine, prompts_batch(1), requests)
+    out = run_batch(engine, prompts_batch(1), requests)
     req = requests[0]
     assert req.response_length == 40
     assert {len(req.input_ids), len(req.loss_mask), len(req.rollout_log_probs)} == {
@@ -309,16 +309,16 @@ def test_response_budget_truncates_every_aligned_list(tiny_tokenizer):
 
 
 def test_max_model_len_is_the_binding_limit(tiny_tokenizer):
-    backend = ScriptedBackend(tiny_tokenizer, {0: ["word " * 100 + "<|im_end|>"]})
+    backend = ConversationScriptBackend(tiny_tokenizer, {0: ["word " * 100 + "<|im_end|>"]})
     requests: list[AsyncRolloutRequest] = []
     engine = AsyncRolloutEngine(rollout_config("max_model_len=1100"), tiny_tokenizer, backend)
-    run(engine, prompts_batch(1), requests)
+    run_batch(engine, prompts_batch(1), requests)
     assert backend.calls[0]["max_new_tokens"] == 1100 - requests[0].prompt_length
     assert requests[0].truncation is None  # the scripted output fit
 
 
 def test_per_turn_cap_and_length_finish(tiny_tokenizer):
-    backend = ScriptedBackend(
+    backend = ConversationScriptBackend(
         tiny_tokenizer, {0: ["word " * 50 + "<|im_end|>"]}, finish_reason="length"
     )
     requests: list[AsyncRolloutRequest] = []
@@ -328,7 +328,7 @@ def test_per_turn_cap_and_length_finish(tiny_tokenizer):
         backend,
         make_tools(),
     )
-    run(engine, prompts_batch(1), requests)
+    run_batch(engine, prompts_batch(1), requests)
     assert backend.calls[0]["max_new_tokens"] == 7
     assert requests[0].response_length == 7
     assert (requests[0].finish_reason.value, requests[0].truncation) == (
@@ -350,9 +350,9 @@ def test_tool_response_truncation(tiny_tokenizer, side, expected):
     config = rollout_config(
         "multi_turn.max_tool_response_length=8", f"multi_turn.tool_response_truncate_side={side}"
     )
-    out = run(
+    out = run_batch(
         AsyncRolloutEngine(
-            config, tiny_tokenizer, ScriptedBackend(tiny_tokenizer, scripts), make_tools()
+            config, tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, scripts), make_tools()
         ),
         prompts_batch(1),
     )
@@ -369,9 +369,9 @@ def test_concurrency_bounds(tiny_tokenizer):
         return text
 
     tools["echo"].respond = slow
-    backend = ScriptedBackend(tiny_tokenizer, scripts)
+    backend = ConversationScriptBackend(tiny_tokenizer, scripts)
     config = rollout_config("max_concurrent_requests=3", "multi_turn.max_concurrent_tool_calls=2")
-    run(AsyncRolloutEngine(config, tiny_tokenizer, backend, tools), prompts_batch(8))
+    run_batch(AsyncRolloutEngine(config, tiny_tokenizer, backend, tools), prompts_batch(8))
     assert backend.max_in_flight == 3
     assert tools["echo"].max_running == 2
 
@@ -380,11 +380,11 @@ def test_prompt_longer_than_prompt_length_fails_the_request(tiny_tokenizer):
     batch = prompts_batch(2)
     batch.non_tensor_batch["raw_prompt"][1] = [{"role": "user", "content": "conv-1 " + "w " * 600}]
     scripts = {0: ["ok<|im_end|>"], 1: ["ok<|im_end|>"]}
-    out = run(
+    out = run_batch(
         AsyncRolloutEngine(
             rollout_config("prompt_length=300"),
             tiny_tokenizer,
-            ScriptedBackend(tiny_tokenizer, scripts),
+            ConversationScriptBackend(tiny_tokenizer, scripts),
         ),
         batch,
     )
@@ -396,26 +396,26 @@ def test_prompt_rendered_differently_from_the_dataset_is_warned_once(tiny_tokeni
     batch = prompts_batch(2, raw_prompt_ids=[[1, 2, 3], [4]])
     scripts = {0: ["ok<|im_end|>"], 1: ["ok<|im_end|>"]}
     engine = AsyncRolloutEngine(
-        rollout_config(), tiny_tokenizer, ScriptedBackend(tiny_tokenizer, scripts)
+        rollout_config(), tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, scripts)
     )
     with caplog.at_level("WARNING"):
-        run(engine, batch)
+        run_batch(engine, batch)
     assert caplog.text.count("the dataset's raw_prompt_ids have 3 (different)") == 1
     assert "row 1" not in caplog.text
 
 
 def test_rows_naming_unknown_tools_or_interactions_raise(tiny_tokenizer):
     engine = AsyncRolloutEngine(
-        rollout_config(), tiny_tokenizer, ScriptedBackend(tiny_tokenizer, {}), make_tools()
+        rollout_config(), tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, {}), make_tools()
     )
     with pytest.raises(
         ValueError,
         match=r"row 0: tools_kwargs names tools \['search'\] that "
         r"are not loaded \(loaded: echo, reverse, wrap",
     ):
-        run(engine, prompts_batch(1, tools_kwargs={"search": {}}))
+        run_batch(engine, prompts_batch(1, tools_kwargs={"search": {}}))
     with pytest.raises(KeyError, match="raw_prompt"):
-        run(engine, DataProto.from_dict(non_tensors={"x": [1]}))
+        run_batch(engine, DataProto.from_dict(non_tensors={"x": [1]}))
 
 
 
@@ -439,7 +439,7 @@ def _straggler_engine(tiny_tokenizer, rate, delay):
     tools = {"slow": SlowTool("slow", delay)}
     engine = AsyncRolloutEngine(
         rollout_config(f"over_sample_rate={rate}"), tiny_tokenizer,
-        ScriptedBackend(tiny_tokenizer, scripts), tools,
+        ConversationScriptBackend(tiny_tokenizer, scripts), tools,
     )
     return engine, tools["slow"]
 
@@ -449,7 +449,7 @@ def test_over_sample_rate_cancels_the_stragglers_once_enough_finished(tiny_token
 
     engine, slow = _straggler_engine(tiny_tokenizer, 0.2, delay=60)
     started = time.perf_counter()
-    out = run(engine, prompts_batch(10))
+    out = run_batch(engine, prompts_batch(10))
     assert time.perf_counter() - started < 10  # did not wait for the 60 s tool
     states = list(out.non_tensor_batch["request_state"])
     assert states == ["completed"] * 8 + ["failed"] * 2  # ceil(0.8 x 10) = 8 kept
@@ -468,6 +468,6 @@ def test_over_sample_rate_never_cuts_validation_or_a_rate_of_zero(tiny_tokenizer
         engine, _ = _straggler_engine(tiny_tokenizer, rate, delay=0.2)
         batch = prompts_batch(10)
         batch.meta_info["validate"] = validate
-        out = run(engine, batch)
+        out = run_batch(engine, batch)
         assert list(out.non_tensor_batch["request_state"]) == ["completed"] * 10
         assert out.meta_info["metrics"]["rollout/aborted"] == 0

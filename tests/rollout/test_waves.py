@@ -10,7 +10,7 @@ import pytest
 
 from agentrl.rollout import AsyncRolloutEngine
 from agentrl.rollout.waves import GenerationWaves
-from agentrl.testing.rollout import ScriptedBackend, rollout_config
+from agentrl.testing.rollout import ConversationScriptBackend, rollout_config
 
 
 def _req(i: int, offset: int = 0) -> SimpleNamespace:
@@ -59,8 +59,8 @@ def test_leaving_releases_the_waiting_and_double_waiting_is_an_error():
 
 
 def test_the_engine_generates_in_waves_with_the_hf_backend_by_default(tiny_tokenizer):
-    scripted = ScriptedBackend(tiny_tokenizer, {})
-    hf_like = type("HFLike", (ScriptedBackend,), {"deterministic_by_default": True})(
+    scripted = ConversationScriptBackend(tiny_tokenizer, {})
+    hf_like = type("HFLike", (ConversationScriptBackend,), {"deterministic_by_default": True})(
         tiny_tokenizer, {}
     )
     cfg = rollout_config()

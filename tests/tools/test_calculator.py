@@ -7,7 +7,7 @@ import pytest
 
 from agentrl.tools import execute_tool_call, load_tools
 from agentrl.tools.testing import check_tool_contract
-from tools.calculator import CalculatorError, CalculatorTool, Limits, evaluate, format_number
+from tools.calculator import CalculatorError, CalculatorTool, Limits, evaluate, format_result
 
 CONFIG = "examples/tool_configs/calculator.yaml"
 
@@ -129,7 +129,7 @@ def test_limits_come_from_config_and_unknown_keys_are_errors():
 
 
 def test_format_number():
-    assert [format_number(v) for v in [7, 7.0, 1 / 3, -0.0, 1e-7]] == [
+    assert [format_result(v) for v in [7, 7.0, 1 / 3, -0.0, 1e-7]] == [
         "7",
         "7",
         "0.333333333333",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.rollout import AsyncRolloutEngine
-from agentrl.testing.rollout import ScriptedBackend, prompts_batch, rollout_config
+from agentrl.testing.rollout import ConversationScriptBackend, prompts_batch, rollout_config
 from agentrl.tools.loader import ToolConfigError, load_tool_schemas, load_tools
 
 pytest.importorskip("mcp")
@@ -45,7 +45,7 @@ def test_a_rollout_calls_the_server_and_survives_its_death(tiny_tokenizer):
         1: [_call("crash", {}), _call("add", {"a": 1, "b": 1}), "done<|im_end|>"],
     }
     engine = AsyncRolloutEngine(rollout_config(), tiny_tokenizer,
-                                ScriptedBackend(tiny_tokenizer, scripts), tools)
+                                ConversationScriptBackend(tiny_tokenizer, scripts), tools)
 
     async def go():
         first = await engine.agenerate_sequences(

@@ -7,14 +7,14 @@ import time
 import pytest
 
 from agentrl.rollout.engine import AsyncRolloutEngine
-from agentrl.testing.rollout import ScriptedBackend, prompts_batch, rollout_config
+from agentrl.testing.rollout import ConversationScriptBackend, prompts_batch, rollout_config
 from agentrl.trainer.producer import RolloutProducer
 from agentrl.workers.rollout import LoopThread
 
 N, BATCH = 2, 2
 
 
-class SlowBackend(ScriptedBackend):
+class SlowBackend(ConversationScriptBackend):
     """A scripted backend whose conversations listed in `hold` wait until released."""
 
     def __init__(self, tokenizer, scripts, hold=()):
@@ -79,7 +79,7 @@ def wait_until(predicate, timeout=10.0):
 
 
 def test_throttle_starts_a_batch_only_when_its_version_is_near(tiny_tokenizer, loop):
-    backend = ScriptedBackend(tiny_tokenizer, scripts(6))
+    backend = ConversationScriptBackend(tiny_tokenizer, scripts(6))
     producer = make_producer(tiny_tokenizer, loop, backend, max_staleness=0)
     producer.start(version=0)
     groups, stats = producer.take(BATCH, policy_version=0)
@@ -95,7 +95,7 @@ def test_throttle_starts_a_batch_only_when_its_version_is_near(tiny_tokenizer, l
 
 
 def test_a_stale_group_is_dropped_and_generated_again(tiny_tokenizer, loop):
-    backend = ScriptedBackend(tiny_tokenizer, scripts(6))
+    backend = ConversationScriptBackend(tiny_tokenizer, scripts(6))
     producer = make_producer(tiny_tokenizer, loop, backend, n_batches=2, max_staleness=1)
     producer.start(version=0)
     wait_until(lambda: len(producer.finished) == 4)  # batches 1 and 2, all at version 0
@@ -109,7 +109,7 @@ def test_a_stale_group_is_dropped_and_generated_again(tiny_tokenizer, loop):
 
 
 def test_collect_gives_n_rows_per_prompt_with_versions(tiny_tokenizer, loop):
-    backend = ScriptedBackend(tiny_tokenizer, scripts(6))
+    backend = ConversationScriptBackend(tiny_tokenizer, scripts(6))
     backend.weight_version = 5
     producer = make_producer(tiny_tokenizer, loop, backend)
     producer.start(version=5)
@@ -136,7 +136,7 @@ def test_state_dict_resumes_every_prompt_once(tiny_tokenizer, loop):
     assert [g["uid"] for g in state["finished"]] == ["2-0"]
     assert [g["uid"] for g in state["unfinished"]] == ["2-1"]
 
-    backend = ScriptedBackend(tiny_tokenizer, scripts(6))
+    backend = ConversationScriptBackend(tiny_tokenizer, scripts(6))
     backend.weight_version = 1
     resumed = make_producer(tiny_tokenizer, loop, backend, n_batches=3)
     resumed.batches = (b for i, b in enumerate(loader_batches(3)) if i >= 2)  # the loader's rest
@@ -155,7 +155,7 @@ def test_state_dict_resumes_every_prompt_once(tiny_tokenizer, loop):
 
 
 def test_a_version_the_servers_never_got_is_an_error(tiny_tokenizer, loop):
-    backend = ScriptedBackend(tiny_tokenizer, scripts(6))  # keeps reporting version 0
+    backend = ConversationScriptBackend(tiny_tokenizer, scripts(6))  # keeps reporting version 0
     producer = make_producer(tiny_tokenizer, loop, backend, max_staleness=0)
     producer.start(version=0)
     producer.take(BATCH, policy_version=0)
@@ -181,7 +181,7 @@ def test_the_producers_timeline_is_drained_as_its_requests_run(tiny_tokenizer, l
     spans finished since the last one (the trainer takes them after every weight sync)."""
     from agentrl.utils.trace import TraceRecorder
 
-    assert make_producer(tiny_tokenizer, loop, ScriptedBackend(tiny_tokenizer, scripts(6))
+    assert make_producer(tiny_tokenizer, loop, ConversationScriptBackend(tiny_tokenizer, scripts(6))
                          ).drain_trace() == []  # fmt: skip
     backend = SlowBackend(tiny_tokenizer, scripts(6), hold={3})  # batch 2's second prompt
     engine = AsyncRolloutEngine(rollout_config(f"n={N}", "response_length=32"), tiny_tokenizer,

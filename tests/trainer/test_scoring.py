@@ -195,7 +195,12 @@ def _infra_step(tiny_tokenizer, tmp_path, on_infra_error):
     from agentrl.config import load_config
     from agentrl.reward import load_reward_manager
     from agentrl.rollout import AsyncRolloutEngine
-    from agentrl.testing.rollout import ScriptedBackend, prompts_batch, rollout_config, run
+    from agentrl.testing.rollout import (
+        ConversationScriptBackend,
+        prompts_batch,
+        rollout_config,
+        run_batch,
+    )
     from agentrl.trainer.scoring import settle_infra_failures
     from agentrl.utils.serving import serve_in_thread
     from envs.retriever.server import create_app
@@ -211,7 +216,7 @@ def _infra_step(tiny_tokenizer, tmp_path, on_infra_error):
         sandbox_url = stack.enter_context(serve_in_thread(sandbox_app))
         judge_url = stack.enter_context(serve_in_thread(judge_app))
 
-        class KillsTheRetriever(ScriptedBackend):
+        class KillsTheRetriever(ConversationScriptBackend):
             """Every first turn searched while the retriever was up; it dies before the
             second turn (the engine generates in waves: rollout.deterministic)."""
 
@@ -234,7 +239,7 @@ def _infra_step(tiny_tokenizer, tmp_path, on_infra_error):
         engine = AsyncRolloutEngine(config, tiny_tokenizer,
                                     KillsTheRetriever(tiny_tokenizer, scripts), tools)
         batch = prompts_batch(len(ANSWERS), tools_kwargs={name: {} for name in tools})
-        data = run(engine, batch)
+        data = run_batch(engine, batch)
         data.non_tensor_batch["uid"] = np.array(GROUPS, dtype=object)
         isolate_failed(data)
         cfg = load_config(overrides=[

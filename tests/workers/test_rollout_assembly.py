@@ -14,7 +14,7 @@ from agentrl.config import load_config
 from agentrl.testing.rollout import (
     PROMPT_LENGTH,
     RESPONSE_LENGTH,
-    ScriptedBackend,
+    ConversationScriptBackend,
     prompts_batch,
 )
 from agentrl.utils.aio import LoopThread
@@ -39,7 +39,7 @@ async def answer_agent(task, client):
     return float(bool(re.match(r"\d", reply.choices[0].message.content)))
 
 
-class _ClosableBackend(ScriptedBackend):
+class _ClosableBackend(ConversationScriptBackend):
     closed = False
 
     async def aclose(self):
@@ -79,7 +79,7 @@ def test_a_users_engine_runs_on_the_callers_loop_over_a_given_backend(tiny_token
 def test_agent_mode_is_built_from_the_agent_function_and_reports_each_sample(tiny_tokenizer):
     rollout = build_rollout(
         _actor_rollout_ref(f"agent_function={Path(__file__)}:answer_agent", "n=1"),
-        tiny_tokenizer, backend=ScriptedBackend(tiny_tokenizer, {0: ["4<|im_end|>"],
+        tiny_tokenizer, backend=ConversationScriptBackend(tiny_tokenizer, {0: ["4<|im_end|>"],
                                                                  1: ["no<|im_end|>"]}),
     )  # fmt: skip
     assert rollout.engine_kind == "agent" and type(rollout.engine).__name__ == "AgentRollout"
@@ -92,11 +92,11 @@ def test_agent_mode_is_built_from_the_agent_function_and_reports_each_sample(tin
 def test_a_sharded_rollout_needs_http_servers(tiny_tokenizer):
     with pytest.raises(ValueError, match="engine_workers > 1 needs a backend with inference servers"):
         build_rollout(_actor_rollout_ref("engine_workers=2", "name=sglang"), tiny_tokenizer,
-                      backend=ScriptedBackend(tiny_tokenizer, {}))
+                      backend=ConversationScriptBackend(tiny_tokenizer, {}))
 
 
 
-class _CountingBackend(ScriptedBackend):
+class _CountingBackend(ConversationScriptBackend):
     """A backend that counts like the SGLang client (metrics since the last reading)."""
 
     retries = 0

@@ -11,9 +11,9 @@ accepted too, so ``0.00123`` matches ``"0.0012"``.
 from __future__ import annotations
 
 import math
-import re
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+from agentrl.utils.answer_tags import extract_answer
+
 REL_TOL = 1e-4
 ABS_TOL = 5e-5 * (1 + 1e-9)  # half a unit of the 4th decimal, with room for float error
 
@@ -26,12 +26,6 @@ def parse_number(text: str) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-def extract_answer(solution_str: str) -> str | None:
-    """The content of the last ``<answer>...</answer>``, or None."""
-    found = _ANSWER.findall(solution_str)
-    return found[-1] if found else None
 
 
 def compute_score(solution_str: str, ground_truth: str | float) -> float:

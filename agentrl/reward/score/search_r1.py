@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.utils.answer_tags import extract_answer as extract_tagged
+from agentrl.utils.answer_tags import extract_answer
 
 _TAG = re.compile(r"<(/?)(think|search|information|answer|tool_call|tool_response)>")
 _RETRIEVED = re.compile(
@@ -70,11 +70,6 @@ def subem_check(prediction: str, golden_answers: Any) -> bool:
     """Whether a normalised golden answer is a substring of the normalised prediction."""
     pred = normalize_answer(prediction)
     return any(normalize_answer(gold) in pred for gold in targets(golden_answers))
-
-
-def extract_answer(solution_str: str) -> str | None:
-    """The stripped content of the last ``<answer>...</answer>``, or None."""
-    return extract_tagged(solution_str)
 
 
 def compute_score_em(

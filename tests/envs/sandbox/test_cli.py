@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from envs.sandbox.cli import add_arguments, config_from_args
+from envs.sandbox.cli import add_arguments, sandbox_config_from_args
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -18,7 +18,7 @@ def _parse(*argv: str) -> argparse.Namespace:
 def test_defaults_match_the_config():
     args = _parse()
     assert (args.host, args.port) == ("127.0.0.1", 8080)
-    config = config_from_args(args)
+    config = sandbox_config_from_args(args)
     assert (config.max_processes, config.network_namespace) == (64, True)
 
 
@@ -27,7 +27,7 @@ def test_limits_and_switches():
         "--port", "9000", "--max-processes", "8", "--default-run-timeout", "2.5",
         "--no-network-namespace", "--require-isolation", "--python-executable", "/usr/bin/python3",
     )  # fmt: skip
-    config = config_from_args(args)
+    config = sandbox_config_from_args(args)
     assert args.port == 9000
     assert (config.max_processes, config.default_run_timeout) == (8, 2.5)
     assert (config.network_namespace, config.require_isolation) == (False, True)
@@ -36,4 +36,4 @@ def test_limits_and_switches():
 
 def test_invalid_value_is_an_error_naming_the_field():
     with pytest.raises(ValueError, match=r"SandboxConfig\.max_concurrent must be > 0"):
-        config_from_args(_parse("--max-concurrent", "0"))
+        sandbox_config_from_args(_parse("--max-concurrent", "0"))

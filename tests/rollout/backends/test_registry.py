@@ -22,15 +22,13 @@ from agentrl.utils.registry import UnknownNameError
 PACKAGE = Path(agentrl.__file__).parent
 BACKENDS_DIR = PACKAGE / "rollout" / "backends"
 NAMES = "|".join(BUILTIN)
-# a backend compared by name, its class tested or named, or its module imported. The scripted
-# backend's class shares its name with agentrl.testing's test double `ScriptedBackend`, so it is
-# caught by its module path (`backends.scripted`) and its plugin class.
+# a backend compared by name, its class tested or named, or its module imported.
 BACKEND_REFERENCE = re.compile(
     rf"""(==|!=|\bin)\s*\(?\s*["']({NAMES})["']"""
     rf"""|["']({NAMES})["']\s*(==|!=)"""
     rf"""|backends\.({NAMES})\b"""
     r"""|\b(HFBackend|SGLangBackend|VLLMBackend|HFPlugin|SGLangPlugin|VLLMPlugin"""
-    r"""|ScriptedPlugin)\b"""
+    r"""|ScriptedBackend|ScriptedPlugin)\b"""
     r"""|\.kind\s*==\s*["'](hf|sglang|vllm|scripted|other)["']"""
 )
 
@@ -38,7 +36,7 @@ BACKEND_REFERENCE = re.compile(
 def backend_references(root: Path) -> list[str]:
     found = []
     for path in sorted(root.rglob("*.py")):
-        if BACKENDS_DIR in path.parents:
+        if BACKENDS_DIR in path.parents or path == PACKAGE / "compat.py":  # compat: old names
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if BACKEND_REFERENCE.search(line):

@@ -12,7 +12,7 @@ from agentrl.rollout.backends import BackendError
 from agentrl.rollout.backends.factory import create_backend
 from agentrl.rollout.backends.registry import backend_plugin, backend_problems, weight_sync_of
 from agentrl.rollout.backends.scripted import ScriptedBackend, read_replies
-from agentrl.testing.rollout import call_text, make_tools, prompts_batch, rollout_config, run
+from agentrl.testing.rollout import call_text, make_tools, prompts_batch, rollout_config, run_batch
 
 
 def _replies(tmp_path, *lines) -> str:
@@ -108,7 +108,7 @@ def test_the_rollout_engine_driven_by_replies_records_them_token_exact(tiny_toke
     path = _replies(tmp_path, call_text("echo", "hi") + "<|im_end|>", "done<|im_end|>")
     backend = ScriptedBackend.from_file(path, tiny_tokenizer)
     collected = []
-    run(AsyncRolloutEngine(rollout_config(), tiny_tokenizer, backend, make_tools()),
+    run_batch(AsyncRolloutEngine(rollout_config(), tiny_tokenizer, backend, make_tools()),
         prompts_batch(2, tools_kwargs={"echo": {}}), collected)
     assert len(collected) == 2
     for request in collected:
