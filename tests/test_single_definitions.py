@@ -5,7 +5,8 @@ A choice list is a module-level tuple, list, set or frozenset of two or more str
 two modules holding the same strings (in any order) define one rule twice: one of them must
 import the other's (components below the config layer own theirs, the validator imports
 them; components above import theirs from the validator). A fallback is
-`X.get("key", LITERAL)` or `X.get("key") or LITERAL` where "key" is a key of the default
+`X.get("key", LITERAL)`, `X.get("key") or LITERAL` or any call `f(..., "key", LITERAL)`
+(getattr, a reader of its own) where "key" is a key of the default
 YAML (agentrl/config/*.yaml) and LITERAL is its default there: the default lives in the
 YAML, and the code reads the key of the validated config.
 
@@ -37,6 +38,8 @@ NOT_CONFIG = {
     ("agentrl/rollout/backends/serve.py", "temperature"): "an OpenAI request body's default",
     ("agentrl/rollout/backends/serve.py", "top_p"): "an OpenAI request body's default",
     ("agentrl/interactions/openenv.py", "timeout"): "an interaction config's (the user's YAML)",
+    ("agentrl/rollout/backends/vllm.py", "temperature"): "a request's sampling parameters",
+    ("agentrl/rollout/backends/vllm.py", "top_p"): "a request's sampling parameters",
 }
 
 
@@ -118,6 +121,11 @@ def _fallback(node: ast.AST) -> tuple[str, object] | None:
 
     if (key := get_key(node, 2)) is not None and isinstance(node.args[1], ast.Constant):
         return key, node.args[1].value
+    if isinstance(node, ast.Call):  # getattr(X, "key", literal), read(X, "key", literal), ...
+        for key_arg, literal in zip(node.args, node.args[1:], strict=False):
+            if (isinstance(key_arg, ast.Constant) and isinstance(key_arg.value, str)
+                    and isinstance(literal, ast.Constant)):  # fmt: skip
+                return key_arg.value, literal.value
     if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) == 2:
         call, literal = node.values
         if (key := get_key(call, 1)) is not None and isinstance(literal, ast.Constant):
@@ -186,6 +194,9 @@ def test_a_reintroduced_choice_list_is_found():
     ('n = cfg.max_concurrency\n', False),
     ('flag = cfg.get("enable", False)\n', True),
     ('flag = cfg.get("enable", 0)\n', False),  # a bool default is not 0
+    ('ratio = read(cfg, "request_timeout", 300.0)\n', True),
+    ('ratio = getattr(cfg, "max_concurrency", 32)\n', True),
+    ('ratio = getattr(cfg, "max_concurrency", 31)\n', False),
 ])  # fmt: skip
 def test_a_reintroduced_fallback_is_found(source, found):
     defaults = yaml_defaults([yaml.safe_load(

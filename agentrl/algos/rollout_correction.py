@@ -16,14 +16,17 @@ tokens) or ``geometric`` (the geometric mean over the sample's valid tokens, whi
 near 1 for long samples where the product does not).
 
 ``policy_loss_settings(config)`` is the one place that reads the actor config's policy-loss
-keys (with the documented defaults below), so losses work with ``config=None`` in tests.
+keys. A key the config lacks (or ``config=None``, verl's loss functions' default) takes
+``PolicyLossSettings``' default, the one definition in code of the values
+``agentrl/config/ppo_trainer.yaml`` states (tests/algos/test_policy_loss.py checks
+that the two agree).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -55,7 +58,14 @@ class PolicyLossSettings:
     rollout_rs_threshold_lower: float = 0.5
 
 
-def _read(node: Any, key: str, default: Any) -> Any:
+_DEFAULTS = {field.name: field.default for field in fields(PolicyLossSettings)}
+
+
+def _read(node: Any, key: str, default: Any = None) -> Any:
+    """``node[key]`` of a mapping or an object's attribute; when missing or null, ``default``,
+    else PolicyLossSettings' default of ``key``."""
+    if default is None:
+        default = _DEFAULTS.get(key)
     if node is None:
         return default
     # OmegaConf DictConfig is a Mapping too; .get keeps struct-mode configs from raising.
@@ -67,18 +77,18 @@ def policy_loss_settings(config: Any = None) -> PolicyLossSettings:
     """Read the actor config (OmegaConf node, object with attributes, dict or None)."""
     if isinstance(config, PolicyLossSettings):
         return config
-    clip_ratio = float(_read(config, "clip_ratio", 0.2))
-    sub = _read(config, "policy_loss", None)
-    rs_threshold = float(_read(sub, "rollout_rs_threshold", 2.0))
+    clip_ratio = float(_read(config, "clip_ratio"))
+    sub = _read(config, "policy_loss")
+    rs_threshold = float(_read(sub, "rollout_rs_threshold"))
     settings = PolicyLossSettings(
         clip_ratio=clip_ratio,
         clip_ratio_low=float(_read(config, "clip_ratio_low", clip_ratio)),
         clip_ratio_high=float(_read(config, "clip_ratio_high", clip_ratio)),
-        clip_ratio_c=float(_read(config, "clip_ratio_c", 3.0)),
-        loss_mode=str(_read(sub, "loss_mode", "vanilla")),
-        rollout_is=_read(sub, "rollout_is", None),
-        rollout_is_threshold=float(_read(sub, "rollout_is_threshold", 2.0)),
-        rollout_rs=_read(sub, "rollout_rs", None),
+        clip_ratio_c=float(_read(config, "clip_ratio_c")),
+        loss_mode=str(_read(sub, "loss_mode")),
+        rollout_is=_read(sub, "rollout_is"),
+        rollout_is_threshold=float(_read(sub, "rollout_is_threshold")),
+        rollout_rs=_read(sub, "rollout_rs"),
         rollout_rs_threshold=rs_threshold,
         rollout_rs_threshold_lower=float(
             _read(sub, "rollout_rs_threshold_lower", 1 / rs_threshold)

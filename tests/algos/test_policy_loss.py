@@ -281,3 +281,26 @@ def test_losses_are_finite_for_wild_inputs(name, agg, level, seed):
     assert torch.isfinite(loss) and torch.isfinite(log_prob.grad).all()
     assert all(math.isfinite(v) for v in metrics.values())
     assert torch.all(log_prob.grad[mask == 0] == 0)
+
+
+def test_the_yaml_states_the_settings_defaults():
+    """The YAML's actor keys and PolicyLossSettings' defaults are one set of values: the
+    YAML's null is the derived default (clip_ratio_low/high -> clip_ratio, the rejection's
+    lower bound -> 1 / its upper bound), and the default config reads as the defaults."""
+    from dataclasses import fields
+
+    from agentrl.algos.rollout_correction import PolicyLossSettings
+    from agentrl.config import load_config
+
+    actor = load_config().actor_rollout_ref.actor
+    defaults = {f.name: f.default for f in fields(PolicyLossSettings)}
+    for key in ("clip_ratio", "clip_ratio_c"):
+        assert actor[key] == defaults[key], key
+    for key in ("loss_mode", "rollout_is", "rollout_is_threshold", "rollout_rs",
+                "rollout_rs_threshold"):  # fmt: skip
+        assert actor.policy_loss[key] == defaults[key], key
+    assert actor.clip_ratio_low is None and actor.clip_ratio_high is None
+    assert defaults["clip_ratio_low"] == defaults["clip_ratio_high"] == defaults["clip_ratio"]
+    assert actor.policy_loss.rollout_rs_threshold_lower is None
+    assert defaults["rollout_rs_threshold_lower"] == 1 / defaults["rollout_rs_threshold"]
+    assert policy_loss_settings(actor) == PolicyLossSettings() == policy_loss_settings(None)

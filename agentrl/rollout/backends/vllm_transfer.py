@@ -181,7 +181,8 @@ class TransferClient:
         self._post_all("/reset_prefix_cache")
 
     def versions(self) -> list[str | None]:
-        return [_version(r) for r in self._each("GET", "/weight_info", [None] * len(self.urls))]
+        bodies = self._each("GET", "/weight_info", [None] * len(self.urls))
+        return [_weight_version(body) for body in bodies]
 
     def checksums(self) -> list[Any]:
         return self._each("POST", "/weight_checker", [{"action": "checksum"}] * len(self.urls))
@@ -214,7 +215,7 @@ class TransferClient:
         return reply.json() if reply.content else None
 
 
-def _version(body: Any) -> str | None:
+def _weight_version(body: Any) -> str | None:
     version = body.get("weight_version") if isinstance(body, dict) else None
     return None if version is None else str(version)
 
