@@ -89,7 +89,7 @@ class AgentOptions:
     sandbox: str = "bwrap"          # bwrap | none (no isolation: trusted tasks only)
     memory_mb: int | None = None    # RLIMIT_AS per process; None: not limited
     max_output_tokens: int | None = None  # tokens per model call the CLI asks for (Claude Code)
-    file_size_mb: int = 256         # RLIMIT_FSIZE
+    file_size_mb: int = SandboxSpec.file_size_mb  # RLIMIT_FSIZE
     root: str | None = None         # where episode folders go; None: the temp dir
     keep: bool = False              # keep episode folders (debugging)
     ro_binds: tuple[str, ...] = field(default_factory=tuple)  # host paths shown read-only

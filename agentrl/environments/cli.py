@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from agentrl.environments.spec import SPEC_FORMS
+from agentrl.utils.answer_tags import ANSWER_TAG
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prep.add_argument("--test-size", type=int, default=200,
                       help="held-out items, never in training (default 200)")
     prep.add_argument("--seed", type=int, default=0, help="which items (default 0)")
-    prep.add_argument("--answer-tag", default="answer",
+    prep.add_argument("--answer-tag", default=ANSWER_TAG,
                       help="the tag the final answer or move goes in (default answer)")
 
 

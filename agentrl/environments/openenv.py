@@ -32,6 +32,7 @@ from agentrl.interactions.openenv import (
     require_openenv,
 )
 from agentrl.interactions.openenv_server import start_server
+from agentrl.utils.answer_tags import ANSWER_TAG
 
 INTERACTION_NAME = "openenv"
 TIMEOUT = 60.0  # seconds per call to the server while preparing
@@ -83,7 +84,7 @@ def make_rows(base_url: str, name: str, seeds: list[int], split: str, system: st
 
 
 def interaction_config(server: str, action_field: str | None, observation_field: str | None,
-                       answer_tag: str = "answer") -> dict[str, Any]:
+                       answer_tag: str = ANSWER_TAG) -> dict[str, Any]:
     """The interaction YAML's content for these rows."""
     return {"interaction": [{
         "name": INTERACTION_NAME,
@@ -95,7 +96,7 @@ def interaction_config(server: str, action_field: str | None, observation_field:
 
 
 def prepare(target: str, size: int, test_size: int, seed: int,
-            answer_tag: str = "answer") -> tuple[list[dict], list[dict], dict[str, Any]]:
+            answer_tag: str = ANSWER_TAG) -> tuple[list[dict], list[dict], dict[str, Any]]:
     """(train rows, test rows, {"interaction": config}): seeds disjoint by range."""
     if seed < 0 or seed + size > TEST_SEED_OFFSET:
         raise ValueError(f"--seed must be >= 0 (OpenEnv seeds are) and --seed + --size below "

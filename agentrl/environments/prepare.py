@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from agentrl.environments.spec import parse_spec
+from agentrl.utils.answer_tags import ANSWER_TAG
 from agentrl.utils.jsonl import write_parquet
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def prepare_environment(
     size: int = 1000,
     test_size: int = 200,
     seed: int = 0,
-    answer_tag: str = "answer",
+    answer_tag: str = ANSWER_TAG,
 ) -> Prepared:
     """Write the environment `spec` names into `out_dir` (see the module docstring)."""
     parsed = parse_spec(spec)

@@ -23,6 +23,7 @@ import logging
 from typing import Any
 
 from agentrl.utils import typed_json
+from agentrl.utils.answer_tags import ANSWER_TAG
 from agentrl.utils.extras import missing_package
 
 logger = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ def entry_json(task: str, item: dict[str, Any]) -> str:
 
 
 def make_rows(task: str, items: list[dict[str, Any]], split: str,
-              answer_tag: str = "answer") -> list[dict[str, Any]]:
+              answer_tag: str = ANSWER_TAG) -> list[dict[str, Any]]:
     """verl rows of reasoning-gym items (see the module docstring)."""
     system = SYSTEM_PROMPT.replace("<answer></answer>", f"<{answer_tag}></{answer_tag}>")
     if any(item["answer"] is None for item in items):
@@ -143,7 +144,7 @@ def _ground_truth(item: dict[str, Any]) -> str | None:
 
 
 def prepare(task: str, size: int, test_size: int, seed: int,
-            answer_tag: str = "answer") -> tuple[list[dict], list[dict], dict[str, Any]]:
+            answer_tag: str = ANSWER_TAG) -> tuple[list[dict], list[dict], dict[str, Any]]:
     """(train rows, test rows, no extra files): disjoint by question."""
     items = load_items(task, test_size + size, seed)
     test, train = items[:test_size], items[test_size:]

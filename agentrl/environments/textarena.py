@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentrl.utils.answer_tags import ANSWER_TAG
+
 SYSTEM_PROMPT = (
     "You are playing a text game. Each turn, reply with your move inside "
     "<answer></answer>, written exactly as the game asks (for example <answer>[5]</answer>)."
@@ -21,7 +23,7 @@ TEST_SEED_OFFSET = 1_000_000  # test episodes' seeds start here (train's from th
 
 
 def make_rows(env_id: str, seeds: list[int], split: str,
-              answer_tag: str = "answer") -> list[dict[str, Any]]:
+              answer_tag: str = ANSWER_TAG) -> list[dict[str, Any]]:
     """One row per episode seed (the game is reset to read its first observation)."""
     from agentrl.interactions.textarena import make_game
 
@@ -45,7 +47,7 @@ def make_rows(env_id: str, seeds: list[int], split: str,
     return rows
 
 
-def interaction_config(answer_tag: str = "answer") -> dict[str, Any]:
+def interaction_config(answer_tag: str = ANSWER_TAG) -> dict[str, Any]:
     """The interaction YAML's content for these rows."""
     return {"interaction": [{
         "name": INTERACTION_NAME,
@@ -55,7 +57,7 @@ def interaction_config(answer_tag: str = "answer") -> dict[str, Any]:
 
 
 def prepare(env_id: str, size: int, test_size: int, seed: int,
-            answer_tag: str = "answer") -> tuple[list[dict], list[dict], dict[str, Any]]:
+            answer_tag: str = ANSWER_TAG) -> tuple[list[dict], list[dict], dict[str, Any]]:
     """(train rows, test rows, {"interaction": config}): seeds disjoint by range."""
     if seed + size > TEST_SEED_OFFSET:
         raise ValueError(f"--seed + --size must stay below {TEST_SEED_OFFSET} (the test "

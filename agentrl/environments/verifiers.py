@@ -22,6 +22,7 @@ import json
 from typing import Any
 
 from agentrl.tools.verifiers import load_environment, message_text, require_verifiers
+from agentrl.utils.answer_tags import ANSWER_TAG
 
 INTERACTION_NAME = "verifiers"
 
@@ -103,7 +104,7 @@ def check_kind(env_id: str, env: Any) -> None:
 
 
 def prepare(env_id: str, size: int, test_size: int, seed: int,
-            answer_tag: str = "answer") -> tuple[list[dict], list[dict], dict[str, Any]]:
+            answer_tag: str = ANSWER_TAG) -> tuple[list[dict], list[dict], dict[str, Any]]:
     """(train rows, test rows, {"interaction": ..., "tools": ...}): disjoint by prompt."""
     env = load_environment(env_id)
     check_kind(env_id, env)

@@ -52,7 +52,7 @@ import jsonschema
 
 from agentrl.interactions.base import BaseInteraction
 from agentrl.interactions.openenv_server import OpenEnvServer, start_server
-from agentrl.utils.answer_tags import answer_or_reply
+from agentrl.utils.answer_tags import ANSWER_TAG, answer_or_reply
 from agentrl.utils.extras import missing_package
 
 # the fields every OpenEnv action / observation has besides its own
@@ -195,7 +195,7 @@ class OpenEnvInteraction(BaseInteraction):
         self.server = server.strip()
         self.action_field = self.config.get("action_field")
         self.observation_field = self.config.get("observation_field")
-        tag = self.config.get("answer_tag", "answer")
+        tag = self.config.get("answer_tag", ANSWER_TAG)
         self.answer_tag = None if tag in (None, "") else str(tag)
         self.timeout = float(self.config.get("timeout", 60.0))
         # a module's server starts with the interaction, so a bad one fails at load time

@@ -49,7 +49,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from agentrl.interactions.base import BaseInteraction
-from agentrl.utils.answer_tags import answer_or_reply
+from agentrl.utils.answer_tags import ANSWER_TAG, answer_or_reply
 from agentrl.utils.extras import missing_package
 
 # TextArena's games seed and draw from the process-wide `random` module (its
@@ -213,7 +213,7 @@ class TextArenaInteraction(BaseInteraction):
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
-        tag = self.config.get("answer_tag", "answer")
+        tag = self.config.get("answer_tag", ANSWER_TAG)
         self.answer_tag = None if tag in (None, "") else str(tag)
 
     async def start_interaction(self, instance_id: str | None = None, **kwargs: Any) -> str:

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import re
 
+ANSWER_TAG = "answer"  # the tag a final answer goes in, unless a task names another
 
-def extract_answer(text: str, tag: str = "answer") -> str | None:
+
+def extract_answer(text: str, tag: str = ANSWER_TAG) -> str | None:
     """The text of the last ``<tag>...</tag>`` in ``text``, stripped; None if there is none."""
     found = re.findall(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", text, re.DOTALL)
     return found[-1].strip() if found else None
 
 
-def answer_or_reply(reply: str, tag: str | None = "answer") -> str:
+def answer_or_reply(reply: str, tag: str | None = ANSWER_TAG) -> str:
     """A game move or environment action in a model reply: the last ``<tag>`` answer's
     text, else the whole reply stripped (``tag`` None: always the whole reply)."""
     if tag is not None:
@@ -25,4 +27,4 @@ def answer_or_reply(reply: str, tag: str | None = "answer") -> str:
     return reply.strip()
 
 
-__all__ = ["answer_or_reply", "extract_answer"]
+__all__ = ["ANSWER_TAG", "answer_or_reply", "extract_answer"]

@@ -31,7 +31,7 @@ from functools import cache
 from typing import Any
 
 from agentrl.utils import typed_json
-from agentrl.utils.answer_tags import extract_answer
+from agentrl.utils.answer_tags import ANSWER_TAG, extract_answer
 from agentrl.utils.extras import missing_package
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def reasoning_gym_score(solution_str: str, ground_truth: Any, extra_info: dict |
         raise ValueError("a reasoning_gym row needs extra_info.reasoning_gym_entry (the item's "
                          "JSON, as agentrl env prepare writes it)")
     entry = typed_json.loads(info["reasoning_gym_entry"])
-    answer = extract_answer(solution_str, str(info.get("answer_tag") or "answer"))
+    answer = extract_answer(solution_str, str(info.get("answer_tag") or ANSWER_TAG))
     if answer is None:
         return 0.0
     task = entry["metadata"]["source_dataset"]

@@ -26,7 +26,7 @@ KV_CACHES = ("chunked", "dynamic")  # the hf engine's kv_cache (agentrl/rollout/
 def unknown_hf_engine_kwargs(engine_kwargs: Any) -> list[str]:
     """The keys of `engine_kwargs` the hf engine does not take, sorted."""
     return sorted(set(engine_kwargs or {}) - set(HF_ENGINE_KWARGS))
-LOAD_BALANCE = ("least_loaded", "round_robin")  # rollout.load_balance (SGLang's servers)
+LOAD_BALANCE = ("least_loaded", "round_robin")  # rollout.load_balance; the first: the default
 
 FinishReason = Literal["stop", "length", "abort"]
 

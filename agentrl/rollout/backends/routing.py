@@ -77,7 +77,7 @@ class ServerPool:
         self,
         server_urls: Sequence[str],
         other_urls: Iterable[str] = (),
-        load_balance: str = "least_loaded",
+        load_balance: str = LOAD_BALANCE[0],
         max_pins: int = MAX_PINS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
