@@ -56,6 +56,9 @@ SCORE_FAILED_KEY = "score_failed"
 # (None or {"kind": ..., "error": ...}), a tool's metrics key and a score function's dict
 # result key (the reason) all carry this name; `rollout.on_infra_error` says what it does.
 INFRA_ERROR_KEY = "infra_error"
+# The row field that names a sample's task family (verl's `data_source`): the default of
+# `data.reward_fn_key`, by which the reward managers pick a scorer and the metrics group.
+DATA_SOURCE_KEY = "data_source"
 
 __all__ = ["DataProto", "to_object_array"]
 

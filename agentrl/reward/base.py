@@ -57,6 +57,7 @@ import numpy as np
 import torch
 
 from agentrl.protocol import (
+    DATA_SOURCE_KEY,
     INFRA_ERROR_KEY,
     STEP_REWARDS_KEY,  # noqa: F401 - re-exported
 )
@@ -155,7 +156,7 @@ class RewardManager:
         tokenizer: Any,
         num_examine: int = 0,
         compute_score: Callable[..., Any] | None = None,
-        reward_fn_key: str = "data_source",
+        reward_fn_key: str = DATA_SOURCE_KEY,
         tool_reward_weight: float = 0.0,
         step_reward_weight: float = 0.0,
     ) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentrl.plugins import load_object
+from agentrl.protocol import DATA_SOURCE_KEY
 from agentrl.reward.base import RewardManager, get_reward_manager_cls
 from agentrl.utils.plain_config import plain_dict
 
@@ -68,7 +69,7 @@ def load_reward_manager(
     custom_reward_function_config: Any,
     tokenizer: Any,
     *,
-    reward_fn_key: str = "data_source",
+    reward_fn_key: str = DATA_SOURCE_KEY,
     num_examine: int = 0,
     **reward_kwargs: Any,
 ) -> RewardManager:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.protocol import DATA_SOURCE_KEY
 from agentrl.reward.base import (
     RewardManager,
     RewardScoreError,
@@ -77,7 +78,7 @@ class DAPORewardManager(NaiveRewardManager):
         tokenizer: Any,
         num_examine: int = 0,
         compute_score: Callable[..., Any] | None = None,
-        reward_fn_key: str = "data_source",
+        reward_fn_key: str = DATA_SOURCE_KEY,
         tool_reward_weight: float = 0.0,
         step_reward_weight: float = 0.0,
         max_resp_len: int | None = None,
@@ -138,7 +139,7 @@ class BatchRewardManager(RewardManager):
         tokenizer: Any,
         num_examine: int = 0,
         compute_score: Callable[..., Any] | None = None,
-        reward_fn_key: str = "data_source",
+        reward_fn_key: str = DATA_SOURCE_KEY,
         tool_reward_weight: float = 0.0,
         step_reward_weight: float = 0.0,
         **reward_kwargs: Any,

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.protocol import INFRA_ERROR_KEY, SCORE_FAILED_KEY
+from agentrl.protocol import DATA_SOURCE_KEY, INFRA_ERROR_KEY, SCORE_FAILED_KEY
 from agentrl.reward import SCORE_ERROR_KEY
 from agentrl.rollout.output import infra_error_metrics
 from agentrl.utils.trace import Track
@@ -122,7 +122,7 @@ def _score_failed(data: Any) -> int:
         bool((row or {}).get(SCORE_FAILED_KEY)) for row in extra)
 
 
-def failure_metrics(data: Any, reward_fn_key: str = "data_source") -> dict[str, float]:
+def failure_metrics(data: Any, reward_fn_key: str = DATA_SOURCE_KEY) -> dict[str, float]:
     """The batch's infrastructure and score-function failures (see the module docstring),
     from its ``infra_error`` column and ``reward_extra_info``; ``reward_fn_key`` names the
     data source column (``data.reward_fn_key``)."""
@@ -313,7 +313,7 @@ def progress_postfix(metrics: dict[str, float]) -> dict[str, str]:
 
 
 def train_step_metrics(data: Any, timing: dict[str, float], n_workers: int, use_critic: bool,
-                       reward_fn_key: str = "data_source") -> dict[str, float]:  # fmt: skip
+                       reward_fn_key: str = DATA_SOURCE_KEY) -> dict[str, float]:  # fmt: skip
     """A training step's metrics over its trained batch: what the rollout and the workers put in its `meta_info`
     (`metrics`, `timing`), then the failure, data, timing and throughput metrics of the step
     (`rollout/infra_failed*` counted on the batch, with the scoring's failures, replace the
