@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import torch
 
+TOKEN_MEAN = "token-mean"  # the loss aggregation of actor.loss_agg_mode's default
 LOSS_AGG_MODES = (
-    "token-mean",
+    TOKEN_MEAN,
     "seq-mean-token-sum",
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
@@ -104,7 +105,7 @@ def compute_value_loss(
     values: torch.Tensor,
     response_mask: torch.Tensor,
     cliprange_value: float,
-    loss_agg_mode: str = "token-mean",
+    loss_agg_mode: str = TOKEN_MEAN,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's clipped value loss; returns ``(loss, clip_fraction)``.
 

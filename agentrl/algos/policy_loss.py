@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from agentrl.algos.core import agg_loss, masked_mean
+from agentrl.algos.core import TOKEN_MEAN, agg_loss, masked_mean
 from agentrl.algos.rollout_correction import policy_loss_settings, rollout_correction
 from agentrl.utils.registry import Registry
 
@@ -86,7 +86,7 @@ def compute_policy_loss_vanilla(
     log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    loss_agg_mode: str = "token-mean",
+    loss_agg_mode: str = TOKEN_MEAN,
     config: Any = None,
     rollout_log_probs: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -143,7 +143,7 @@ def compute_policy_loss_cispo(
     log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    loss_agg_mode: str = "token-mean",
+    loss_agg_mode: str = TOKEN_MEAN,
     config: Any = None,
     rollout_log_probs: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -167,7 +167,7 @@ def compute_policy_loss_gpg(
     log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    loss_agg_mode: str = "token-mean",
+    loss_agg_mode: str = TOKEN_MEAN,
     config: Any = None,
     rollout_log_probs: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:

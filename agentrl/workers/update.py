@@ -35,6 +35,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
+from agentrl.algos.core import TOKEN_MEAN
 from agentrl.distributed.process_group import world_size
 from agentrl.protocol import DataProto
 from agentrl.workers.forward import model_device
@@ -70,7 +71,7 @@ class UpdateSettings:
     shuffle: bool = False
     batching: MicroBatching = MicroBatching()
     grad_clip: float = 1.0
-    loss_agg_mode: str = "token-mean"
+    loss_agg_mode: str = TOKEN_MEAN
     seed: int = 0
 
 
