@@ -1,6 +1,6 @@
 """Compose a user's config the way verl's entry point does, with Hydra's compose API.
 
-    tree, deletions = compose_user_config(config_dir="examples/config", config_name="gsm8k",
+    tree, deletions = compose_user_config(config_dir="my_verl_configs", config_name="gsm8k",
                                           overrides=["data.train_batch_size=8", "~trainer.seed"])
 
 verl's run scripts pass `--config-path DIR --config-name NAME` and Hydra overrides; their

@@ -2,7 +2,7 @@
 
     from agentrl.config import load_config
     cfg = load_config("recipes/quickstart/config.yaml", ["actor_rollout_ref.rollout.n=8"])
-    cfg = load_config(config_dir="examples/config", config_name="gsm8k_multiturn_grpo",
+    cfg = load_config(config_dir="my_verl_configs", config_name="gsm8k_multiturn_grpo",
                       overrides=["data.train_batch_size=8", "~trainer.logger"])
 
 The user's files are composed with Hydra (agentrl/config/compose.py), as verl's

@@ -1,5 +1,6 @@
-"""`require(condition, message)`: a contract check of the plugin test kits (tools/testing.py,
-interactions/testing.py) that holds under ``python -O`` too, where ``assert`` is stripped."""
+"""`require(condition, message)`: a contract check of the plugin test kits
+(agentrl/tools/testing.py, agentrl/interactions/testing.py) that holds under
+``python -O`` too, where ``assert`` is stripped."""
 
 from __future__ import annotations
 

@@ -1,2 +1,2 @@
 """The CPU quickstart's recipe: config.yaml and calculator_tool.yaml (read by
-`agentrl quickstart`, agentrl/quickstart.py)."""
+`agentrl quickstart`, agentrl/quickstart/)."""
