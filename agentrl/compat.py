@@ -69,9 +69,8 @@ RENAMED_NAMES: dict[str, dict[str, str]] = {
     "agentrl.report.timeline": {"Span": "TimelineSpan"},
     "agentrl.tasks.code_arithmetic": {"teacher_messages": "code_teacher_messages"},
     "agentrl.testing.rollout": {"ScriptedBackend": "ConversationScriptBackend", "run": "run_batch"},
-    "agentrl.testing.workers": {"worker_config": "testing_worker_config"},
+    "agentrl.testing.workers": {"worker_config": "tiny_worker_config"},
     "agentrl.smoke": {"prepare": "smoke_config"},
-    "agentrl.verl_compat": {"install": "install_verl_paths"},
     "envs.sandbox.cli": {"config_from_args": "sandbox_config_from_args"},
     "tools.calculator": {"format_number": "format_result"},
 }

@@ -30,7 +30,7 @@ from pathlib import Path
 from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
 from agentrl.models.tiny import make_tiny_model
 from agentrl.protocol import DataProto
-from agentrl.testing.workers import make_trajectory_batch, testing_worker_config
+from agentrl.testing.workers import make_trajectory_batch, tiny_worker_config
 from agentrl.workers import ActorRolloutRefWorker
 from agentrl.workers.micro_batch import MicroBatching, padded_tokens, plan_micro_batches
 
@@ -39,7 +39,7 @@ def tokens_per_second(
     model_dir: Path, data: DataProto, overrides: list[str], steps: int
 ) -> tuple[float, float]:
     """(valid tokens/s, seconds per update_actor) over ``steps`` timed calls after a warmup."""
-    cfg = testing_worker_config(model_dir, overrides)
+    cfg = tiny_worker_config(model_dir, overrides)
     with InProcessWorkerGroup(
         WorkerSpec(ActorRolloutRefWorker, cfg.actor_rollout_ref, role="actor")
     ) as group:

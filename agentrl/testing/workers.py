@@ -1,7 +1,7 @@
 """Synthetic trajectory batches and small configs for worker tests and benchmarks.
 
     batch = make_trajectory_batch(8, prompt_length=16, response_length=32, vocab_size=1000)
-    cfg = testing_worker_config(model_dir, ["actor_rollout_ref.actor.ppo_mini_batch_size=4"])
+    cfg = tiny_worker_config(model_dir, ["actor_rollout_ref.actor.ppo_mini_batch_size=4"])
 
 A batch has the layout the rollout engine returns: left-padded prompts, right-padded
 responses whose ``response_mask`` is 0 on "tool" spans (multi-turn) and on padding, plus
@@ -67,7 +67,7 @@ def make_trajectory_batch(
     )
 
 
-def testing_worker_config(model_dir: str | Path, overrides: Sequence[str] = ()) -> Any:
+def tiny_worker_config(model_dir: str | Path, overrides: Sequence[str] = ()) -> Any:
     """The full validated config for a tiny model with single-process-friendly sizes."""
     from agentrl.config import load_config
 
@@ -241,7 +241,7 @@ def launched_servers_rank(
                             world_size=world_size)  # fmt: skip
     result: dict[str, Any] = {}
     try:
-        config = testing_worker_config(model_dir, overrides).actor_rollout_ref
+        config = tiny_worker_config(model_dir, overrides).actor_rollout_ref
         actor = AutoModelForCausalLM.from_pretrained(model_dir)
         shard_model(actor, device_mesh(world_size, torch.device("cpu")), None)
         with torch.no_grad():

@@ -7,7 +7,7 @@ import pytest
 from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
 from agentrl.models.tokenizer import load_tokenizer, resolve_chat_template
 from agentrl.protocol import DataProto
-from agentrl.testing.workers import testing_worker_config
+from agentrl.testing.workers import tiny_worker_config
 from agentrl.workers import ActorRolloutRefWorker
 
 TEMPLATE = (
@@ -34,7 +34,7 @@ def test_template_text_or_file_replaces_the_tokenizers(tiny_model_dir, tmp_path)
 def test_the_rollout_renders_prompts_with_the_custom_template(tiny_model_dir, tmp_path):
     path = tmp_path / "template.jinja"
     path.write_text(TEMPLATE)
-    cfg = testing_worker_config(tiny_model_dir, [
+    cfg = tiny_worker_config(tiny_model_dir, [
         "data.max_prompt_length=32", "data.max_response_length=4",
         f"actor_rollout_ref.model.custom_chat_template={path}",
     ])

@@ -110,7 +110,8 @@ def test_prepare_starts_the_process_for_a_batch_that_would_use_it(tiny_tokenizer
                                        ("false", 10**4, False), ("true", 1, True)):  # fmt: skip
         engine = AsyncRolloutEngine(
             rollout_config(f"multi_turn.tokenization_sanity_check_offload={setting}"),
-            tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, {}), make_tools())  # fmt: skip
+            tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, {}),
+            make_tools())  # fmt: skip
         try:
             assert engine.prepare(requests) is started
             assert engine.check_offload.running is started
@@ -151,7 +152,8 @@ def test_the_engine_output_is_the_same_with_and_without_the_process(tiny_tokeniz
     for setting in ("false", "true"):
         engine = AsyncRolloutEngine(
             rollout_config("n=2", f"multi_turn.tokenization_sanity_check_offload={setting}"),
-            tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, scripts), make_tools())  # fmt: skip
+            tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, scripts),
+            make_tools())  # fmt: skip
         requests: list[AsyncRolloutRequest] = []
         if setting == "true":  # started and ready before the batch: the worker checks it
             assert engine.check_offload.start() and engine.check_offload.wait_ready(120)

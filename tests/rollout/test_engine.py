@@ -219,7 +219,8 @@ def test_output_keys_shapes_and_reward_manager(tiny_tokenizer):
 
 
 def test_single_turn_without_tools_and_validation_params(tiny_tokenizer):
-    backend = ConversationScriptBackend(tiny_tokenizer, {0: [call_text("echo", "x") + "<|im_end|>"]})
+    script = {0: [call_text("echo", "x") + "<|im_end|>"]}
+    backend = ConversationScriptBackend(tiny_tokenizer, script)
     config = rollout_config("multi_turn.enable=false", "n=4", "temperature=0.7", "top_k=5")
     engine = AsyncRolloutEngine(config, tiny_tokenizer, backend, make_tools())
     out = run_batch(engine, prompts_batch(1))
@@ -311,8 +312,8 @@ def test_a_traced_batch_returns_each_requests_states_and_calls(tiny_tokenizer):
     turn = call_text("echo", "hi") + call_text("reverse", "ab") + "<|im_end|>"
     scripts = {0: [turn, "done<|im_end|>"], 1: [call_text("boom", "x") + "<|im_end|>", "ok"]}
     batch = prompts_batch(2, tools_kwargs={"echo": {}, "reverse": {}, "boom": {}})
-    engine = AsyncRolloutEngine(rollout_config("n=1"), tiny_tokenizer,
-                                ConversationScriptBackend(tiny_tokenizer, scripts, fail={1: 1}), tools)
+    backend = ConversationScriptBackend(tiny_tokenizer, scripts, fail={1: 1})
+    engine = AsyncRolloutEngine(rollout_config("n=1"), tiny_tokenizer, backend, tools)
     assert TRACE_EVENTS not in run_batch(engine, batch).meta_info
 
     batch.meta_info["trace"] = True
@@ -328,7 +329,8 @@ def test_a_traced_batch_returns_each_requests_states_and_calls(tiny_tokenizer):
     assert [n for n, _ in first] == ["request", "PENDING", "RUNNING", "generate", "TOOL_CALLING",
                                      "tool", "RUNNING", "generate", "end_plugins"]  # fmt: skip
     assert first[0][1]["state"] == "COMPLETED" and first[0][1]["turns"] == 4
-    assert first[3][1]["server"] == "ConversationScriptBackend" and first[3][1]["policy_version"] == 0
+    assert first[3][1]["server"] == "ConversationScriptBackend"
+    assert first[3][1]["policy_version"] == 0
     assert first[5][1]["tool"] == "echo" and first[5][1]["outcome"] == "ok"
     (lane,) = [(name, args) for _, _, name, args in rows[ids[0] + " call 1"]]
     assert lane[0] == "tool" and lane[1]["tool"] == "reverse"  # beside echo: they overlap

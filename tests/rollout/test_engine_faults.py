@@ -151,7 +151,8 @@ def test_cancellation_still_releases_every_instance(tiny_tokenizer):
     tools = {"hang": HangingTool("hang")}
     scripts = {k: [call_text("hang", "x") + "<|im_end|>"] for k in range(3)}
     engine = AsyncRolloutEngine(
-        rollout_config(), tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, scripts), tools
+        rollout_config(), tiny_tokenizer,
+        ConversationScriptBackend(tiny_tokenizer, scripts), tools
     )
 
     async def cancel_midway():
@@ -182,7 +183,8 @@ def test_create_failure_fails_only_that_request(tiny_tokenizer):
     scripts = {0: ["ok<|im_end|>"], 1: ["ok<|im_end|>"]}
     out = run_batch(
         AsyncRolloutEngine(
-            rollout_config(), tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, scripts), tools
+            rollout_config(), tiny_tokenizer,
+            ConversationScriptBackend(tiny_tokenizer, scripts), tools
         ),
         batch,
     )
@@ -406,7 +408,8 @@ def test_prompt_rendered_differently_from_the_dataset_is_warned_once(tiny_tokeni
 
 def test_rows_naming_unknown_tools_or_interactions_raise(tiny_tokenizer):
     engine = AsyncRolloutEngine(
-        rollout_config(), tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, {}), make_tools()
+        rollout_config(), tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, {}),
+        make_tools()
     )
     with pytest.raises(
         ValueError,

@@ -39,8 +39,8 @@ def test_two_engine_workers_give_the_same_trajectories_as_one(ray_cluster, tiny_
     cfg = rollout_config()
     batch = prompts_batch(5, tools_kwargs={"echo": {}, "wrap": {}, "reverse": {}})
     batch.non_tensor_batch["uid"] = np.array([f"u{k}" for k in range(5)], dtype=object)
-    single = AsyncRolloutEngine(cfg, tiny_tokenizer, ConversationScriptBackend(tiny_tokenizer, SCRIPTS),
-                                make_tools())
+    backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
+    single = AsyncRolloutEngine(cfg, tiny_tokenizer, backend, make_tools())
     expected = asyncio.run(single.agenerate_sequences(batch.select(deepcopy=True)))
     sharded = ShardedRolloutEngine(2, cfg, {"path": str(tiny_model_dir)},
                                    scripted_backend_factory(SCRIPTS), make_tools)

@@ -25,7 +25,7 @@ from agentrl.testing.workers import (
     make_trajectory_batch,
     reference_log_probs,
     response_tokens,
-    testing_worker_config,
+    tiny_worker_config,
 )
 from agentrl.workers import ActorRolloutRefWorker
 
@@ -34,7 +34,7 @@ SIZES = [f"data.max_prompt_length={P}", f"data.max_response_length={R}"]
 
 
 def _group(model_dir, role="actor_rollout_ref", overrides=()):
-    cfg = testing_worker_config(model_dir, [*SIZES, *overrides])
+    cfg = tiny_worker_config(model_dir, [*SIZES, *overrides])
     group = InProcessWorkerGroup(
         WorkerSpec(ActorRolloutRefWorker, cfg.actor_rollout_ref, role=role, seed=0)
     )
@@ -220,7 +220,7 @@ def test_two_ray_workers_with_fsdp2_match_one_process(ray_cluster, tiny_model_di
     reference = reference_log_probs(AutoModelForCausalLM.from_pretrained(tiny_model_dir), data)
 
     # two Ray processes, FSDP2 over gloo, micro-batches by token budget
-    cfg = testing_worker_config(
+    cfg = tiny_worker_config(
         tiny_model_dir,
         [
             *common,

@@ -10,7 +10,7 @@ from agentrl.distributed import InProcessWorkerGroup, WorkerError, WorkerSpec
 from agentrl.testing.workers import (
     make_trajectory_batch,
     reference_log_probs,
-    testing_worker_config,
+    tiny_worker_config,
 )
 from agentrl.workers import ActorRolloutRefWorker
 from agentrl.workers.checkpoint import rng_state, set_rng_state
@@ -19,7 +19,7 @@ P, R = 12, 16
 
 
 def _group(model_dir, contents="[model,optimizer,extra,hf_model]"):
-    cfg = testing_worker_config(
+    cfg = tiny_worker_config(
         model_dir,
         [
             f"data.max_prompt_length={P}",

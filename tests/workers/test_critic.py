@@ -8,14 +8,14 @@ from transformers import AutoModelForTokenClassification
 
 from agentrl.algos import compute_value_loss
 from agentrl.distributed import InProcessWorkerGroup, WorkerError, WorkerSpec
-from agentrl.testing.workers import make_trajectory_batch, testing_worker_config
+from agentrl.testing.workers import make_trajectory_batch, tiny_worker_config
 from agentrl.workers import CriticWorker
 
 P, R = 12, 16
 
 
 def _group(model_dir, overrides=()):
-    cfg = testing_worker_config(
+    cfg = tiny_worker_config(
         model_dir,
         [
             f"data.max_prompt_length={P}",

@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
 from agentrl.protocol import DataProto
-from agentrl.testing.workers import greedy_continuations, response_tokens, testing_worker_config
+from agentrl.testing.workers import greedy_continuations, response_tokens, tiny_worker_config
 from agentrl.workers import ActorRolloutRefWorker
 
 P, R = 32, 16
@@ -25,7 +25,7 @@ def _prompts() -> DataProto:
 
 
 def test_lora_trains_adapters_only_and_the_rollout_follows(varied_model_dir, tmp_path):
-    cfg = testing_worker_config(varied_model_dir, LORA)
+    cfg = tiny_worker_config(varied_model_dir, LORA)
     group = InProcessWorkerGroup(
         WorkerSpec(ActorRolloutRefWorker, cfg.actor_rollout_ref, role="actor_rollout", seed=0))
     group.init_model()

@@ -13,7 +13,7 @@ import torch
 
 from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
 from agentrl.protocol import DataProto
-from agentrl.testing.workers import testing_worker_config
+from agentrl.testing.workers import tiny_worker_config
 from agentrl.workers import ActorRolloutRefWorker, CriticWorker
 from agentrl.workers.offload import Residency, move_optimizer_state
 
@@ -120,7 +120,7 @@ def test_hybrid_worker_offloads_around_generation_and_update(varied_model_dir):
                  "actor_rollout_ref.actor.ppo_mini_batch_size=4", "data.train_batch_size=4"]
     results = {}
     for name, extra in (("resident", []), ("offload", OFFLOAD)):
-        cfg = testing_worker_config(varied_model_dir, [*overrides, *extra])
+        cfg = tiny_worker_config(varied_model_dir, [*overrides, *extra])
         spec = WorkerSpec(ActorRolloutRefWorker, cfg.actor_rollout_ref,
                           role="actor_rollout_ref", seed=0)
         with InProcessWorkerGroup(spec) as group:
@@ -166,7 +166,7 @@ def test_hybrid_worker_offloads_around_generation_and_update(varied_model_dir):
 
 
 def test_critic_offloads_between_uses(tiny_model_dir):
-    cfg = testing_worker_config(tiny_model_dir, [
+    cfg = tiny_worker_config(tiny_model_dir, [
         *SIZES, "critic.model.fsdp_config.param_offload=true",
         "critic.model.fsdp_config.optimizer_offload=true", "critic.ppo_mini_batch_size=4",
         "data.train_batch_size=4",

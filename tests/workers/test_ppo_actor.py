@@ -8,7 +8,7 @@ from torch.overrides import TorchFunctionMode
 from transformers import AutoModelForCausalLM
 
 from agentrl.algos import agg_loss, kl_penalty
-from agentrl.testing.workers import make_trajectory_batch, testing_worker_config
+from agentrl.testing.workers import make_trajectory_batch, tiny_worker_config
 from agentrl.workers.micro_batch import MicroBatching
 from agentrl.workers.ppo_actor import PPOActor, micro_batched_forward
 
@@ -21,7 +21,7 @@ def batch(tiny_tokenizer):
 
 
 def _actor(model_dir, overrides=(), mini=8, micro=None):
-    cfg = testing_worker_config(
+    cfg = tiny_worker_config(
         model_dir, ["actor_rollout_ref.actor.ppo_mini_batch_size=8", *overrides]
     ).actor_rollout_ref.actor
     model = AutoModelForCausalLM.from_pretrained(model_dir)

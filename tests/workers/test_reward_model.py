@@ -13,7 +13,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from agentrl.distributed import InProcessWorkerGroup, WorkerSpec
 from agentrl.reward import NaiveRewardManager
-from agentrl.testing.workers import make_trajectory_batch, testing_worker_config
+from agentrl.testing.workers import make_trajectory_batch, tiny_worker_config
 from agentrl.workers.reward_model import RewardModelWorker
 
 P, R = 24, 12
@@ -33,7 +33,7 @@ def _write_reward_model(policy_dir: Path, out: Path, chat_template: str | None =
 
 
 def _group(policy_dir: Path, rm_dir: Path, *extra: str):
-    cfg = testing_worker_config(policy_dir, [f"data.max_prompt_length={P}",
+    cfg = tiny_worker_config(policy_dir, [f"data.max_prompt_length={P}",
                                      f"data.max_response_length={R}",
                                      "reward_model.enable=true",
                                      f"reward_model.model.path={rm_dir}", *extra])

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.protocol import DataProto
-from agentrl.testing.workers import greedy_continuations, response_tokens, testing_worker_config
+from agentrl.testing.workers import greedy_continuations, response_tokens, tiny_worker_config
 from agentrl.workers.rollout import HybridRollout, LoopThread
 
 P, R = 40, 10
@@ -36,7 +36,7 @@ def _perturbed(model_dir) -> torch.nn.Module:
 
 
 def _config(model_dir, *overrides):
-    return testing_worker_config(
+    return tiny_worker_config(
         model_dir, [f"data.max_prompt_length={P}", f"data.max_response_length={R}", *overrides]
     ).actor_rollout_ref
 
