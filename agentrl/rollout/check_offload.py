@@ -84,21 +84,33 @@ def _run_all(renderer: ChatRenderer, items: list[CheckInput]) -> list[CheckResul
     return results
 
 
+def _send(conn: Any, message: tuple[str, Any]) -> bool:
+    """Send ``message`` to the engine; False when the engine has closed its end (it stopped
+    before this answer: nothing is waiting for it)."""
+    try:
+        conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+    except OSError:  # BrokenPipeError, ConnectionResetError
+        return False
+    return True
+
+
 def _worker_main(conn: Any, tokenizer_bytes: bytes, chat_template_kwargs: dict) -> None:
-    """The worker process: its renderer, then one answer per call until the pipe closes."""
+    """The worker process: its renderer, then one answer per call until the pipe closes
+    (an engine that stops before the worker is ready closes it first: the worker ends)."""
     try:
         renderer = ChatRenderer(pickle.loads(tokenizer_bytes), chat_template_kwargs)
     except Exception as err:
-        conn.send_bytes(pickle.dumps(("failed", f"{type(err).__name__}: {err}")))
+        _send(conn, ("failed", f"{type(err).__name__}: {err}"))
         return
-    conn.send_bytes(pickle.dumps(("ready", None)))
+    if not _send(conn, ("ready", None)):
+        return
     while True:
         try:
             payload = conn.recv_bytes()
         except (EOFError, OSError):
             return
-        answer = _run_all(renderer, pickle.loads(payload))
-        conn.send_bytes(pickle.dumps(("results", answer), protocol=pickle.HIGHEST_PROTOCOL))
+        if not _send(conn, ("results", _run_all(renderer, pickle.loads(payload)))):
+            return
 
 
 def _stop(process: Any, conn: Any) -> None:

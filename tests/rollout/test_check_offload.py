@@ -173,3 +173,20 @@ def test_the_engine_output_is_the_same_with_and_without_the_process(tiny_tokeniz
     states = outputs["true"][1]
     assert {s[1] for s in states} == {"match"} and all(not s[3] for s in states)
     assert states[2][2][1] == {"role": "assistant", "content": "Let me see.\n" + compact}
+
+
+def test_a_worker_whose_engine_stopped_first_ends_without_a_traceback(tiny_tokenizer):
+    """An engine that closes before its worker is ready (a short evaluation): the worker's
+    'ready' finds the pipe closed and the worker returns quietly (a BrokenPipeError
+    traceback on the console before)."""
+    import multiprocessing
+    import pickle
+
+    from agentrl.rollout.check_offload import _worker_main
+
+    engine_end, worker_end = multiprocessing.Pipe()
+    engine_end.close()
+    assert _worker_main(worker_end, pickle.dumps(tiny_tokenizer), {}) is None
+    engine_end, worker_end = multiprocessing.Pipe()
+    engine_end.close()
+    assert _worker_main(worker_end, b"not a tokenizer", {}) is None  # its "failed" too
