@@ -189,4 +189,4 @@ def _short(message: dict | None, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-__all__ = ["Segment", "Session", "first_difference", "comparable_message", "template_message"]
+__all__ = ["Segment", "Session", "comparable_message", "first_difference", "template_message"]

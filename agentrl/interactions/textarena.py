@@ -252,4 +252,4 @@ class TextArenaInteraction(BaseInteraction):
                 state["game"].close()
 
 
-__all__ = ["Game", "TextArenaInteraction", "game_reward", "make_game", "game_observation"]
+__all__ = ["Game", "TextArenaInteraction", "game_observation", "game_reward", "make_game"]
