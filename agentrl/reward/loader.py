@@ -51,8 +51,8 @@ def get_custom_reward_fn(custom_reward_function_config: Any) -> Callable[..., An
 def _default_score_fn(reward_model_config: Any, manager_cls: type) -> Callable[..., Any] | None:
     """verl's rule: without a custom function, ``reward_model.sandbox_fusion.url`` sends the
     code data sources to that sandbox (None: the built-in scorers' own defaults)."""
-    sandbox = getattr(reward_model_config, "sandbox_fusion", None)
-    if sandbox is None or not sandbox.url:
+    sandbox = reward_model_config.sandbox_fusion
+    if not sandbox.url:
         return None
     from agentrl.reward.managers import BatchRewardManager, batched_default_compute_score
     from agentrl.reward.score import default_compute_score
@@ -76,7 +76,7 @@ def load_reward_manager(
     """Build the configured reward manager; ``reward_kwargs`` override
     ``reward_model.reward_kwargs``."""
     name = reward_model_config.reward_manager
-    judge = plain_dict(getattr(reward_model_config, "judge", None), "reward_model.judge")
+    judge = plain_dict(reward_model_config.judge, "reward_model.judge")
     if judge.get("enable"):  # the LLM judge scores (agentrl/reward/judge.py)
         name = "judge"
         reward_kwargs = {"judge": judge, **reward_kwargs}

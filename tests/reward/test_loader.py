@@ -6,6 +6,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from agentrl.config import load_config
 from agentrl.plugins import PluginLoadError
 from agentrl.reward import (
     DAPORewardManager,
@@ -24,12 +25,13 @@ SAMPLE = {
 
 
 def configs(manager="naive", reward_kwargs=None, path=None, name="compute_score", fn_kwargs=None):
-    """The two sub-trees with the lead's YAML keys and defaults."""
-    reward_model = OmegaConf.create(
-        {"reward_manager": manager, "reward_kwargs": reward_kwargs or {}, "tool_reward_weight": 1.0,
-         "step_reward_weight": 0.0}
-    )
-    custom = OmegaConf.create({"path": path, "name": name, "reward_kwargs": fn_kwargs or {}})
+    """The two sub-trees of the default config (every key the YAML has), with these values."""
+    default = OmegaConf.to_container(load_config(), resolve=True)
+    reward_model = OmegaConf.create({**default["reward_model"],
+        "reward_manager": manager, "reward_kwargs": reward_kwargs or {},
+        "tool_reward_weight": 1.0, "step_reward_weight": 0.0})  # fmt: skip
+    custom = OmegaConf.create({**default["custom_reward_function"],
+                               "path": path, "name": name, "reward_kwargs": fn_kwargs or {}})
     return reward_model, custom
 
 
