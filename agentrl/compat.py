@@ -136,11 +136,15 @@ def serve_renamed_names(module: ModuleType, renamed: dict[str, str]) -> None:
 
 
 class _ServeRenamedNames(importlib.abc.Loader):
-    """Runs a module's own loader, then serves the module's old names (RENAMED_NAMES)."""
+    """Runs a module's own loader, then serves the module's old names (RENAMED_NAMES).
+    Everything else is the module's own loader's (`python -m` asks it for `get_code`)."""
 
     def __init__(self, loader: importlib.abc.Loader, renamed: dict[str, str]) -> None:
         self.loader = loader
         self.renamed = renamed
+
+    def __getattr__(self, name: str) -> Any:  # get_code, get_source, is_package, ...
+        return getattr(self.loader, name)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self.loader.create_module(spec)

@@ -157,3 +157,19 @@ def test_former_config_keys_are_read_with_a_warning(override, old_key, new_key, 
     with pytest.warns(DeprecationWarning, match=f"config key {old_key} is deprecated"):
         cfg = load_config(overrides=["trainer.mode=async", override])
     assert OmegaConf.select(cfg, new_key) == value
+
+
+def test_a_module_with_renamed_names_still_runs_with_python_dash_m():
+    """`python -m agentrl.smoke` (a module of RENAMED_NAMES): runpy asks the module's loader
+    for its code, which the finder's wrapper hands to the module's own loader."""
+    done = _run("""
+        import agentrl, importlib.util
+        spec = importlib.util.find_spec("agentrl.smoke")
+        print(type(spec.loader).__name__, spec.loader.is_package("agentrl.smoke"),
+              spec.loader.get_code("agentrl.smoke").co_filename.endswith("smoke.py"))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["_ServeRenamedNames", "False", "True"]
+    done = subprocess.run([sys.executable, "-m", "envs.sandbox.cli", "--help"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith("usage:"), done.stderr[-2000:]
