@@ -110,25 +110,24 @@ def _same(literal: object, default: object) -> bool:
 
 
 def _fallback(node: ast.AST) -> tuple[str, object] | None:
-    """(key, literal) of `X.get("key", literal)` or `X.get("key") or literal`."""
-    def get_key(call: ast.AST, n_args: int) -> str | None:
+    """(key, literal) of a call given "key" then a literal (`X.get("key", literal)`,
+    `getattr(X, "key", literal)`, a reader of its own) or of `X.get("key") or literal`."""
+    def get_key(call: ast.AST) -> str | None:
         if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                and call.func.attr == "get" and len(call.args) == n_args
+                and call.func.attr == "get" and len(call.args) == 1
                 and isinstance(call.args[0], ast.Constant)
                 and isinstance(call.args[0].value, str)):  # fmt: skip
             return call.args[0].value
         return None
 
-    if (key := get_key(node, 2)) is not None and isinstance(node.args[1], ast.Constant):
-        return key, node.args[1].value
-    if isinstance(node, ast.Call):  # getattr(X, "key", literal), read(X, "key", literal), ...
+    if isinstance(node, ast.Call):
         for key_arg, literal in zip(node.args, node.args[1:], strict=False):
             if (isinstance(key_arg, ast.Constant) and isinstance(key_arg.value, str)
                     and isinstance(literal, ast.Constant)):  # fmt: skip
                 return key_arg.value, literal.value
     if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) == 2:
         call, literal = node.values
-        if (key := get_key(call, 1)) is not None and isinstance(literal, ast.Constant):
+        if (key := get_key(call)) is not None and isinstance(literal, ast.Constant):
             return key, literal.value
     return None
 
