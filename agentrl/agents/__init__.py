@@ -3,10 +3,11 @@
     actor_rollout_ref.rollout.agent_function: agentrl.agents.claude_code.run   # or .codex.run
 
 Each sample's episode runs the CLI in a fresh workspace made from the row, sandboxed
-(bubblewrap: the workspace the only writable place, no network but the gateway, rlimits,
-the process tree killed at the budget), its model calls sent to the sample's gateway
-session, and is scored by the row's check run in the workspace afterwards
-(docs/agents.md).
+(bubblewrap: an allow-listed root that shows nothing of the host but the system folders
+and what the CLI needs, the workspace the only writable place, no network but the
+gateway, rlimits, the process tree killed at the budget), its model calls sent to the
+sample's gateway session, and is scored by the row's check run afterwards over a copy of
+the workspace holding the check's own files (docs/agents.md).
 
 - harness.py: one episode (options, workspace, relay, sandbox, check)
 - claude_code.py, codex.py: what each CLI needs (command, environment, final answer)

@@ -7,7 +7,8 @@ state, the gateway socket); the relay on that socket to the sample's gateway ses
 (relay.py); the CLI started through bridge.py inside the sandbox (sandbox.py), its base URL
 on the bridge's loopback port, its prompt from the row, the flags that keep every call on
 the gateway; killed with its whole process tree at the wall-clock budget or at the call
-after the turn budget; then the row's check run in the workspace, in the same sandbox
+after the turn budget; then, once the CLI's processes are dead, the row's check run in a
+fresh cage over a copy of the workspace with the row's ``check_files`` written into it
 (exit 0 -> 1.0, else 0.0), or, without a check, the task's scorer on the CLI's final text
 (``agentrl.reward.default_compute_score`` with ``data_source`` and ``reward_model
 .ground_truth``); the folder is deleted. The return value is agent mode's reward dict:
@@ -16,7 +17,8 @@ after the turn budget; then the row's check run in the workspace, in the same sa
 Options come from, in order: the defaults below, environment variables (``AGENTRL_AGENT_*``
 and each harness's ``AGENTRL_CLAUDE_*`` / ``AGENTRL_CODEX_*``), the keyword arguments of
 ``agent(...)`` in claude_code.py / codex.py, and the row's ``extra_info.agent``
-(``max_turns``, ``timeout_s``). docs/agents.md lists them.
+(``max_turns``, ``timeout_s``; ``ro_binds`` and ``interpreters`` add to the options').
+docs/agents.md lists them.
 """
 
 from __future__ import annotations
@@ -37,19 +39,29 @@ from agentrl.agents.relay import SessionRelay
 from agentrl.agents.sandbox import (
     INSTALL_BWRAP,
     SANDBOX_KINDS,
+    SANDBOX_PATH,
     SandboxSpec,
     find_bwrap,
+    in_system_dirs,
+    install_folder,
     run_caged,
+    same_place,
     sandbox_argv,
 )
-from agentrl.agents.workspace import extra_info, make_workspace, prompt_text, row_budget
+from agentrl.agents.workspace import (
+    check_copy,
+    extra_info,
+    make_workspace,
+    prompt_text,
+    row_budget,
+    row_sandbox,
+)
 
 logger = logging.getLogger(__name__)
 
 BRIDGE = Path(__file__).with_name("bridge.py")
 INSTALL_CLIS = "scripts/setup_agent_clis.sh (npm install @anthropic-ai/claude-code @openai/codex)"
 MODEL_NAME = "policy"
-SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,7 @@ class AgentOptions:
     root: str | None = None         # where episode folders go; None: the temp dir
     keep: bool = False              # keep episode folders (debugging)
     ro_binds: tuple[str, ...] = field(default_factory=tuple)  # host paths shown read-only
+    interpreters: tuple[str, ...] = field(default_factory=tuple)  # programs shown, on PATH
 
     @classmethod
     def from_env(cls, harness: Harness, **overrides: Any) -> AgentOptions:
@@ -130,25 +143,85 @@ def find_binary(harness: Harness, options: AgentOptions) -> str:
     return path
 
 
-def _spec(options: AgentOptions, episode: Path, cpu_s: float, binary: str) -> SandboxSpec:
+def _python() -> str:
+    """The base interpreter that runs bridge.py (a venv's python is a link to it: the
+    venv, inside the project checkout, is not shown)."""
+    named = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    return str(named) if named.exists() else os.path.realpath(sys.executable)
+
+
+def _program(name: str) -> str:
+    path = name if os.sep in name else shutil.which(name)
+    if not path or not os.path.exists(path):
+        raise FileNotFoundError(f"interpreters: {name!r} was not found on PATH (a program the "
+                                "task asked to run in the agent sandbox)")
+    return os.path.realpath(path)
+
+
+@dataclass(frozen=True)
+class _Cage:
+    """The episode's sandbox and the environment its processes start with."""
+
+    spec: SandboxSpec
+    env: dict[str, str]
+    python: str
+
+
+def _cage(options: AgentOptions, task: Mapping[str, Any], episode: Path, cpu_s: float,
+          binary: str) -> _Cage:
+    """The allow-list: the CLI's install folder, node's, Python's (for bridge.py), the
+    interpreters the options and the row name, the row's ``ro_binds``; the workspace, the
+    CLI's home and the gateway socket read-write."""
     bwrap = find_bwrap() if options.sandbox == "bwrap" else None
     if options.sandbox == "bwrap" and bwrap is None:
         raise FileNotFoundError(f"the agent sandbox needs bubblewrap: {INSTALL_BWRAP}; or "
                                 "AGENTRL_AGENT_SANDBOX=none to run without isolation")
-    visible = (binary, os.path.realpath(binary), sys.executable,
-               os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, str(BRIDGE),
-               shutil.which("node") or "/")
-    return SandboxSpec(kind=options.sandbox, writable=episode, workdir=episode / "workspace",
-                       bwrap=bwrap, keep_visible=visible, ro_binds=options.ro_binds,
+    row = row_sandbox(task)
+    node = shutil.which("node")
+    programs = [_program(p) for p in (*([node] if node else []), *options.interpreters,
+                                      *row.get("interpreters", ()))]
+    python = _python()
+    shown = [install_folder(binary), *(install_folder(p) for p in programs), str(BRIDGE),
+             sys.base_prefix, python]
+    visible: list[str] = []
+    for path in map(str, shown):
+        if not in_system_dirs(path) and path not in visible and not any(
+                Path(path).is_relative_to(v) for v in visible):
+            visible.append(path)
+    spec = SandboxSpec(kind=options.sandbox, workdir=episode / "workspace", bwrap=bwrap,
+                       writable=same_place(episode / "workspace", episode / "home",
+                                           episode / "gw.sock"),
+                       visible=tuple(visible),
+                       ro_binds=(*options.ro_binds, *row.get("ro_binds", ())),
                        cpu_s=int(cpu_s) + 30, file_size_mb=options.file_size_mb,
                        memory_mb=options.memory_mb)
+    folders = [os.path.dirname(p) for p in programs]
+    path = ":".join(dict.fromkeys([*folders, SANDBOX_PATH, str(Path(python).parent)]))
+    if options.sandbox == "none":
+        path = os.environ.get("PATH", SANDBOX_PATH)
+    return _Cage(spec, _base_env(episode / "home", episode, spec, path), python)
 
 
-def _base_env(episode: Path, spec: SandboxSpec) -> dict[str, str]:
+def _base_env(home: Path, episode: Path, spec: SandboxSpec, path: str) -> dict[str, str]:
     """All the caged processes see of the host's environment (no keys, no tokens)."""
     tmp = "/tmp" if spec.kind == "bwrap" else str(episode / "tmp")
-    return {"PATH": os.environ.get("PATH", SANDBOX_PATH), "LANG": "C.UTF-8",
-            "HOME": str(episode / "home"), "TMPDIR": tmp, "USER": "agent"}
+    return {"PATH": path, "LANG": "C.UTF-8", "HOME": str(home), "TMPDIR": tmp,
+            "USER": "agent"}
+
+
+async def _run_check(task: Mapping[str, Any], check: str, timeout: float, cage: _Cage,
+                     episode: Path) -> int | None:
+    """The check in a fresh cage over a copy of the workspace holding the row's
+    ``check_files`` (seen at the workspace's own path), once the CLI's tree is dead."""
+    workspace, copy = episode / "workspace", episode / "check"
+    check_copy(task, workspace, copy)
+    inside = workspace if cage.spec.kind == "bwrap" else copy
+    spec = dataclasses.replace(cage.spec, workdir=inside, writable=((copy, inside),))
+    home = Path("/tmp") if spec.kind == "bwrap" else copy
+    env = _base_env(home, episode, spec, cage.env["PATH"])
+    checked = await run_caged(sandbox_argv(spec, ["/bin/bash", "-c", check]), env, spec,
+                              timeout)
+    return checked.returncode
 
 
 def _score(task: Mapping[str, Any], final_text: str) -> float:
@@ -180,19 +253,19 @@ async def run_episode(harness: Harness, task: Mapping[str, Any], client: Any,
             (episode / sub).mkdir()
         make_workspace(task, episode / "workspace")
         harness.prepare_home(episode / "home")
-        spec = _spec(options, episode, timeout_s, binary)
-        env = _base_env(episode, spec)
+        cage = _cage(options, task, episode, timeout_s, binary)
         socket_path = str(episode / "gw.sock")
         if len(socket_path) > 100:
             raise ValueError(f"the episode folder's path is too long for a unix socket: "
                              f"{socket_path!r} (set AGENTRL_AGENT_ROOT to a shorter folder)")
-        cli = harness.command(binary, prompt, episode / "home", list(options.extra_args))
-        cli_env = {**env, **harness.environment(episode / "home")}
+        cli = harness.command(os.path.realpath(binary), prompt, episode / "home",
+                              list(options.extra_args))
+        cli_env = {**cage.env, **harness.environment(episode / "home")}
         if options.max_output_tokens and harness.max_output_env:
             cli_env[harness.max_output_env] = str(options.max_output_tokens)
-        argv = sandbox_argv(spec, [sys.executable, str(BRIDGE), socket_path, "--", *cli])
+        argv = sandbox_argv(cage.spec, [cage.python, "-I", str(BRIDGE), socket_path, "--", *cli])
         async with SessionRelay(client, socket_path, max_turns) as relay:
-            run = await run_caged(argv, cli_env, spec, timeout_s, relay.over_budget)
+            run = await run_caged(argv, cli_env, cage.spec, timeout_s, relay.over_budget)
         if run.returncode not in (0, None):
             logger.warning("%s exited with %s: %s", harness.name, run.returncode,
                            run.stderr[-2000:] or run.stdout[-2000:])
@@ -201,10 +274,8 @@ async def run_episode(harness: Harness, task: Mapping[str, Any], client: Any,
         check = info.get("check")
         if check:
             timeout = float(info.get("check_timeout_s") or options.check_timeout_s)
-            checked = await run_caged(sandbox_argv(spec, ["/bin/bash", "-c", str(check)]),
-                                      env, spec, timeout)
-            result["check_exit"] = checked.returncode
-            result["score"] = 1.0 if checked.returncode == 0 else 0.0
+            result["check_exit"] = await _run_check(task, str(check), timeout, cage, episode)
+            result["score"] = 1.0 if result["check_exit"] == 0 else 0.0
         else:
             result["score"] = _score(task, harness.final_text(run.stdout))
         return result

@@ -5,10 +5,14 @@
 
 What ``kind="bwrap"`` gives (the flags are in ``sandbox_argv``; docs/agents.md has the table):
 
-- files: the host's root file system read-only (``--ro-bind / /``), a fresh ``/dev``,
-  ``/proc`` and a private tmpfs on ``/tmp`` (``/var/tmp``, ``/dev/shm`` too); the episode's
-  folder (workspace, the CLI's home, the gateway socket) is the only writable host path;
-  the invoking user's home is hidden by a tmpfs unless the CLI or Python live under it;
+- files: an allow-list. The root is an empty tmpfs (read-only once set up) into which only
+  this is bound: the system's program and library folders (``SYSTEM_DIRS``) and the few
+  /etc files programs need (``ETC_FILES``: no credentials), read-only; the install
+  folders ``spec.visible`` (the CLI's, node's, Python's: ``install_folder``) and the
+  task's ``ro_binds``, read-only, each checked to exist; ``spec.writable`` (the workspace,
+  the CLI's home, the gateway socket) read-write; a fresh ``/dev`` and ``/proc``, private
+  tmpfs on ``/tmp``, ``/var/tmp``, ``/dev/shm``. Nothing else of the host exists inside:
+  no home, no project checkout, no data, no other episode;
 - network: a network namespace of its own with only a loopback (``--unshare-net``): the
   gateway is reached through a unix socket bound into the episode folder, nothing else;
 - processes: pid, IPC and UTS namespaces of their own, every capability dropped (root
@@ -38,6 +42,18 @@ SANDBOX_KINDS = ("bwrap", "none")
 BWRAP_ENV = "AGENTRL_BWRAP"
 INSTALL_BWRAP = "apt-get install bubblewrap (or set AGENTRL_BWRAP to a bwrap binary)"
 OUTPUT_CAP = 1 << 20  # bytes of the CLI's stdout / stderr kept
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# what programs read of /etc: users and groups (no shadow), name resolution, the dynamic
+# loader, the alternatives' links, time zone, OS name, CA certificates (not /etc/ssl/private)
+ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts",
+             "/etc/host.conf", "/etc/resolv.conf", "/etc/gai.conf", "/etc/services",
+             "/etc/protocols", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+             "/etc/alternatives", "/etc/localtime", "/etc/timezone", "/etc/os-release",
+             "/etc/mime.types", "/etc/ssl/certs", "/etc/ssl/openssl.cnf",
+             "/etc/ca-certificates", "/etc/ca-certificates.conf", "/etc/pki/tls/certs",
+             "/etc/pki/ca-trust/extracted")
+MASKED = ("/tmp", "/var/tmp", "/dev/shm")  # a fresh tmpfs in the sandbox
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -45,15 +61,20 @@ class SandboxSpec:
     """What one caged run may touch and use."""
 
     kind: str                    # bwrap | none
-    writable: Path               # the episode folder: the only writable host path
-    workdir: Path                # where the command starts (the workspace)
+    workdir: Path                # where the command starts, as seen inside
+    writable: tuple[tuple[Path, Path], ...] = ()  # (host path, path inside), read-write
     bwrap: str | None = None     # the bwrap binary (kind=bwrap)
-    keep_visible: tuple[str, ...] = ()  # paths that must stay readable (CLI, Python)
-    ro_binds: tuple[str, ...] = ()      # extra host paths shown read-only at the same place
+    visible: tuple[str, ...] = ()   # install folders shown read-only (the CLI, node, Python)
+    ro_binds: tuple[str, ...] = ()  # more host paths shown read-only (what the task needs)
     cpu_s: int = 600             # RLIMIT_CPU, CPU seconds per process
     file_size_mb: int = 256      # RLIMIT_FSIZE
     open_files: int = 4096       # RLIMIT_NOFILE
     memory_mb: int | None = None  # RLIMIT_AS per process; None: not limited
+
+
+def same_place(*paths: Path) -> tuple[tuple[Path, Path], ...]:
+    """``writable`` entries that show each host path at the same place inside."""
+    return tuple((Path(p), Path(p)) for p in paths)
 
 
 def find_bwrap() -> str | None:
@@ -64,32 +85,54 @@ def find_bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
-def _hidden_home(spec: SandboxSpec) -> list[str]:
+def in_system_dirs(path: str | Path) -> bool:
+    """Whether ``path`` (symlinks resolved) is already shown by the system folders."""
+    real = Path(path).resolve()
+    return any(real == Path(d).resolve() or Path(d).resolve() in real.parents
+               for d in SYSTEM_DIRS if Path(d).exists())
+
+
+def install_folder(program: str | Path) -> Path:
+    """What to show for ``program`` (symlinks resolved), no more than it needs to run: the
+    ``node_modules`` folder an npm package lies in (its native parts are sibling packages),
+    the prefix of a ``PREFIX/bin`` that has a ``PREFIX/lib`` (a Python or node install),
+    else the file alone. Never the invoking user's home or ``/`` itself: that is an
+    error naming the program."""
+    real = Path(program).resolve()
+    parts = real.parts
+    if "node_modules" in parts[:-1]:
+        last = len(parts) - 1 - parts[::-1].index("node_modules")
+        folder = Path(*parts[: last + 1])
+    elif real.parent.name == "bin" and (real.parent.parent / "lib").is_dir():
+        folder = real.parent.parent
+    else:
+        folder = real
     home = Path(os.path.expanduser("~")).resolve()
-    if home == Path("/"):
-        return []
-    needed = [Path(p).resolve() for p in (*spec.keep_visible, spec.writable, *spec.ro_binds)]
-    if any(home == p or home in p.parents for p in needed):
-        return []
-    return ["--tmpfs", str(home)]
+    if folder == Path("/") or folder == home or folder in home.parents:
+        raise ValueError(f"{program} would show all of {folder} to the agent sandbox: install "
+                         "it in a folder of its own")
+    return folder
 
 
-MASKED = ("/tmp", "/var/tmp", "/dev/shm")  # a fresh tmpfs in the sandbox
+def checked_binds(paths: tuple[str, ...]) -> list[str]:
+    """``paths`` as they are; a ``FileNotFoundError`` names one that does not exist."""
+    for path in paths:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"ro_binds: {path!r} does not exist (a host path the task "
+                                    "asked to see read-only in the agent sandbox)")
+    return [str(p) for p in paths]
 
 
-def _unmasked(spec: SandboxSpec, hidden: list[str]) -> list[str]:
-    """``--ro-bind`` of what must stay readable but lies under a masked folder (a clone in
-    /tmp with its venv and agent CLIs, say): the masked folder's child that holds it."""
-    masks = [Path(m) for m in (*MASKED, *hidden[1:2])]
-    binds: list[str] = []
-    for path in spec.keep_visible:
-        real = Path(path).resolve()
-        for mask in masks:
-            if mask in real.parents:
-                top = str(mask / real.relative_to(mask).parts[0])
-                if top not in binds:
-                    binds.append(top)
-    return [arg for top in binds for arg in ("--ro-bind", top, top)]
+def _system_binds() -> list[str]:
+    argv: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):  # merged /usr: /bin -> usr/bin
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for path in ETC_FILES:
+        argv += ["--ro-bind-try", path, path]
+    return argv
 
 
 def sandbox_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
@@ -100,13 +143,13 @@ def sandbox_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
         raise ValueError(f"sandbox must be one of {SANDBOX_KINDS}, got {spec.kind!r}")
     if not spec.bwrap:
         raise FileNotFoundError(f"the agent sandbox needs bubblewrap: {INSTALL_BWRAP}")
-    hidden = _hidden_home(spec)
-    argv = [spec.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            *(arg for mask in MASKED for arg in ("--tmpfs", mask)), *hidden,
-            *_unmasked(spec, hidden)]
-    for path in spec.ro_binds:
+    argv = [spec.bwrap, "--dev", "/dev", "--proc", "/proc",
+            *(arg for mask in MASKED for arg in ("--tmpfs", mask)), *_system_binds()]
+    for path in (*checked_binds(spec.visible), *checked_binds(spec.ro_binds)):
         argv += ["--ro-bind", path, path]
-    argv += ["--bind", str(spec.writable), str(spec.writable),
+    for host, inside in spec.writable:
+        argv += ["--bind", str(host), str(inside)]
+    argv += ["--remount-ro", "/",
              "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
              "--cap-drop", "ALL", "--new-session", "--die-with-parent",
              "--chdir", str(spec.workdir), "--"]
@@ -148,7 +191,7 @@ async def run_caged(argv: list[str], env: dict[str, str], spec: SandboxSpec,
     """Run ``argv`` (already caged) in a session of its own; kill its whole tree after
     ``timeout_s`` seconds, when ``stop`` is set (a turn budget), or when cancelled."""
     proc = await asyncio.create_subprocess_exec(
-        *argv, env=env, cwd=spec.workdir, stdin=asyncio.subprocess.DEVNULL,
+        *argv, env=env, cwd="/" if spec.kind == "bwrap" else spec.workdir, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         start_new_session=True, preexec_fn=_limits(spec),
     )  # fmt: skip
@@ -182,5 +225,7 @@ async def _read_both(proc: asyncio.subprocess.Process) -> tuple[str, str]:
     return await asyncio.gather(read(proc.stdout), read(proc.stderr))
 
 
-__all__ = ["BWRAP_ENV", "INSTALL_BWRAP", "SANDBOX_KINDS", "CagedResult", "SandboxSpec",
-           "find_bwrap", "kill_tree", "run_caged", "sandbox_argv"]
+__all__ = ["BWRAP_ENV", "ETC_FILES", "INSTALL_BWRAP", "SANDBOX_KINDS", "SANDBOX_PATH",
+           "SYSTEM_DIRS", "CagedResult", "SandboxSpec", "checked_binds", "find_bwrap",
+           "in_system_dirs", "install_folder", "kill_tree", "run_caged", "same_place",
+           "sandbox_argv"]

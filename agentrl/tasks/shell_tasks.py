@@ -1,12 +1,14 @@
 """Small offline shell tasks for the harness agents (agentrl.agents), with their checks.
 
-Three kinds, each row a verl row whose ``extra_info`` holds the workspace's files and the
-check command the harness runs in the workspace afterwards (exit 0 -> reward 1.0):
+Three kinds, each row a verl row whose ``extra_info`` holds the workspace's files, the
+check command the harness runs afterwards (exit 0 -> reward 1.0) and the check's own files
+(``check_files``: written only into the check's copy of the workspace, never shown to the
+policy):
 
 - ``create_file``: create ``NAME`` holding exactly one given line;
 - ``count_lines``: count the lines of ``data.txt`` and write the number to ``count.txt``;
-- ``fix_bug``: ``calc.py`` has a one-line bug (a wrong operator); make ``python3
-  test_calc.py`` pass. The check also verifies the test file is unchanged (its sha256).
+- ``fix_bug``: ``calc.py`` has a one-line bug (a wrong operator); the prompt says what the
+  function must compute, and the hidden ``test_calc.py`` (a check file) checks it.
 
     rows = make_shell_task_rows(12, "train", seed=0)
     write_shell_task_dataset("~/data/shell_tasks", n_train=64, n_test=16, seed=0)
@@ -17,7 +19,6 @@ seed), so a dataset is the same on every machine.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 import shlex
@@ -35,25 +36,25 @@ WORDS = ("apple", "river", "stone", "cloud", "maple", "tiger", "lemon", "piano",
 OPERATIONS = {"add": ("+", "-"), "multiply": ("*", "+"), "subtract": ("-", "+")}
 
 
-def _create_file(rng: random.Random) -> tuple[str, list[dict], str]:
+def _create_file(rng: random.Random) -> tuple[str, list[dict], str, list[dict]]:
     name = f"{rng.choice(WORDS)}.txt"
     line = " ".join(rng.sample(WORDS, 3))
     prompt = f"Create a file named {name} in the current folder containing exactly this one line: {line}"
     check = (f"test -f {name} && test \"$(wc -l < {name})\" -le 1 && "
              f"grep -qxF {shlex.quote(line)} {name}")
-    return prompt, [], check
+    return prompt, [], check, []
 
 
-def _count_lines(rng: random.Random) -> tuple[str, list[dict], str]:
+def _count_lines(rng: random.Random) -> tuple[str, list[dict], str, list[dict]]:
     count = rng.randint(3, 30)
     content = "".join(f"{rng.choice(WORDS)} {rng.randint(0, 999)}\n" for _ in range(count))
     prompt = ("Count the lines of the file data.txt and write the number alone to a new "
               "file count.txt.")
     check = f"test \"$(tr -d '[:space:]' < count.txt)\" = {count}"
-    return prompt, [{"path": "data.txt", "content": content}], check
+    return prompt, [{"path": "data.txt", "content": content}], check, []
 
 
-def _fix_bug(rng: random.Random) -> tuple[str, list[dict], str]:
+def _fix_bug(rng: random.Random) -> tuple[str, list[dict], str, list[dict]]:
     name = rng.choice(sorted(OPERATIONS))
     right, wrong = OPERATIONS[name]
     calc = f"def {name}(a, b):\n    return a {wrong} b\n"
@@ -61,12 +62,10 @@ def _fix_bug(rng: random.Random) -> tuple[str, list[dict], str]:
     asserts = "".join(f"assert {name}({a}, {b}) == {eval(f'{a} {right} {b}')}\n"
                       for a, b in cases)
     test = f"from calc import {name}\n\n{asserts}print('ok')\n"
-    digest = hashlib.sha256(test.encode()).hexdigest()
-    prompt = ("calc.py has a one-line bug. Fix it so that `python3 test_calc.py` passes; "
-              "do not change test_calc.py.")
-    check = f"echo '{digest}  test_calc.py' | sha256sum -c --quiet && python3 test_calc.py"
-    return prompt, [{"path": "calc.py", "content": calc},
-                    {"path": "test_calc.py", "content": test}], check
+    prompt = (f"calc.py has a one-line bug: {name}(a, b) must return a {right} b. Fix it "
+              "(a hidden test checks it).")
+    return (prompt, [{"path": "calc.py", "content": calc}], "python3 test_calc.py",
+            [{"path": "test_calc.py", "content": test}])
 
 
 MAKERS = {"create_file": _create_file, "count_lines": _count_lines, "fix_bug": _fix_bug}
@@ -80,14 +79,14 @@ def make_shell_task_rows(n: int, split: str, seed: int) -> list[dict[str, Any]]:
     rows = []
     for index in range(n):
         kind = KINDS[index % len(KINDS)]
-        prompt, files, check = MAKERS[kind](rng)
+        prompt, files, check, check_files = MAKERS[kind](rng)
         rows.append({
             "data_source": DATA_SOURCE,
             "prompt": [{"role": "user", "content": prompt}],
             "ability": "shell",
             "reward_model": {"style": "rule", "ground_truth": check},
             "extra_info": {"index": index, "split": split, "kind": kind, "files": files,
-                           "check": check},
+                           "check": check, "check_files": check_files},
         })
     return rows
 

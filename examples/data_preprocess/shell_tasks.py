@@ -7,7 +7,8 @@ Usage:
 
 writes ``train.parquet`` and ``test.parquet`` into ``--local_dir``. Each row is one task
 (create a file with given content, count the lines of a file, fix a one-line bug so a
-test passes) with its workspace files and check command in ``extra_info`` (see
+hidden test passes) with its workspace files, check command and the check's own files
+(the hidden test, never shown to the policy) in ``extra_info`` (see
 agentrl/tasks/shell_tasks.py and docs/agents.md); recipes/harness trains on them.
 """
 

@@ -1,11 +1,16 @@
 """run_episode with a stand-in CLI (a shell script, no node): options from the environment
 and keywords, the check's exit -> the score, the task's scorer without a check, the
-wall-clock budget, the episode folder removed; missing pieces named with their fix."""
+wall-clock budget, the episode folder removed; missing pieces named with their fix; in
+bubblewrap, the CLI sees neither the home nor the check's files, runs Python and node, and
+the check runs over a copy of the workspace with the check's files written in."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import shutil
+import tempfile
 import types
 from pathlib import Path
 
@@ -98,3 +103,45 @@ def test_options_and_missing_pieces_are_named(tmp_path, monkeypatch):
                             root=str(tmp_path / "ep"))
     with pytest.raises(FileNotFoundError, match="AGENTRL_AGENT_SANDBOX=none"):
         _run(harness, {"raw_prompt": [{"role": "user", "content": "x"}]}, bwrapped)
+
+
+def test_in_the_cage_the_cli_sees_no_home_and_no_check_files(tmp_path, bwrap):
+    fd, secret = tempfile.mkstemp(prefix=".agentrl-secret-", dir=Path.home())
+    os.write(fd, b"SECRET\n")
+    os.close(fd)
+    node = "node -e 'console.log(2)'" if shutil.which("node") else "echo 2"
+    harness = _harness(tmp_path, f"""
+cat {secret} > seen.txt 2>/dev/null || echo hidden-home > seen.txt
+cat test_calc.py >> seen.txt 2>/dev/null || echo no-test >> seen.txt
+python3 -c 'print(6 * 7)' > tools.txt; {node} >> tools.txt
+echo "print('planted')" > test_calc.py
+""")
+    options = AgentOptions(binary=str(tmp_path / "fake-cli"), sandbox="bwrap",
+                           root=str(tmp_path / "ep"), keep=True)
+    task = {"raw_prompt": [{"role": "user", "content": "x"}],
+            "extra_info": {"check_files": {"test_calc.py": "print('real-test')\n"},
+                           "check": 'python3 test_calc.py > ran.txt; case "$PWD" in '
+                                    '*/workspace) exit 0;; esac; exit 1'}}
+    try:
+        result = _run(harness, task, options)
+    finally:
+        os.unlink(secret)
+    assert (result["cli_exit"], result["check_exit"], result["score"]) == (0, 0, 1.0)
+    [episode] = (tmp_path / "ep").iterdir()
+    assert (episode / "workspace" / "seen.txt").read_text().split() == ["hidden-home", "no-test"]
+    assert (episode / "workspace" / "tools.txt").read_text().split() == ["42", "2"]
+    assert (episode / "check" / "ran.txt").read_text() == "real-test\n"
+    assert not (episode / "workspace" / "ran.txt").exists()  # the check wrote in its copy
+
+
+def test_a_rows_missing_ro_bind_is_named(tmp_path, bwrap):
+    harness = _harness(tmp_path, "true\n")
+    options = AgentOptions(binary=str(tmp_path / "fake-cli"), sandbox="bwrap",
+                           root=str(tmp_path / "ep"))
+    task = {"raw_prompt": [{"role": "user", "content": "x"}],
+            "extra_info": {"check": "true", "agent": {"ro_binds": ["/no/such/data"]}}}
+    with pytest.raises(FileNotFoundError, match="ro_binds: '/no/such/data' does not exist"):
+        _run(harness, task, options)
+    task["extra_info"]["agent"] = {"interpreters": ["no-such-interpreter"]}
+    with pytest.raises(FileNotFoundError, match="interpreters: 'no-such-interpreter'"):
+        _run(harness, task, options)

@@ -1,12 +1,23 @@
-"""A row -> the episode's workspace files (list or mapping, after a template), its prompt
-and its budget; paths that leave the workspace are refused, naming the path."""
+"""A row -> the episode's workspace files (list or mapping, after a template), its prompt,
+its budget and what its cage shows; paths that leave the workspace are refused, naming the
+path; the check's copy gets the check files over whatever the policy left, never through
+its links, and leaves out a fifo."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 
-from agentrl.agents.workspace import extra_info, make_workspace, prompt_text, row_budget
+from agentrl.agents.workspace import (
+    check_copy,
+    extra_info,
+    make_workspace,
+    prompt_text,
+    row_budget,
+    row_sandbox,
+)
 
 
 def test_files_come_from_the_template_then_the_row(tmp_path):
@@ -53,3 +64,39 @@ def test_prompt_puts_system_first_and_budget_reads_the_row():
     task = {"extra_info": {"agent": {"max_turns": 3, "timeout_s": None}}}
     assert row_budget(task) == {"max_turns": 3.0}
     assert row_budget({"extra_info": None}) == {}
+
+
+def test_the_check_copy_writes_check_files_over_what_the_policy_left(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "test_calc.py").write_text("host file\n")
+    workspace = tmp_path / "ws"
+    (workspace / "sub").mkdir(parents=True)
+    (workspace / "calc.py").write_text("fixed\n")
+    (workspace / "test_calc.py").symlink_to(outside / "test_calc.py")  # the policy's traps
+    (workspace / "tests").symlink_to(outside)
+    os.mkfifo(workspace / "sub" / "pipe")
+    task = {"extra_info": {"check_files": {"test_calc.py": "assert True\n",
+                                           "tests/test_more.py": "more\n"}}}
+    check_copy(task, workspace, tmp_path / "check")
+    copy = tmp_path / "check"
+    assert (copy / "calc.py").read_text() == "fixed\n"
+    assert not (copy / "test_calc.py").is_symlink()
+    assert (copy / "test_calc.py").read_text() == "assert True\n"
+    assert (copy / "tests").is_dir() and not (copy / "tests").is_symlink()
+    assert (copy / "tests" / "test_more.py").read_text() == "more\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["test_calc.py"]
+    assert (outside / "test_calc.py").read_text() == "host file\n"
+    assert not (workspace / "tests" / "test_more.py").exists()  # the policy's side untouched
+    assert list((copy / "sub").iterdir()) == []  # the fifo is left out
+    with pytest.raises(ValueError, match="check_files: '../x' must be a relative path"):
+        check_copy({"extra_info": {"check_files": {"../x": ""}}}, workspace, tmp_path / "c2")
+
+
+def test_the_row_adds_to_the_cage():
+    task = {"extra_info": {"agent": {"ro_binds": np.array(["/data/a"], dtype=object),
+                                     "interpreters": ["python3.12"]}}}
+    assert row_sandbox(task) == {"ro_binds": ("/data/a",), "interpreters": ("python3.12",)}
+    assert row_sandbox({"extra_info": {"agent": {"max_turns": 3}}}) == {}
+    with pytest.raises(ValueError, match="ro_binds must be a list"):
+        row_sandbox({"extra_info": {"agent": {"ro_binds": "/data/a"}}})

@@ -1,15 +1,18 @@
 """The shell tasks: deterministic rows that survive parquet, and checks that pass on a
-solved workspace and fail on the untouched one (run with bash, in a temporary folder)."""
+solved workspace and fail on the untouched one (run with bash in the check's copy of the
+workspace, where the check files are); the hidden test is not in the policy's workspace
+and a test the policy plants is replaced."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from agentrl.agents.workspace import make_workspace
+from agentrl.agents.workspace import check_copy, make_workspace
 from agentrl.tasks.shell_tasks import (
     KINDS,
     OPERATIONS,
@@ -35,7 +38,10 @@ SOLUTIONS = {
 
 
 def _check(row: dict, workspace: Path) -> int:
-    return subprocess.run(["bash", "-c", row["extra_info"]["check"]], cwd=workspace,
+    copy = workspace.with_name(workspace.name + "-check")
+    shutil.rmtree(copy, ignore_errors=True)
+    check_copy(row, workspace, copy)
+    return subprocess.run(["bash", "-c", row["extra_info"]["check"]], cwd=copy,
                           capture_output=True).returncode
 
 
@@ -59,10 +65,11 @@ def test_checks_fail_untouched_and_pass_solved_also_after_parquet(tmp_path):
         assert _check(row, workspace) != 0, row["extra_info"]["kind"]
         SOLUTIONS[row["extra_info"]["kind"]](row, workspace)
         assert _check(row, workspace) == 0, row["extra_info"]["kind"]
-    # the test file is guarded: an edited test fails the check
+    # the test is hidden, and one the policy plants is replaced by the check's own
     row = frame.to_dict("records")[2]
     workspace = tmp_path / "cheat"
     workspace.mkdir()
     make_workspace(row, workspace)
+    assert sorted(p.name for p in workspace.iterdir()) == ["calc.py"]
     (workspace / "test_calc.py").write_text("print('ok')\n")
     assert _check(row, workspace) != 0
