@@ -9,6 +9,10 @@ Every estimator has one signature, so the trainer never branches on the name::
 ``token_level_rewards`` and ``response_mask`` are (B, T); ``index`` is a numpy object array
 with the ``uid`` of each row (rows with the same uid answer the same prompt and form a
 group). An estimator that needs an input it was not given raises ValueError naming it.
+What an estimator needs beyond the rewards (a critic's ``values``, a greedy baseline, a
+teacher's log-probs, further batch tensors) it declares where it is registered,
+``@register_adv_est(name, EstimatorNeeds(...))``; the trainer and the config check ask
+``estimator_needs(name)`` and never compare an estimator's name.
 Built-in estimators read nothing from ``config`` but ``on_policy_distill`` (its
 ``distill`` section); it is passed through for user estimators.
 
@@ -46,6 +50,7 @@ Outcome estimators sum the whole row.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -75,14 +80,71 @@ class AdvantageEstimator(str, Enum):
     ON_POLICY_DISTILL = "on_policy_distill"
 
 
-def register_adv_est(name: str | AdvantageEstimator) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator registering an advantage estimator under ``name`` (duplicates raise)."""
-    return ADV_ESTIMATORS.register(name)
+@dataclass(frozen=True)
+class EstimatorNeeds:
+    """What an estimator needs beyond the rewards, declared where it is registered; the
+    trainer and the config check ask this record, never the estimator's name.
+
+    ``critic``: a value model (``critic`` section) whose ``values`` it reads; the critic
+    worker is started and trained only then. ``greedy_baseline``: ``reward_baselines`` (B,),
+    the reward of a greedy rollout of each prompt under the current weights (stage
+    ``gen_max``, taken with ``rollout.val_kwargs``; sync training only). ``teacher``: the
+    teacher's log-probs (``actor_rollout_ref.teacher``, stage ``teacher``); a teacher is
+    configured exactly when the estimator declares one. ``batch_keys``: further
+    ``data.batch`` tensors it reads, each passed as the keyword argument of that name
+    (a key absent from the batch is not passed)."""
+
+    critic: bool = False
+    greedy_baseline: bool = False
+    teacher: bool = False
+    batch_keys: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        keys = self.batch_keys
+        if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
+            raise TypeError(f"EstimatorNeeds.batch_keys must be a tuple of batch key names, "
+                            f"got {keys!r}")
+        object.__setattr__(self, "batch_keys", tuple(keys))
+
+
+def _name(name: str | AdvantageEstimator) -> str:
+    return name.value if isinstance(name, Enum) else str(name)
+
+
+# name -> (the registered function, its needs): an entry whose function is no longer the
+# registry's (unregistered, then registered again without needs) declares nothing.
+_NEEDS: dict[str, tuple[AdvantageFn, EstimatorNeeds]] = {}
+
+
+def register_adv_est(
+    name: str | AdvantageEstimator, needs: EstimatorNeeds | None = None
+) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator registering an advantage estimator under ``name`` with what it ``needs``
+    (default: nothing beyond the rewards and ``index``); duplicates raise."""
+    if needs is not None and not isinstance(needs, EstimatorNeeds):
+        raise TypeError(f"register_adv_est({_name(name)!r}): needs must be an EstimatorNeeds, "
+                        f"got {type(needs).__name__}")
+    register = ADV_ESTIMATORS.register(name)
+
+    def decorator(fn: AdvantageFn) -> AdvantageFn:
+        register(fn)
+        _NEEDS[_name(name)] = (fn, needs or EstimatorNeeds())
+        return fn
+
+    return decorator
 
 
 def get_adv_estimator_fn(name: str | AdvantageEstimator) -> AdvantageFn:
     """The estimator registered as ``name``; an unknown name raises listing the valid ones."""
     return ADV_ESTIMATORS.get(name)
+
+
+def estimator_needs(name: str | AdvantageEstimator) -> EstimatorNeeds:
+    """What the estimator registered as ``name`` declared it needs (EstimatorNeeds); an
+    unknown name raises listing the valid ones."""
+    fn = ADV_ESTIMATORS.get(name)
+    entry = _NEEDS.get(_name(name))
+    return entry[1] if entry is not None and entry[0] is fn else EstimatorNeeds()
 
 
 # --------------------------------------------------------------------------- helpers
@@ -147,7 +209,7 @@ def _broadcast(per_row: torch.Tensor, like: torch.Tensor, mask: torch.Tensor) ->
 # --------------------------------------------------------------------------- estimators
 
 
-@register_adv_est(AdvantageEstimator.GAE)
+@register_adv_est(AdvantageEstimator.GAE, EstimatorNeeds(critic=True))
 def compute_gae_advantage_return(
     token_level_rewards: Tensor, response_mask: Tensor, index: np.ndarray | None = None, *,
     values: Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
@@ -317,7 +379,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     return adv, adv
 
 
-@register_adv_est(AdvantageEstimator.REMAX)
+@register_adv_est(AdvantageEstimator.REMAX, EstimatorNeeds(greedy_baseline=True))
 def compute_remax_outcome_advantage(
     token_level_rewards: Tensor, response_mask: Tensor, index: np.ndarray | None = None, *,
     values: Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
@@ -340,13 +402,14 @@ def compute_remax_outcome_advantage(
 # --------------------------------------------------------------------------- DataProto entry
 
 
-@register_adv_est(AdvantageEstimator.ON_POLICY_DISTILL)
+@register_adv_est(AdvantageEstimator.ON_POLICY_DISTILL,
+                  EstimatorNeeds(teacher=True, batch_keys=("teacher_log_prob", "old_log_probs")))
 def compute_on_policy_distill_advantage(
     token_level_rewards: Tensor, response_mask: Tensor, index: np.ndarray | None = None, *,
     values: Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
     norm_adv_by_std_in_grpo: bool = True, reward_baselines: Tensor | None = None,
     config: Any = None, epsilon: float = 1e-6,
-    teacher_log_prob: Tensor | None = None, student_log_prob: Tensor | None = None,
+    teacher_log_prob: Tensor | None = None, old_log_probs: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:  # fmt: skip
     """On-policy distillation: each sampled token's advantage is the negative per-token
     reverse KL to the teacher, ``kl_coef * (log p_teacher(y_t) - log p_student(y_t))`` (the
@@ -355,7 +418,7 @@ def compute_on_policy_distill_advantage(
     is not 0. ``config.distill.{kl_coef, task_reward_weight}`` (``algorithm.distill``, its
     defaults in agentrl/config/ppo_trainer.yaml); only the model's own tokens
     (``response_mask``) get one."""
-    if teacher_log_prob is None or student_log_prob is None:
+    if teacher_log_prob is None or old_log_probs is None:
         raise KeyError("on_policy_distill needs data.batch['teacher_log_prob'] (the teacher's "
                        "log-probs of the sampled tokens) and ['old_log_probs'] (the student's)")
     distill = config.get("distill") if config is not None else None
@@ -364,17 +427,13 @@ def compute_on_policy_distill_advantage(
                          "task_reward_weight)")
     kl_coef = float(distill["kl_coef"])
     task_weight = float(distill["task_reward_weight"])
-    adv = _where_mask(kl_coef * (teacher_log_prob - student_log_prob), response_mask.bool())
+    adv = _where_mask(kl_coef * (teacher_log_prob - old_log_probs), response_mask.bool())
     if task_weight:
         task, _ = compute_grpo_outcome_advantage(
             token_level_rewards, response_mask, index,
             norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon)
         adv = adv + task_weight * task
     return adv, adv
-
-
-compute_on_policy_distill_advantage.batch_keys = {  # type: ignore[attr-defined]
-    "teacher_log_prob": "teacher_log_prob", "student_log_prob": "old_log_probs"}
 
 
 def distill_metrics(data: Any) -> dict[str, float]:
@@ -431,7 +490,8 @@ def compute_advantage(
 
     Reads ``batch["token_level_rewards"]``, ``batch["response_mask"]`` (computed from
     ``attention_mask`` and ``responses`` and stored when absent), ``batch["values"]``
-    (gae), ``batch["reward_baselines"]`` (remax) and ``non_tensor_batch["uid"]``.
+    (gae), ``batch["reward_baselines"]`` (remax), the keys of the estimator's
+    ``EstimatorNeeds.batch_keys`` and ``non_tensor_batch["uid"]``.
     ``num_repeat`` is accepted for verl compatibility and unused: groups come from uids.
     ``config`` (``algorithm``) is passed through to the estimator.
     """
@@ -442,8 +502,8 @@ def compute_advantage(
     if "response_mask" not in batch.keys():
         batch["response_mask"] = compute_response_mask(data)
     index = data.non_tensor_batch.get("uid")
-    # what an estimator reads beyond the rewards: {its argument: the batch key}
-    extra = {arg: batch[key] for arg, key in getattr(fn, "batch_keys", {}).items()
+    # what an estimator reads beyond the common arguments, by the batch key's name
+    extra = {key: batch[key] for key in estimator_needs(adv_estimator).batch_keys
              if key in batch.keys()}
     with torch.no_grad():
         advantages, returns = fn(

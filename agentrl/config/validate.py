@@ -10,9 +10,12 @@ micro-batches of `ppo_micro_batch_size_per_gpu` trajectories.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:
+    from agentrl.algos import EstimatorNeeds
 
 # Types of keys that take more than their default's type (a word or a bool).
 MIXED_TYPES: dict[str, tuple[type, ...]] = {
@@ -177,7 +180,7 @@ def check_consistency(cfg: DictConfig) -> list[str]:
     problems += _batch_problems("actor_rollout_ref.actor", actor.ppo_mini_batch_size,
                                 actor.ppo_micro_batch_size, actor.ppo_micro_batch_size_per_gpu,
                                 cfg.data.train_batch_size, n, workers)
-    if cfg.algorithm.adv_estimator == "gae":  # the critic trains only with GAE
+    if _estimator_needs(cfg).critic:  # the critic trains only for an estimator that reads it
         critic = cfg.critic
         problems += _batch_problems("critic", critic.ppo_mini_batch_size,
                                     critic.ppo_micro_batch_size,
@@ -200,20 +203,32 @@ def check_consistency(cfg: DictConfig) -> list[str]:
             + _distill_problems(cfg))
 
 
+def _estimator_needs(cfg: DictConfig) -> EstimatorNeeds:
+    """What `algorithm.adv_estimator` declared it needs where it is registered."""
+    from agentrl.algos import estimator_needs
+
+    return estimator_needs(cfg.algorithm.adv_estimator)
+
+
 def _distill_problems(cfg: DictConfig) -> list[str]:
-    """On-policy distillation needs a teacher, and a teacher is read by nothing else."""
-    distill = cfg.algorithm.adv_estimator == "on_policy_distill"
+    """An estimator that reads a teacher (on-policy distillation) needs one, and a teacher
+    is read by nothing else."""
+    from agentrl.algos import ADV_ESTIMATORS, estimator_needs
+
+    estimator = cfg.algorithm.adv_estimator
+    distill = _estimator_needs(cfg).teacher
     node = cfg.actor_rollout_ref.teacher
     teacher = node.model.path or list(node.server_urls)
     if distill and not node.model.path:
-        return ["algorithm.adv_estimator=on_policy_distill needs "
+        return [f"algorithm.adv_estimator={estimator} needs "
                 "actor_rollout_ref.teacher.model.path (the teacher that scores the tokens; "
                 "with teacher.server_urls, the model those servers serve: its tokenizer is "
                 "checked against the student's)"]
     if teacher and not distill:
+        readers = [name for name in ADV_ESTIMATORS.names() if estimator_needs(name).teacher]
         return [f"actor_rollout_ref.teacher is read only by "
-                f"algorithm.adv_estimator=on_policy_distill (it is "
-                f"{cfg.algorithm.adv_estimator!r}): set one, or unset the teacher"]
+                f"algorithm.adv_estimator={' or '.join(readers)} (it is "
+                f"{estimator!r}): set one, or unset the teacher"]
     return []
 
 
@@ -334,10 +349,10 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     problems += _mode_problems(cfg)
     val_kwargs = rollout.val_kwargs
     greedy = not val_kwargs.do_sample or val_kwargs.temperature == 0
-    if cfg.algorithm.adv_estimator == "remax" and (val_kwargs.n != 1 or not greedy):
+    if _estimator_needs(cfg).greedy_baseline and (val_kwargs.n != 1 or not greedy):
         problems.append(
-            "algorithm.adv_estimator=remax takes its greedy baseline with "
-            "actor_rollout_ref.rollout.val_kwargs: set val_kwargs.n=1 and do_sample=false"
+            f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} takes its greedy baseline "
+            "with actor_rollout_ref.rollout.val_kwargs: set val_kwargs.n=1 and do_sample=false"
         )
     workers = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
     if cfg.trainer.worker_group == "in_process" and workers != 1:
@@ -400,9 +415,10 @@ def _mode_problems(cfg: DictConfig) -> list[str]:
     if rollout.engine_workers > 1:
         problems.append(f"actor_rollout_ref.rollout.engine_workers must be 1 with "
                         f"trainer.mode={mode} (its rollout runs in the trainer's process)")
-    if algorithm.adv_estimator == "remax":
-        problems.append("algorithm.adv_estimator=remax needs a greedy rollout of each "
-                        "training batch under the current weights; use trainer.mode=sync")
+    if _estimator_needs(cfg).greedy_baseline:
+        problems.append(f"algorithm.adv_estimator={algorithm.adv_estimator} needs a greedy "
+                        "rollout of each training batch under the current weights; use "
+                        "trainer.mode=sync")
     if not rollout.calculate_log_probs:
         problems.append(f"trainer.mode={mode} needs actor_rollout_ref.rollout."
                         "calculate_log_probs=true (the off-policy correction and the "

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from omegaconf import DictConfig
 
+from agentrl.algos import estimator_needs
 from agentrl.protocol import DataProto
 from agentrl.trainer.dynamic_sampling import collect_informative
 from agentrl.trainer.replay import generate_or_replay
@@ -112,7 +113,7 @@ def generate_and_score(ctx: StepContext, batch_dict: dict[str, Any], step: int,
     with ctx.stage("gen", timing):
         data = generate_or_replay(models.actor_rollout, rollout_cfg, batch, step, round_)
     ctx.trace.absorb(data)
-    if ctx.algorithm.adv_estimator == "remax":
+    if estimator_needs(ctx.algorithm.adv_estimator).greedy_baseline:
         with ctx.stage("gen_max", timing):
             data.batch["reward_baselines"] = greedy_baseline(
                 models.actor_rollout, ctx.reward_fn, batch, len(data)

@@ -32,7 +32,7 @@ from typing import Any
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from agentrl.algos import get_kl_controller
+from agentrl.algos import estimator_needs, get_kl_controller
 from agentrl.config import ConfigError
 from agentrl.config.validate import training_problems
 from agentrl.models.tokenizer import load_tokenizer
@@ -71,7 +71,7 @@ class PPOTrainer:
         self.config = config
         self.source: BatchSource = source or RolloutInStep()
         seed_everything(int(config.trainer.seed))  # the driver's streams (reward functions)
-        self.use_critic = config.algorithm.adv_estimator == "gae"
+        self.use_critic = estimator_needs(config.algorithm.adv_estimator).critic
         self.use_reference_policy = worker_setup.uses_reference_policy(config)
         self.n_workers = worker_setup.n_workers(config)
         if problems := training_problems(config):

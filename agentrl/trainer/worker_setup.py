@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.algos import estimator_needs
 from agentrl.config import chat_template_kwargs
 from agentrl.data import create_rl_dataset, create_train_dataloader, create_val_dataloader
 from agentrl.distributed import InProcessWorkerGroup, RayWorkerGroup, ResourcePool, WorkerSpec
@@ -190,7 +191,7 @@ def start_workers(config: DictConfig, worker_cfg: DictConfig) -> Workers:
             chat_template_kwargs=chat_kwargs,
         )
     }
-    use_critic = config.algorithm.adv_estimator == "gae"
+    use_critic = estimator_needs(config.algorithm.adv_estimator).critic
     if use_critic:
         specs["critic"] = WorkerSpec(CriticWorker, worker_cfg.critic, seed=seed)
     if config.reward_model.enable:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,11 +12,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import agentrl
 from agentrl.algos import (
     ADV_ESTIMATORS,
     AdvantageEstimator,
+    EstimatorNeeds,
     UnknownNameError,
     compute_advantage,
+    estimator_needs,
     get_adv_estimator_fn,
     register_adv_est,
     thin_group_rows,
@@ -237,6 +242,141 @@ def test_duplicate_registration_is_refused():
         register_adv_est("grpo")(len)
 
 
+# --------------------------------------------------------------------------- declared needs
+
+
+def test_the_builtin_estimators_declare_what_they_need():
+    needs = {name: estimator_needs(name) for name in AdvantageEstimator}
+    declared = {name.value: n for name, n in needs.items() if n != EstimatorNeeds()}
+    assert declared == {
+        "gae": EstimatorNeeds(critic=True),
+        "remax": EstimatorNeeds(greedy_baseline=True),
+        "on_policy_distill": EstimatorNeeds(teacher=True,
+                                            batch_keys=("teacher_log_prob", "old_log_probs")),
+    }
+    assert estimator_needs(AdvantageEstimator.GAE) is estimator_needs("gae")
+    with pytest.raises(UnknownNameError, match="unknown advantage estimator 'gea'.*gae"):
+        estimator_needs("gea")
+
+
+def test_a_users_estimator_declares_its_needs_and_gets_its_batch_keys():
+    name = "test_needs_of_a_user_estimator"
+    seen = {}
+
+    @register_adv_est(name, EstimatorNeeds(critic=True, batch_keys=("my_bonus", "absent")))
+    def _mine(token_level_rewards, response_mask, index, *, values=None, my_bonus=None,
+              **kwargs):
+        seen.update(values=values, my_bonus=my_bonus, extra=set(kwargs) - COMMON_KWARGS)
+        out = token_level_rewards + my_bonus
+        return out, out
+
+    try:
+        assert estimator_needs(name) == EstimatorNeeds(critic=True,
+                                                       batch_keys=("my_bonus", "absent"))
+        data = _rollout_like_batch()
+        data.batch["my_bonus"] = torch.full(MASK.shape, 0.5)
+        data = compute_advantage(data, name)
+        assert torch.equal(data.batch["advantages"], outcome_rewards() + 0.5)
+        assert seen["extra"] == set()  # "absent", not in the batch, is not passed
+        assert torch.equal(seen["values"], data.batch["values"])
+        assert torch.equal(seen["my_bonus"], torch.full(MASK.shape, 0.5))
+    finally:
+        ADV_ESTIMATORS.unregister(name)
+    # another function under that name, registered by the registry alone, declares nothing
+    ADV_ESTIMATORS.register(name)(lambda rewards, mask, index, **kwargs: (rewards, rewards))
+    try:
+        assert estimator_needs(name) == EstimatorNeeds()
+    finally:
+        ADV_ESTIMATORS.unregister(name)
+
+
+def test_needs_that_are_not_a_record_are_refused():
+    with pytest.raises(TypeError, match="needs must be an EstimatorNeeds, got dict"):
+        register_adv_est("test_bad_needs", {"critic": True})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="batch_keys must be a tuple of batch key names"):
+        EstimatorNeeds(batch_keys="teacher_log_prob")  # type: ignore[arg-type]
+    assert "test_bad_needs" not in ADV_ESTIMATORS
+
+
+COMMON_KWARGS = {"gamma", "lam", "norm_adv_by_std_in_grpo", "reward_baselines", "config"}
+PACKAGE = Path(agentrl.__file__).parent
+ALGOS_DIR = PACKAGE / "algos"
+
+
+def _names_an_estimator(node: ast.AST, names: set[str]) -> bool:
+    """A name literal, a tuple/list/set literal holding one, or ``AdvantageEstimator.X``."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value in names
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_an_estimator(e, names) for e in node.elts)
+    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "AdvantageEstimator")
+
+
+def _chooses_by_estimator_name(node: ast.AST, names: set[str]) -> bool:
+    """``==``/``!=``/``in``/``is`` with a name, a ``case "name":``, a table keyed by names
+    (``{"gae": ...}``, ``table["gae"]``) or ``.startswith("gae")``."""
+    if isinstance(node, ast.Compare):
+        return any(_names_an_estimator(x, names) for x in (node.left, *node.comparators))
+    if isinstance(node, ast.MatchValue):
+        return _names_an_estimator(node.value, names)
+    if isinstance(node, ast.Dict):
+        return any(k is not None and _names_an_estimator(k, names) for k in node.keys)
+    if isinstance(node, ast.Subscript):
+        return _names_an_estimator(node.slice, names)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("startswith", "endswith") and node.args):
+        return _names_an_estimator(node.args[0], names)
+    return False
+
+
+def estimator_name_choices(root: Path, names: set[str]) -> list[str]:
+    """``path:line: source`` of each place outside ``algos/`` that chooses by an estimator's name."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if ALGOS_DIR in path.parents:
+            continue
+        source = path.read_text()
+        lines = source.splitlines()
+        for node in ast.walk(ast.parse(source)):
+            if _chooses_by_estimator_name(node, names):
+                line = node.lineno
+                found.append(f"{path.relative_to(root.parent)}:{line}: {lines[line - 1].strip()}")
+    return sorted(set(found), key=lambda f: (f.split(":")[0], int(f.split(":")[1])))
+
+
+def registered_names() -> set[str]:
+    return {e.value for e in AdvantageEstimator} | set(ADV_ESTIMATORS.names())
+
+
+def test_no_module_outside_the_algos_chooses_by_an_estimators_name():
+    assert estimator_name_choices(PACKAGE, registered_names()) == []
+
+
+def test_the_scan_finds_each_kind_of_choice(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").write_text(  # lines 1-5: the old trainer's, validate's and batch source's
+        'use_critic = config.algorithm.adv_estimator == "gae"\n'
+        'critic = cfg.algorithm.adv_estimator == "gae"  # the critic trains only with GAE\n'
+        'distill = cfg.algorithm.adv_estimator == "on_policy_distill"\n'
+        'if ctx.algorithm.adv_estimator == "remax":\n'
+        '    pass\n'
+        'if name in ("grpo", "rloo") or "opo" != name or name is AdvantageEstimator.GPG:\n'
+        '    pass\n'
+        'match name:\n'
+        '    case "reinforce_plus_plus":\n'
+        '        pass\n'
+        'critic = {"gae": True}.get(name)\n'
+        'ok = name.startswith("grpo") or TABLE["rloo"]\n'
+        'overrides = ["algorithm.adv_estimator=grpo"]  # a config value, not a choice\n'
+        'needs = estimator_needs(name).critic\n'
+    )
+    found = estimator_name_choices(package, registered_names())
+    assert [int(f.split(":")[1]) for f in found] == [1, 2, 3, 4, 6, 9, 11, 12]
+    assert found[0] == 'pkg/a.py:1: use_critic = config.algorithm.adv_estimator == "gae"'
+
+
 # --------------------------------------------------------------------------- DataProto
 
 
@@ -412,7 +552,7 @@ def test_masked_positions_are_zero_and_outputs_finite(batch, name, norm):
     }
     if name == "on_policy_distill":  # the per-token log-probs it reads from the batch
         kwargs["teacher_log_prob"] = -torch.linspace(0.1, 5, rewards.numel()).view_as(rewards)
-        kwargs["student_log_prob"] = -torch.linspace(3, 0.2, rewards.numel()).view_as(rewards)
+        kwargs["old_log_probs"] = -torch.linspace(3, 0.2, rewards.numel()).view_as(rewards)
         kwargs["config"] = {"distill": {"kl_coef": 1.0, "task_reward_weight": 0.0}}
     adv, ret = run(name, rewards, mask, index, **kwargs)
     assert adv.shape == ret.shape == rewards.shape

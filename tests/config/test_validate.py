@@ -126,6 +126,55 @@ def test_registry_backed_choices_follow_the_registries():
     assert "my_estimator_for_config_test" not in ADV_ESTIMATORS
 
 
+ROLLOUT = "actor_rollout_ref.rollout."
+
+
+def test_the_estimators_declared_needs_are_checked():
+    """The critic, the greedy baseline and the teacher follow what the estimator declared."""
+    (problem,) = _problems("algorithm.adv_estimator=remax", f"{ROLLOUT}val_kwargs.do_sample=true",
+                           f"{ROLLOUT}val_kwargs.temperature=1.0")
+    assert problem == ("algorithm.adv_estimator=remax takes its greedy baseline with "
+                       "actor_rollout_ref.rollout.val_kwargs: set val_kwargs.n=1 and "
+                       "do_sample=false")
+    assert ("algorithm.adv_estimator=remax needs a greedy rollout of each training batch under "
+            "the current weights; use trainer.mode=sync") in _problems(
+        "algorithm.adv_estimator=remax", "trainer.mode=async")
+    assert _problems("algorithm.adv_estimator=on_policy_distill")[0].startswith(
+        "algorithm.adv_estimator=on_policy_distill needs actor_rollout_ref.teacher.model.path")
+    assert _problems("algorithm.adv_estimator=grpo",
+                     "actor_rollout_ref.teacher.model.path=/models/t") == [
+        "actor_rollout_ref.teacher is read only by algorithm.adv_estimator=on_policy_distill "
+        "(it is 'grpo'): set one, or unset the teacher"]
+    load_config(overrides=["algorithm.adv_estimator=grpo", f"{ROLLOUT}val_kwargs.do_sample=true",
+                           f"{ROLLOUT}val_kwargs.temperature=1.0"])
+
+
+def test_a_users_estimator_is_checked_by_what_it_declares():
+    from agentrl.algos import ADV_ESTIMATORS, EstimatorNeeds, register_adv_est
+
+    name = "my_teacher_and_critic_estimator"
+
+    @register_adv_est(name, EstimatorNeeds(critic=True, teacher=True, greedy_baseline=True))
+    def _mine(token_level_rewards, response_mask, index, **kwargs):
+        return token_level_rewards, token_level_rewards
+
+    try:
+        problems = _problems(f"algorithm.adv_estimator={name}", "data.train_batch_size=8",
+                             f"{A}ppo_mini_batch_size=4", "critic.ppo_mini_batch_size=3",
+                             f"{ROLLOUT}val_kwargs.n=2", "trainer.mode=async")
+        assert problems[0].startswith("critic.ppo_mini_batch_size (3)")
+        assert f"algorithm.adv_estimator={name} takes its greedy baseline" in "".join(problems)
+        assert f"algorithm.adv_estimator={name} needs a greedy rollout" in "".join(problems)
+        assert problems[-1].startswith(
+            f"algorithm.adv_estimator={name} needs actor_rollout_ref.teacher.model.path")
+        assert _problems("algorithm.adv_estimator=grpo",
+                         "actor_rollout_ref.teacher.model.path=/models/t")[0].startswith(
+            "actor_rollout_ref.teacher is read only by algorithm.adv_estimator="
+            f"{name} or on_policy_distill (it is 'grpo')")
+    finally:
+        ADV_ESTIMATORS.unregister(name)
+
+
 @pytest.mark.parametrize("override, fragment", [
     ("actor_rollout_ref.rollout.multi_turn.use_inference_chat_template=true",
      "training chat template"),
