@@ -400,14 +400,9 @@ def _mode_problems(cfg: DictConfig) -> list[str]:
         problems.append(f"trainer.mode=one_step_off trains each batch one version behind: "
                         f"off_policy.max_staleness must be 1, got {staleness!r} (use mode=async)")
     rollout, algorithm = cfg.actor_rollout_ref.rollout, cfg.algorithm
-    unsupported = {
-        "actor_rollout_ref.rollout.agent_function": rollout.agent_function,
-        "actor_rollout_ref.rollout.skip_rollout": rollout.skip_rollout,
-        "algorithm.filter_groups.enable": algorithm.filter_groups.enable,
-    }
-    for key, value in unsupported.items():
-        if value:
-            problems.append(f"{key} is not supported with trainer.mode={mode} yet")
+    if rollout.skip_rollout:  # a replay is a recorded batch per step, not a stream
+        problems.append(f"actor_rollout_ref.rollout.skip_rollout is not supported with "
+                        f"trainer.mode={mode} yet")
     if rollout.deterministic:
         problems.append(f"actor_rollout_ref.rollout.deterministic cannot hold with "
                         f"trainer.mode={mode}: what is generated under which weights depends "

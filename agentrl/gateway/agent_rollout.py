@@ -19,6 +19,13 @@ An exception, a timeout, or a function that never calls the model fails only its
 (FAILED, zero loss mask, counted in ``rollout/agent_errors``); history rewrites (forks) are
 counted in ``rollout/agent_rewrites`` and ``gateway/forks``, calls outside the episode (a
 CLI's title generation; recorded apart, never trained) in ``gateway/side_calls``.
+
+It offers the engine's interface for a stream of prompts (``new_context``,
+``build_requests``, ``run_request`` per request, ``collect``), so the off-policy producer
+(agentrl/trainer/producer.py) runs episodes as it runs the engine's requests: each episode
+has its own session, each model call's tokens keep the policy version the server reported,
+and an episode that spans a weight update keeps its earlier calls (its tokens then carry two
+or more versions).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from agentrl.config.validate import AGENT_CLIENTS
@@ -43,6 +51,16 @@ from agentrl.utils.extras import missing_package
 logger = logging.getLogger(__name__)
 
 AgentFunction = Callable[[dict, Any], Awaitable[Any]]
+AGENT_REWARD_KEY = "agent_reward"  # a finished request's reward, in its reward_scores
+SIDE_CALLS_KEY = "side_calls"  # its calls outside the episode, in its reward_scores
+
+
+@dataclass
+class EpisodeContext:
+    """What a batch's episodes share (the engine's `BatchContext` for agent mode)."""
+
+    n: int  # episodes per prompt
+    on_request_done: Callable[[AsyncRolloutRequest], None] | None = None
 
 
 def _reward(result: Any, posted: float | None) -> float:
@@ -86,48 +104,88 @@ class AgentRollout:
         # the padding, truncation and metrics of the engine's output, for these requests
         self.collector = TrajectoryCollector(RolloutConfig.from_config(config), tokenizer,
                                              chat_template_kwargs)  # fmt: skip
+        self._tasks: dict[str, dict[str, Any]] = {}  # request id -> its row, until it runs
 
     async def agenerate_sequences(
         self, batch: DataProto, on_request_done: Callable[[Any], None] | None = None
     ) -> DataProto:
         """Every sample's episode at once; `on_request_done(request)` as each one ends."""
         started = time.perf_counter()
-        validate = bool(batch.meta_info.get("validate", False))
+        ctx = self.new_context(bool(batch.meta_info.get("validate", False)), on_request_done)
+        requests = self.build_requests(batch, ctx.n)
+        await asyncio.gather(*(self.run_request(r, ctx) for r in requests))
+        return self.collect(requests, batch, time.perf_counter() - started)
+
+    # The engine's interface for a stream of prompts (the off-policy producer,
+    # agentrl/trainer/producer.py, drives AsyncRolloutEngine and this class alike):
+    # new_context, build_requests, run_request per request, collect.
+
+    def new_context(self, validate: bool = False,
+                    on_request_done: Callable[[Any], None] | None = None,
+                    trace: Any = None) -> EpisodeContext:  # fmt: skip
+        """What the episodes of one batch (or of the producer's whole stream) share; agent
+        mode records no timeline (`trace` is accepted for the engine's signature)."""
         n, _ = self.collector.sampling_params(validate)
+        return EpisodeContext(n=n, on_request_done=on_request_done)
+
+    def build_requests(self, batch: DataProto, n: int) -> list[AsyncRolloutRequest]:
+        """n PENDING requests per row, each to be one episode (`run_request`); the row's
+        fields wait for it by request id."""
         batch_id = uuid.uuid4().hex[:8]
+        requests = []
+        for i in range(len(batch)):
+            task = self._task(batch, i)
+            for k in range(n):
+                request = AsyncRolloutRequest(
+                    batch_data_id=i, rollout_offset=k, request_id=f"{batch_id}-{i}-{k}",
+                    messages=[dict(m) for m in task.get("raw_prompt", [])], tool_schemas=[],
+                    tools_kwargs={}, interaction_kwargs={},
+                )  # fmt: skip
+                self._tasks[request.request_id] = task
+                requests.append(request)
+        return requests
+
+    async def run_request(self, request: AsyncRolloutRequest, ctx: EpisodeContext) -> None:
+        """Run the request's episode through its own gateway session (the session id is
+        the request id) and fill the request: COMPLETED, or FAILED for this sample alone.
+        Its reward and side calls go in `reward_scores` (`collect` reads them), so a
+        request carried in a checkpoint is collected as one that just ended."""
+        task = self._tasks.pop(request.request_id)
         async with in_process_http(sdk_module(self.client_kind), self.app,
                                    self.timeout + 30) as http:
-            episodes = [
-                self._episode(f"{batch_id}-{i}-{k}", i, k, self._task(batch, i), http,
-                              on_request_done)
-                for i in range(len(batch)) for k in range(n)
-            ]
-            done = await asyncio.gather(*episodes)
-        requests = [request for request, *_ in done]
-        out = self.collector.collect(requests, batch, time.perf_counter() - started)
-        rewards = {(r.batch_data_id, r.rollout_offset): reward for r, reward, _ in done}
-        order = sorted(rewards)  # the output's row order
+            await self._episode(request, task, http)
+        if ctx.on_request_done is not None:
+            ctx.on_request_done(request)
+
+    def collect(self, requests: list[AsyncRolloutRequest], batch: DataProto,
+                wall_s: float) -> DataProto:  # fmt: skip
+        """The finished episodes as the rollout's DataProto: the collector's padding and
+        metrics, the rewards as `rm_scores` on the last response token, the agent counts."""
+        out = self.collector.collect(requests, batch, wall_s)
+        ordered = sorted(requests, key=lambda r: (r.batch_data_id, r.rollout_offset))
         out.batch["rm_scores"] = scores_on_last_token(
-            [rewards[key] for key in order],
+            [float(r.reward_scores.get(AGENT_REWARD_KEY, 0.0)) for r in ordered],
             out.batch["attention_mask"],
             out.batch["responses"].shape[1],
         )
-        out.meta_info["metrics"]["rollout/agent_errors"] = float(
+        metrics = out.meta_info["metrics"]
+        metrics["rollout/agent_errors"] = float(
             sum(r.state == RequestState.FAILED for r in requests))
         forks = float(sum(r.reward_scores.get("rewrites", 0) for r in requests))
-        out.meta_info["metrics"]["rollout/agent_rewrites"] = forks
-        out.meta_info["metrics"]["gateway/forks"] = forks  # the same count, the issue's name
-        out.meta_info["metrics"]["gateway/side_calls"] = float(sum(side for *_, side in done))
+        metrics["rollout/agent_rewrites"] = forks
+        metrics["gateway/forks"] = forks  # the same count, the issue's name
+        metrics["gateway/side_calls"] = float(
+            sum(r.reward_scores.get(SIDE_CALLS_KEY, 0) for r in requests))
         return out
 
     @staticmethod
     def _task(batch: DataProto, i: int) -> dict[str, Any]:
         return {key: values[i] for key, values in batch.non_tensor_batch.items()}
 
-    async def _episode(self, session_id: str, row: int, offset: int, task: dict, http: Any,
-                       on_done: Callable[[Any], None] | None = None,
-                       ) -> tuple[AsyncRolloutRequest, float, int]:
-        """The sample's request, its reward and its side calls (outside the episode)."""
+    async def _episode(self, request: AsyncRolloutRequest, task: dict, http: Any) -> None:
+        """The sample's episode; its session and tool instances are released however it
+        ends (a cancelled episode's too: the producer cancels what is in flight)."""
+        session_id = request.request_id
         client = agent_client(self.client_kind, session_id, http)
         error: str | None = None
         result: Any = None
@@ -140,15 +198,12 @@ class AgentRollout:
             error = f"the agent did not finish within rollout.agent_timeout={self.timeout:g} s"
         except Exception as err:  # the user's code: this sample fails, the batch goes on
             error = f"the agent raised {type(err).__name__}: {err}"
-        session = self.app.state.sessions.pop(session_id, None)
-        used = await tools.close(session_id) if tools is not None else None
-        request = AsyncRolloutRequest(
-            batch_data_id=row, rollout_offset=offset, request_id=session_id,
-            messages=[dict(m) for m in task.get("raw_prompt", [])], tool_schemas=[],
-            tools_kwargs={}, interaction_kwargs={},
-        )  # fmt: skip
+        finally:
+            session = self.app.state.sessions.pop(session_id, None)
+            closing = (asyncio.ensure_future(tools.close(session_id))
+                       if tools is not None else None)
+            used = await asyncio.shield(closing) if closing is not None else None
         reward = 0.0
-        side_calls = 0
         if session is None or not session.segments:
             error = error or "the agent never called the model"
             prompt = self.collector.renderer.prompt_ids(request.messages, None)
@@ -159,8 +214,8 @@ class AgentRollout:
             request.messages = list(segment.messages)
             request.copy_tokens(segment)
             request.prompt_length = segment.prompt_length
-            request.reward_scores = {"rewrites": session.rewrites}
-            side_calls = len(session.side)
+            request.reward_scores = {"rewrites": session.rewrites,
+                                     SIDE_CALLS_KEY: len(session.side)}
             _count_turns(request.metrics, segment)
             if error is None:
                 try:
@@ -177,11 +232,9 @@ class AgentRollout:
         else:
             request.fail(error)
             reward = 0.0
+        request.reward_scores[AGENT_REWARD_KEY] = reward
         budget, name = self.collector.response_budget(request)
         request.finalize(self.collector.renderer, budget, name, "disable")
-        if on_done is not None:
-            on_done(request)
-        return request, reward, side_calls
 
 
 def _count_turns(metrics: Any, segment: Any) -> None:
@@ -236,5 +289,5 @@ def load_agent_function(path: str) -> AgentFunction:
     return fn
 
 
-__all__ = ["AgentRollout", "agent_client", "in_process_http", "load_agent_function",
-           "sdk_module"]
+__all__ = ["AGENT_REWARD_KEY", "SIDE_CALLS_KEY", "AgentRollout", "EpisodeContext",
+           "agent_client", "in_process_http", "load_agent_function", "sdk_module"]

@@ -3,8 +3,8 @@
 Every caller that builds a rollout engine from `actor_rollout_ref.rollout` takes its engine,
 tools and interactions here: `agentrl.workers.rollout_assembly.build_rollout` (which picks
 the engine kind for the hybrid rollout worker and `agentrl generate`), the engine workers
-and the off-policy producer (`EngineWorker`: `build_engine` over `engine_factories`), the
-gateway command (`configured_tools`). The servers a rollout needs are launched by
+(`EngineWorker`: `build_engine` over `engine_factories`), the gateway command
+(`configured_tools`). The servers a rollout needs are launched by
 `agentrl.rollout.backends.factory.server_launcher` (SGLang, or `agentrl serve` for the hf
 engine).
 
@@ -85,8 +85,8 @@ def engine_factories(
     rollout: dict[str, Any], model_path: str | None
 ) -> tuple[functools.partial, functools.partial, functools.partial]:
     """Picklable `(make_backend(tokenizer), make_tools(), make_interactions())` of a plain
-    `rollout` config dict: what an engine built in another process needs (the agent
-    workers, the off-policy producer; `agentrl.rollout.sharded.EngineWorker`)."""
+    `rollout` config dict: what an engine built in another process needs (the engine
+    workers, `agentrl.rollout.sharded.EngineWorker`)."""
     from agentrl.rollout.backends.factory import create_backend
 
     multi_turn = dict(rollout["multi_turn"])

@@ -96,7 +96,8 @@ def collect_informative(
     """Keep the prompts of ``data`` whose samples disagree in ``filter_groups.metric``; call
     ``generate_more(round)`` (round 1, 2, ...: one more scored batch) until ``target`` such
     prompts are collected, then trim to exactly that many. Returns the batch and the step's
-    ``train/num_gen_batches``, ``train/num_prompts_kept`` and ``train/kept_prompt_ratio``.
+    ``train/num_gen_batches``, ``train/num_prompts_kept``, ``train/num_prompts_dropped`` (those
+    whose samples all agreed) and ``train/kept_prompt_ratio``.
     Running out (``filter_groups.max_num_gen_batches``, or no ``generate_more``) is an error
     that says what was collected and what to change."""
     kept: list[DataProto] = []
@@ -122,6 +123,7 @@ def collect_informative(
     return first_prompts(DataProto.concat(kept), target), {
         "train/num_gen_batches": float(rounds),
         "train/num_prompts_kept": float(n_kept),
+        "train/num_prompts_dropped": float(n_seen - n_kept),
         "train/kept_prompt_ratio": n_kept / max(n_seen, 1),
     }
 

@@ -13,8 +13,10 @@ them from a process of its own (a Ray actor, producer_host.py) and keeps generat
 the actor trains in its workers; this process pushes it the loader's batches as its throttle
 allows. The actor's workers reach the same servers for validation and weight sync. A step:
 
-    take train_batch_size finished prompt groups (stage wait_for_rollouts)
-    -> reward -> policy_step.policy_step: old log-probs under the current policy, advantages,
+    take train_batch_size finished prompt groups (stage wait_for_rollouts) -> reward
+       [algorithm.filter_groups: drop groups whose rewards do not vary, grant the producer
+        one more loader batch and take again, until train_batch_size groups are kept]
+    -> policy_step.policy_step: old log-probs under the current policy, advantages,
        critic and actor updates (the rollout correction weighs each token's loss by
        pi_old / pi_rollout, truncated: on by default, ``off_policy.rollout_correction``)
     -> one_step_off: wait until nothing is generating -> weight sync -> set_version(step)
@@ -41,6 +43,7 @@ from agentrl.config import chat_template_kwargs
 from agentrl.distributed.worker import free_address
 from agentrl.protocol import DataProto
 from agentrl.rollout.output import model_token_versions
+from agentrl.trainer.dynamic_sampling import collect_informative
 from agentrl.trainer.ppo_trainer import PPOTrainer
 from agentrl.trainer.producer import TakeStats
 from agentrl.trainer.scoring import isolate_failed, score, settle_infra_failures
@@ -57,7 +60,8 @@ def staleness_metrics(
     versions: torch.Tensor, response_mask: torch.Tensor, policy_version: int
 ) -> dict[str, float]:
     """Per trajectory with model tokens: ``policy_version`` minus its oldest token's version
-    (mean, max), and how many versions wrote it. ``versions`` (B, R) is the rollout's
+    (mean, max), how many versions wrote it, and how many trajectories more than one did
+    (partial episodes: a weight update came between their calls). ``versions`` (B, R) is the rollout's
     ``rollout_versions``; ``response_mask`` (B, R) marks the model's tokens."""
     rows = [model_token_versions(v, m) for v, m in zip(versions, response_mask, strict=True)]
     rows = [row for row in rows if row]  # trajectories the model wrote tokens of
@@ -68,16 +72,20 @@ def staleness_metrics(
         "async/staleness/mean": float(np.mean(staleness)),
         "async/staleness/max": float(max(staleness)),
         "async/versions_per_trajectory/mean": float(np.mean([len(row) for row in rows])),
+        # trajectories (agent mode: episodes) that a weight update reached in the middle
+        "async/partial_episodes": float(sum(len(row) > 1 for row in rows)),
     }
 
 
-def take_metrics(stats: TakeStats, waited_s: float, policy_version: int) -> dict[str, float]:
-    """The step's ``async/*`` metrics of the producer; ``waited_s``: the trainer's wait."""
+def take_metrics(stats: list[TakeStats], waited_s: float,
+                 policy_version: int) -> dict[str, float]:  # fmt: skip
+    """The step's ``async/*`` metrics of the producer over the step's takes (more than one
+    with algorithm.filter_groups); ``waited_s``: the trainer's wait."""
     return {
-        "async/buffer_size": float(stats.buffer_size),
+        "async/buffer_size": float(stats[-1].buffer_size),
         "async/trainer_idle_s": waited_s,
-        "async/rollout_idle_s": stats.rollout_idle_s,
-        "async/dropped_stale": float(stats.dropped),
+        "async/rollout_idle_s": sum(s.rollout_idle_s for s in stats),
+        "async/dropped_stale": float(sum(s.dropped for s in stats)),
         "async/policy_version": float(policy_version),
     }
 
@@ -114,7 +122,7 @@ class ProducerBatchSource:
         self.mode = str(config.trainer.mode)
         self.host: Any = None  # the ProducerHost actor
         self.batches: Iterator[dict[str, Any]] | None = None
-        self.stats: TakeStats | None = None
+        self.stats: list[TakeStats] = []  # the step's takes
         self._started = False
         self._launcher: Any = None
         self._ray_temp_dir: str | None = None  # a Ray started here (stopped by closing)
@@ -206,15 +214,33 @@ class ProducerBatchSource:
 
     def next_batch(self, ctx: StepContext, step: int,
                    timing: dict[str, float]) -> tuple[DataProto, dict[str, float]]:  # fmt: skip
-        """Finished groups from the producer (stage `wait_for_rollouts`), scored."""
+        """Finished groups from the producer (stage `wait_for_rollouts`), scored; with
+        `algorithm.filter_groups`, the sync step's dynamic sampling (dynamic_sampling.py)
+        over further takes, each granting the producer one more loader batch."""
+        self.stats = []
+        data = self._take_scored(ctx, step, timing)
+        if not ctx.algorithm.filter_groups.enable:
+            return data, {}
+
+        def more(round_: int) -> DataProto:
+            self._call("allow_more", 1)
+            self._feed()
+            return self._take_scored(ctx, step, timing)
+
+        return collect_informative(data, more, ctx.algorithm.filter_groups,
+                                   int(ctx.data.train_batch_size), step)  # fmt: skip
+
+    def _take_scored(self, ctx: StepContext, step: int, timing: dict[str, float]) -> DataProto:
+        """One batch's worth of finished groups, scored as the sync step scores a batch."""
         with ctx.stage("wait_for_rollouts", timing):
-            data, self.stats = self._take(ctx, step)
+            data, stats = self._take(ctx, step)
+        self.stats.append(stats)
         ctx.trace.request(data)  # trainer.trace: the update records its spans
         isolate_failed(data)
         with ctx.stage("reward", timing):
             data = score(data, ctx.reward_fn, ctx.models.reward_model)
         settle_infra_failures(data, ctx.rollout.on_infra_error, step)
-        return data, {}
+        return data
 
     def _take(self, ctx: StepContext, step: int) -> tuple[Any, TakeStats]:
         """Step `step`'s batch from the producer; each group it finishes meanwhile is

@@ -11,7 +11,10 @@
     producer.stop()
 
 The engine (``AsyncRolloutEngine`` over the inference servers, ``agentrl serve`` on CPU,
-SGLang on GPUs) runs on an event loop in its own thread (``loop``, a ``LoopThread``), one
+SGLang or vLLM on GPUs; in agent mode an ``AgentRollout``, agentrl/gateway/agent_rollout.py,
+whose requests are episodes of the user's agent function, each through its own gateway
+session, with the same four methods: ``new_context``, ``build_requests``, ``run_request``,
+``collect``) runs on an event loop in its own thread (``loop``, a ``LoopThread``), one
 coroutine per prompt group (``rollout.n`` requests), all sharing one batch context, so
 ``max_concurrent_requests`` bounds the whole producer. The trainer runs it in a process of
 its own (``ProducerHost``, a Ray actor): the agent loop's Python work (templates, tokenizer,
@@ -24,7 +27,11 @@ The trainer's step s updates version s - 1, so a trajectory's staleness at step 
 
 Throttle. A prompt of loader batch b (1-based) starts only once the servers hold version
 ``b - 1 - max_staleness`` or newer, so at most ``max_staleness + 1`` batches are generating
-or waiting, and a prompt consumed by its own step is never too stale. One that waits past
+or waiting, and a prompt consumed by its own step is never too stale. A step that needs more
+than one batch's worth of groups (DAPO's dynamic sampling dropped those whose rewards do not
+vary) grants more with ``allow_more``: each grant lets one more batch start, as if the
+versions were one further ahead, so the bound stays ``max_staleness + 1`` batches beyond
+what the trainer has taken. One that waits past
 its step (a long tail) can be; ``take`` drops such groups before they reach the trainer,
 counts them, and starts their prompts again from scratch, so every prompt still trains
 exactly once.
@@ -123,6 +130,9 @@ class RolloutProducer:
         self.max_staleness, self.total_batches = max_staleness, total_batches
         self.version = 0
         self.next_batch = 1  # the index the next pushed loader batch gets
+        # loader batches granted beyond one per version: a step that takes more than one
+        # batch's worth of groups (DAPO's dynamic sampling) lets as many more start
+        self.extra_batches = 0
         self.waiting: deque[PromptGroup] = deque()  # pulled, not started (data order)
         self.running: dict[str, tuple[PromptGroup, asyncio.Task]] = {}
         self.finished: list[PromptGroup] = []  # in the order they finished
@@ -153,6 +163,11 @@ class RolloutProducer:
     def batches_wanted(self) -> int:
         """How many more loader batches the throttle lets start now."""
         return self.loop.run(self._batches_wanted())
+
+    def allow_more(self, batches: int = 1) -> None:
+        """Let ``batches`` more loader batches start than the versions allow: a step that
+        needs more groups than one batch holds (algorithm.filter_groups dropped some)."""
+        self.loop.run(self._allow_more(batches))
 
     def add_batch(self, batch_dict: dict[str, Any]) -> None:
         """Queue the next loader batch (its prompts start when the throttle allows)."""
@@ -194,6 +209,7 @@ class RolloutProducer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict``'s buffer and queue (before ``start``)."""
         self.next_batch = int(state["next_batch"])
+        self.extra_batches = int(state.get("extra_batches", 0))
         self.dropped_total = int(state.get("dropped_total", 0))
         self.finished = [_group(g) for g in state["finished"]]
         self.waiting = deque(_group(g) for g in state["unfinished"])
@@ -237,11 +253,16 @@ class RolloutProducer:
             self._changed.set()
 
     def _allowed(self, batch_index: int) -> bool:
-        return self.version >= batch_index - 1 - self.max_staleness
+        return self.version + self.extra_batches >= batch_index - 1 - self.max_staleness
 
     async def _batches_wanted(self) -> int:
-        last = min(self.total_batches, self.version + 1 + self.max_staleness)
+        last = min(self.total_batches + self.extra_batches,
+                   self.version + self.extra_batches + 1 + self.max_staleness)
         return max(0, last - self.next_batch + 1)
+
+    async def _allow_more(self, batches: int) -> None:
+        self.extra_batches += batches
+        self._changed.set()
 
     async def _add_batch(self, batch_dict: dict[str, Any]) -> None:
         batch, index = DataProto.from_single_dict(batch_dict), self.next_batch
@@ -349,6 +370,7 @@ class RolloutProducer:
         unfinished.sort(key=lambda g: (g.batch_index, int(g.uid.split("-")[1])))
         return {
             "next_batch": self.next_batch,
+            "extra_batches": self.extra_batches,
             "dropped_total": self.dropped_total,
             "finished": [_record(g) for g in self.finished],
             "unfinished": [_record(g, with_requests=False) for g in unfinished],

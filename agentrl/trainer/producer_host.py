@@ -6,11 +6,13 @@
     ray.get(host.add_batch.remote(batch_dict))            # the trainer pushes the data order
     reply = ray.get(host.take_batch.remote(16, 0, meta_info, 2.0))   # an int: not ready yet
 
-The actor builds an agent worker's engine (``agentrl.rollout.sharded.EngineWorker``: the
-tokenizer, an inference-backend client of the rollout servers, ``rollout`` being the plain
-rollout config with the servers' URLs (its backend's plugin builds HTTP clients of them),
-the configured tools and interactions, an ``AsyncRolloutEngine`` on a ``LoopThread``) and a
-``RolloutProducer`` over it (producer.py). In
+The actor builds the rollout a worker builds (``agentrl.workers.rollout_assembly.build_rollout``:
+an inference-backend client of the rollout servers, ``rollout`` being the plain rollout
+config with the servers' URLs (its backend's plugin builds HTTP clients of them), and the
+engine of the config's kind: the ``AsyncRolloutEngine`` with the configured tools and
+interactions, or in agent mode (``rollout.agent_function``) an ``AgentRollout`` that runs
+each sample's episode through its own session of an in-process gateway) on a
+``LoopThread``, and a ``RolloutProducer`` over its engine (producer.py). In
 its own process the agent loop's Python work never holds the trainer's interpreter lock. The
 actor is threaded (``max_concurrency``), so ``stacks`` answers while a ``take_batch`` waits:
 the trainer's hang watchdog reports this process's threads and tasks through it.
@@ -23,6 +25,7 @@ from typing import Any
 
 from agentrl.protocol import DataProto
 from agentrl.trainer.producer import RolloutProducer, TakeStats
+from agentrl.utils.plain_config import plain_config
 from agentrl.utils.trace import Event, TraceRecorder
 
 _CONCURRENCY = 4  # take_batch, stacks, and the control calls at once
@@ -43,14 +46,19 @@ class ProducerHost:
         total_batches: int,
         trace: bool = False,
     ) -> None:
-        from agentrl.rollout.assembly import engine_factories
-        from agentrl.rollout.sharded import EngineWorker
+        from agentrl.models.tokenizer import load_tokenizer
+        from agentrl.utils.aio import LoopThread
+        from agentrl.workers.rollout_assembly import build_rollout
 
-        # the same engine as an agent worker's: tokenizer, backend client, tools, loop
-        self.worker = EngineWorker(rollout, tokenizer_source, *engine_factories(rollout, model_path),
-                                  chat_template_kwargs)
-        self.loop = self.worker.loop
-        self.producer = RolloutProducer(self.worker.engine, self.loop, n=n,
+        # the rollout a worker would build (its engine kind: the engine, or agent mode's
+        # AgentRollout), with an HTTP client of the servers, on this process's loop
+        self.loop = LoopThread("agentrl-producer")
+        self.rollout = build_rollout(
+            plain_config({"rollout": rollout, "model": {"path": model_path}}),
+            load_tokenizer(**dict(tokenizer_source)), loop=self.loop,
+            chat_template_kwargs=chat_template_kwargs,
+        )  # fmt: skip
+        self.producer = RolloutProducer(self.rollout.engine, self.loop, n=n,
                                         max_staleness=max_staleness, total_batches=total_batches,
                                         trace=TraceRecorder("producer") if trace else None)
 
@@ -66,6 +74,9 @@ class ProducerHost:
 
     def batches_wanted(self) -> int:
         return self.producer.batches_wanted()
+
+    def allow_more(self, batches: int) -> None:
+        self.producer.allow_more(batches)
 
     def add_batch(self, batch_dict: dict[str, Any]) -> None:
         self.producer.add_batch(batch_dict)
@@ -106,7 +117,13 @@ class ProducerHost:
         try:
             self.producer.stop()
         finally:
-            self.worker.close()
+            try:
+                self.rollout.close()
+                close_engine = getattr(self.rollout.engine, "close", None)  # its check process
+                if close_engine is not None:
+                    close_engine()
+            finally:
+                self.loop.close()
 
 
 def start_producer_host(*args: Any, **kwargs: Any) -> Any:

@@ -15,9 +15,10 @@ config alone, which engine runs a rollout (`engine_kind`):
 | `sharded` | `rollout.engine_workers > 1` | `ShardedRolloutEngine`: N `EngineWorker` processes, each building the same in-process engine (`engine_class` included) |
 | `agent` | `rollout.agent_function` | `AgentRollout`: the user's agent function per sample, through the in-process gateway |
 
-The hybrid rollout worker (`agentrl.workers.rollout`) and `agentrl generate` build their
-rollout here; the off-policy producer's process builds the `engine` kind through
-`EngineWorker` (the validator refuses agent mode and `engine_workers > 1` there). The backend
+The hybrid rollout worker (`agentrl.workers.rollout`), `agentrl generate` and the off-policy
+producer's process (`agentrl.trainer.producer_host`: the `engine` or `agent` kind over HTTP
+clients of the rollout servers; the validator refuses `engine_workers > 1` there) build
+their rollout here. The backend
 comes from `create_backend`, which launches the servers a rollout needs
 (`backends.factory.server_launcher`). The `actor_rollout_ref.rollout` subtree is resolved
 once, here, into a read-only `PlainConfig`: every component below receives that one shape.

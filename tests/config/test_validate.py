@@ -215,11 +215,15 @@ def test_what_the_off_policy_modes_cannot_run_with_is_named():
     R = "actor_rollout_ref.rollout."
     problems = _problems("trainer.mode=one_step_off", "off_policy.max_staleness=2",
                          f"{R}deterministic=true", f"{R}calculate_log_probs=false",
-                         "algorithm.filter_groups.enable=true", f"{R}n=2")
+                         f"{R}skip_rollout=true", f"{R}n=2")
     assert any("off_policy.max_staleness must be 1, got 2" in p for p in problems)
     assert any(p.startswith(f"{R}deterministic cannot hold") for p in problems)
     assert any("calculate_log_probs=true" in p for p in problems)
-    assert any(p.startswith("algorithm.filter_groups.enable is not supported") for p in problems)
+    assert any(p.startswith(f"{R}skip_rollout is not supported") for p in problems)
+    for mode in ("one_step_off", "async"):  # agent mode and DAPO's dynamic sampling run
+        cfg = load_config(overrides=[f"trainer.mode={mode}", f"{R}agent_function=a.py:run",
+                                     "algorithm.filter_groups.enable=true", f"{R}n=2"])
+        assert cfg.algorithm.filter_groups.enable and cfg.trainer.mode == mode
     assert _problems("trainer.mode=async", "off_policy.max_staleness=-1") == [
         "off_policy.max_staleness must be >= 0 (0: only the newest version), got -1"]
     assert _problems("trainer.mode=later") == [

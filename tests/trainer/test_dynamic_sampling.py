@@ -64,6 +64,7 @@ def test_a_second_generation_batch_fills_the_step(make_config):
         trainer.close()
     assert metrics["train/num_gen_batches"] == 2
     assert metrics["train/num_prompts_kept"] == 2 and metrics["train/kept_prompt_ratio"] == 0.5
+    assert metrics["train/num_prompts_dropped"] == 2
     assert metrics["critic/score/mean"] == 0.5  # only the groups that vary: 0, 1 each
     assert metrics["actor/grad_norm"] > 0.0  # the kept groups trained
 

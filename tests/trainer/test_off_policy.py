@@ -28,6 +28,7 @@ from tools.calculator import DEFAULT_SCHEMA
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"  # test plugins: rewards, tools
 EASY_REWARD = FIXTURES / "easy_reward.py"
+EVEN_ROWS_REWARD = FIXTURES / "even_rows_reward.py"
 
 
 def test_staleness_metrics_read_the_oldest_model_token():
@@ -35,7 +36,8 @@ def test_staleness_metrics_read_the_oldest_model_token():
     mask = torch.tensor([[1, 1, 0, 1, 0], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0]])
     metrics = staleness_metrics(versions, mask, policy_version=4)
     assert metrics == {"async/staleness/mean": 1.5, "async/staleness/max": 2.0,
-                       "async/versions_per_trajectory/mean": 1.5}  # the third row has none
+                       "async/versions_per_trajectory/mean": 1.5,
+                       "async/partial_episodes": 1.0}  # the third row has none
     assert staleness_metrics(versions[2:], mask[2:], 4) == {}
 
 
@@ -138,6 +140,37 @@ def test_one_step_off_generates_each_batch_under_one_version(make_config, tmp_pa
     rows = _rows(tmp_path / "rollouts", range(1, 4))
     assert all(len(r["policy_versions"]) <= 1 for r in rows)  # no weight update mid-batch
     assert [m["async/staleness/max"] for m in history] == [0.0, 1.0, 1.0]
+
+
+@pytest.mark.slow
+def test_async_dynamic_sampling_drops_uniform_groups_and_fills_each_batch(make_config, tmp_path):
+    """algorithm.filter_groups in async mode: groups whose rewards do not vary (odd rows)
+    are dropped and the producer generates further batches until each step has
+    train_batch_size prompts that vary; staleness stays bounded."""
+    steps, batch, n = 3, 2, 2
+    history = run_train(make_config(
+        "trainer.mode=async", "off_policy.max_staleness=1", "data.shuffle=false",
+        "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
+        "algorithm.filter_groups.max_num_gen_batches=6",
+        f"custom_reward_function.path={EVEN_ROWS_REWARD}",
+        "custom_reward_function.name=compute_score",
+        "actor_rollout_ref.rollout.multi_turn.enable=false",
+        f"trainer.total_training_steps={steps}",
+        f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
+    ))  # fmt: skip
+    rows = _rows(tmp_path / "rollouts", range(1, steps + 1))
+    for step in range(1, steps + 1):  # each step full: 2 prompts that vary, n samples each
+        uids = Counter(r["uid"] for r in rows if r["step"] == step)
+        assert len(uids) == batch and set(uids.values()) == {n}, uids
+        assert all(uid.endswith("-0") for uid in uids)  # even rows only (shuffle off)
+    kept = [m["train/num_prompts_kept"] for m in history]
+    dropped = [m["train/num_prompts_dropped"] for m in history]
+    assert all(k >= batch for k in kept) and sum(dropped) >= steps, (kept, dropped)
+    # a step that dropped a group took (and the producer generated) another batch's worth
+    assert all(m["train/num_gen_batches"] >= 2 for m in history if m["train/num_prompts_dropped"])
+    assert all(m["critic/score/mean"] == 0.5 for m in history)  # 1, 0 in every kept group
+    _assert_fresh(rows, 1)
+    assert len({r["uid"] for r in rows}) == batch * steps  # no prompt trained twice
 
 
 def _serve_pids(model_dir: Path) -> set[int]:

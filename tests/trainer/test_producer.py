@@ -204,3 +204,108 @@ def test_the_producers_timeline_is_drained_as_its_requests_run(tiny_tokenizer, l
     later = producer.drain_trace()
     assert {e[1] for e in later if e[2] == "request"} == held
     producer.stop()
+
+
+def test_allow_more_lets_one_more_batch_start_and_is_checkpointed(tiny_tokenizer, loop):
+    """algorithm.filter_groups: a step that needs more groups than one batch holds grants
+    the producer one more loader batch, generated under the current version."""
+    backend = ConversationScriptBackend(tiny_tokenizer, scripts(6))
+    producer = make_producer(tiny_tokenizer, loop, backend, n_batches=3, max_staleness=0)
+    producer.start(version=0)
+    producer.take(BATCH, policy_version=0)
+    time.sleep(0.1)
+    assert producer.next_batch == 2 and not producer.finished  # batch 2 waits for version 1
+    producer.allow_more(1)
+    producer.feed()
+    groups, _ = producer.take(BATCH, policy_version=0)  # the same step's second take
+    assert sorted(g.uid for g in groups) == ["2-0", "2-1"]
+    assert all(g.versions == [0] for g in groups)
+    state = producer.state_dict()
+    assert state["extra_batches"] == 1 and state["next_batch"] == 3
+    producer.stop()
+    resumed = make_producer(tiny_tokenizer, loop, backend, n_batches=3, max_staleness=0)
+    resumed.load_state_dict(state)
+    assert resumed.extra_batches == 1  # batch 3 then starts at version 1, not 2
+
+
+# ---------------------------------------------------------------- agent mode
+
+AGENT_GATE: dict[str, asyncio.Event] = {}
+
+
+async def two_call_agent(task, client):
+    """One model call, a pause until the test opens the gate (a weight update lands
+    meanwhile), a second call continuing the same conversation."""
+    messages = list(task["raw_prompt"])
+    first = await client.chat.completions.create(model="policy", messages=messages)
+    await AGENT_GATE.setdefault("open", asyncio.Event()).wait()
+    messages += [first.choices[0].message, {"role": "user", "content": "And then?"}]
+    await client.chat.completions.create(model="policy", messages=messages)
+    return 1.0
+
+
+def make_agent_producer(tokenizer, loop, backend, max_staleness):
+    from agentrl.gateway.agent_rollout import AgentRollout
+
+    rollout = AgentRollout(rollout_config(f"n={N}", "response_length=64", "agent_timeout=30"),
+                           tokenizer, backend, two_call_agent)  # fmt: skip
+    producer = Fed(rollout, loop, n=N, max_staleness=max_staleness, total_batches=1)
+    producer.batches = loader_batches(1)
+    return producer
+
+
+def agent_scripts(n):
+    return {k: [f"first {k}<|im_end|>", f"second {k}<|im_end|>"] for k in range(n)}
+
+
+def start_and_update_mid_episode(producer, backend, loop):
+    """Start at version 0, wait until every episode made its first call, sync version 1,
+    then let the episodes make their second call."""
+    AGENT_GATE.clear()
+    loop.run(_make_gate())
+    producer.start(version=0)
+    wait_until(lambda: sum(len(v) for v in backend.outputs.values()) == BATCH * N)
+    backend.weight_version = 1  # the weight sync reached the servers
+    producer.set_version(1)
+    loop.loop.call_soon_threadsafe(AGENT_GATE["open"].set)
+
+
+async def _make_gate():
+    AGENT_GATE["open"] = asyncio.Event()  # made on the loop that waits on it
+
+
+def test_an_agent_episode_spanning_an_update_keeps_its_earlier_calls(tiny_tokenizer, loop):
+    from agentrl.trainer.off_policy import staleness_metrics
+
+    backend = ConversationScriptBackend(tiny_tokenizer, agent_scripts(BATCH))
+    producer = make_agent_producer(tiny_tokenizer, loop, backend, max_staleness=1)
+    start_and_update_mid_episode(producer, backend, loop)
+    groups, stats = producer.take(BATCH, policy_version=1)
+    assert stats.dropped == 0
+    assert all(g.versions == [0, 1] for g in groups)  # partial episodes, kept whole
+    for request in (r for g in groups for r in g.requests):
+        model = [v for v, m in zip(request.weight_versions, request.loss_mask,
+                                           strict=True) if m]
+        first = len(tiny_tokenizer.encode(f"first {request.batch_data_id}<|im_end|>"))
+        assert model[:first] == [0] * first  # the first call's tokens keep their version
+        assert set(model[first:]) == {1}
+    data = producer.collect(groups, {"global_steps": 2})
+    assert data.batch["rm_scores"].sum() == BATCH * N  # each episode's reward
+    assert data.meta_info["metrics"]["rollout/agent_errors"] == 0
+    metrics = staleness_metrics(data.batch["rollout_versions"], data.batch["response_mask"], 1)
+    assert metrics["async/partial_episodes"] == BATCH * N
+    assert metrics["async/staleness/max"] == 1.0  # from the oldest token, not the newest
+    producer.stop()
+    assert producer.engine.app.state.sessions == {}  # every episode's session released
+
+
+def test_staleness_is_per_token_an_episode_with_an_old_call_is_dropped(tiny_tokenizer, loop):
+    backend = ConversationScriptBackend(tiny_tokenizer, agent_scripts(BATCH))
+    producer = make_agent_producer(tiny_tokenizer, loop, backend, max_staleness=0)
+    start_and_update_mid_episode(producer, backend, loop)
+    # the last call is of version 1, but the first is of version 0: too stale for
+    # max_staleness 0 at version 1, so each group is generated again from its prompt
+    groups, stats = producer.take(BATCH, policy_version=1)
+    assert stats.dropped == BATCH and producer.dropped_total == BATCH
+    assert all(g.versions == [1] for g in groups)
+    producer.stop()
