@@ -156,10 +156,5 @@ def install_verl_paths() -> None:
 before_load(install_verl_paths)
 
 
-def is_installed() -> bool:
-    """Whether the stand-in finder is on `sys.meta_path`."""
-    return _FINDER in sys.meta_path
-
-
 __all__ = ["MODULES", "MissingVerlModule", "RolloutTraceConfig", "install_verl_paths",
-           "is_installed", "rollout_trace_attr", "rollout_trace_op"]
+           "rollout_trace_attr", "rollout_trace_op"]

@@ -91,9 +91,6 @@ class SessionTools:
         await end_plugins(state, self.tools, {}, self.multi_turn.tool_timeout)
         return state
 
-    async def close_all(self) -> None:
-        await asyncio.gather(*(self.close(s) for s in list(self._started)))
-
     async def _state(self, session_id: str) -> AsyncRolloutRequest:
         if session_id not in self._started:  # one create per session, however many callers
             self._started[session_id] = asyncio.ensure_future(self._start(session_id))
