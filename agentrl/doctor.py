@@ -7,7 +7,7 @@ installs it). Nothing is required for the core (training on CPU with the hf engi
 part serves one feature:
 
 - node and the agent CLIs, Claude Code and Codex (agentrl.agents, tests marked ``harness``),
-  and bubblewrap, their sandbox;
+  and bubblewrap, their sandbox, and the cgroups that limit a whole episode;
 - the vLLM environment ``.venv-vllm`` (``rollout.name=vllm`` on CPU, tests marked ``vllm``);
 - Chromium, for the report's browser test (tests/report/test_browser.py);
 - the environment packages reasoning-gym, textarena, verifiers (``agentrl env prepare``).
@@ -30,6 +30,7 @@ from pathlib import Path
 from agentrl.agents.claude_code import CLAUDE_CODE
 from agentrl.agents.codex import CODEX
 from agentrl.agents.harness import INSTALL_CLIS
+from agentrl.agents.limits import cgroup_support
 from agentrl.agents.sandbox import INSTALL_BWRAP, find_bwrap
 from agentrl.utils.command import main_of
 
@@ -96,6 +97,15 @@ def _package(distribution: str, module: str) -> Part:
     return Part(distribution, True, f"{version} (import {module})", install)
 
 
+def _cgroups() -> Part:
+    reason = cgroup_support()
+    install = ("run as a user who may write the cgroup v1 memory and pids controllers or a "
+               "delegated v2 cgroup (per-episode memory, process and CPU limits)")
+    if reason is not None:
+        return Part("episode cgroups", False, reason, install)
+    return Part("episode cgroups", True, "memory, pids (and cpu where mounted)", install)
+
+
 def collect() -> list[Part]:
     """Every optional part, in the order they are listed."""
     return [
@@ -103,6 +113,7 @@ def collect() -> list[Part]:
         _cli(CLAUDE_CODE, f"bash {INSTALL_CLIS}"),
         _cli(CODEX, f"bash {INSTALL_CLIS}"),
         _binary("bubblewrap", find_bwrap(), INSTALL_BWRAP),
+        _cgroups(),
         _vllm(),
         _binary("chromium", str(CHROMIUM) if CHROMIUM.exists() else None,
                 "apt-get install chromium (the report's browser test)"),

@@ -1,8 +1,9 @@
 """`agentrl doctor`: each optional part found (with its version) or missing (with how to
-install it), exit 0 either way."""
+install it), exit 0 either way; the episode cgroups line says why they are missing."""
 
 from __future__ import annotations
 
+from agentrl.agents import limits
 from agentrl.cli import main
 from agentrl.doctor import collect
 
@@ -16,9 +17,14 @@ def test_found_and_missing_parts_are_listed_and_it_exits_0(tmp_path, monkeypatch
     monkeypatch.setenv("PATH", str(tmp_path))          # no node, no codex, no bwrap on PATH
     monkeypatch.setenv("AGENTRL_BWRAP", str(tmp_path / "none"))
     monkeypatch.setenv("AGENTRL_VLLM_VENV", str(tmp_path / "no-venv"))
+    monkeypatch.setattr(limits, "_parents", lambda: "no memory and pids cgroup controllers "
+                        "are mounted")
     parts = {p.name: p for p in collect()}
-    assert list(parts) == ["node", "claude", "codex", "bubblewrap", "vllm environment",
-                           "chromium", "reasoning-gym", "textarena", "verifiers"]
+    assert list(parts) == ["node", "claude", "codex", "bubblewrap", "episode cgroups",
+                           "vllm environment", "chromium", "reasoning-gym", "textarena",
+                           "verifiers"]
+    assert not parts["episode cgroups"].found
+    assert parts["episode cgroups"].detail == "no memory and pids cgroup controllers are mounted"
     assert parts["claude"].found and parts["claude"].detail.startswith("2.1.197 (Claude Code)")
     assert not parts["codex"].found and "setup_agent_clis.sh" in parts["codex"].install
     assert not parts["node"].found and not parts["bubblewrap"].found

@@ -15,4 +15,5 @@ the workspace holding the check's own files (docs/agents.md).
 - relay.py: the unix socket -> the gateway session, with the turn budget
 - bridge.py: inside the sandbox, loopback TCP -> that socket, then the CLI
 - sandbox.py: the bubblewrap cage, rlimits, the kill of the process tree
+- limits.py: the whole episode's limits (cgroups: memory, tasks, CPU share; the disk)
 """

@@ -23,6 +23,7 @@ docs/agents.md lists them.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -35,11 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentrl.agents.limits import EpisodeLimits, open_limiter
 from agentrl.agents.relay import SessionRelay
 from agentrl.agents.sandbox import (
     INSTALL_BWRAP,
     SANDBOX_KINDS,
     SANDBOX_PATH,
+    CagedResult,
     SandboxSpec,
     find_bwrap,
     in_system_dirs,
@@ -89,6 +92,10 @@ def _env(name: str, default: Any, kind: Callable[[str], Any]) -> Any:
         raise ValueError(f"{name}={value!r}: {err}") from err
 
 
+def _int_or_off(value: str) -> int | None:
+    return int(value) or None  # 0: not limited
+
+
 @dataclass(frozen=True)
 class AgentOptions:
     """How an episode runs (docs/agents.md)."""
@@ -100,12 +107,21 @@ class AgentOptions:
     check_timeout_s: float = 60.0   # wall clock of the row's check
     sandbox: str = "bwrap"          # bwrap | none (no isolation: trusted tasks only)
     memory_mb: int | None = None    # RLIMIT_AS per process; None: not limited
+    episode_memory_mb: int | None = EpisodeLimits.memory_mb  # all processes together (cgroup)
+    episode_pids: int | None = EpisodeLimits.pids       # processes and threads (cgroup)
+    episode_cpus: float | None = EpisodeLimits.cpus     # CPU share in cores (cgroup)
+    disk_mb: int | None = EpisodeLimits.disk_mb         # the episode's writable folders
     max_output_tokens: int | None = None  # tokens per model call the CLI asks for (Claude Code)
     file_size_mb: int = SandboxSpec.file_size_mb  # RLIMIT_FSIZE
     root: str | None = None         # where episode folders go; None: the temp dir
     keep: bool = False              # keep episode folders (debugging)
     ro_binds: tuple[str, ...] = field(default_factory=tuple)  # host paths shown read-only
     interpreters: tuple[str, ...] = field(default_factory=tuple)  # programs shown, on PATH
+
+    def limits(self) -> EpisodeLimits:
+        """The whole episode's limits (limits.py)."""
+        return EpisodeLimits(self.episode_memory_mb, self.episode_pids, self.episode_cpus,
+                             self.disk_mb)
 
     @classmethod
     def from_env(cls, harness: Harness, **overrides: Any) -> AgentOptions:
@@ -118,6 +134,12 @@ class AgentOptions:
             check_timeout_s=_env("AGENTRL_AGENT_CHECK_TIMEOUT_S", cls.check_timeout_s, float),
             sandbox=_env("AGENTRL_AGENT_SANDBOX", cls.sandbox, str),
             memory_mb=_env("AGENTRL_AGENT_MEMORY_MB", cls.memory_mb, int),
+            episode_memory_mb=_env("AGENTRL_AGENT_EPISODE_MEMORY_MB", cls.episode_memory_mb,
+                                   _int_or_off),
+            episode_pids=_env("AGENTRL_AGENT_EPISODE_PIDS", cls.episode_pids, _int_or_off),
+            episode_cpus=_env("AGENTRL_AGENT_EPISODE_CPUS", cls.episode_cpus,
+                              lambda v: float(v) or None),
+            disk_mb=_env("AGENTRL_AGENT_DISK_MB", cls.disk_mb, _int_or_off),
             max_output_tokens=_env("AGENTRL_AGENT_MAX_OUTPUT_TOKENS", None, int),
             root=os.environ.get("AGENTRL_AGENT_ROOT") or None,
             keep=_env("AGENTRL_AGENT_KEEP", False, lambda v: v not in ("0", "false")),
@@ -165,6 +187,7 @@ class _Cage:
     spec: SandboxSpec
     env: dict[str, str]
     python: str
+    limits: EpisodeLimits
 
 
 def _cage(options: AgentOptions, task: Mapping[str, Any], episode: Path, cpu_s: float,
@@ -199,7 +222,8 @@ def _cage(options: AgentOptions, task: Mapping[str, Any], episode: Path, cpu_s: 
     path = ":".join(dict.fromkeys([*folders, SANDBOX_PATH, str(Path(python).parent)]))
     if options.sandbox == "none":
         path = os.environ.get("PATH", SANDBOX_PATH)
-    return _Cage(spec, _base_env(episode / "home", episode, spec, path), python)
+    return _Cage(spec, _base_env(episode / "home", episode, spec, path), python,
+                 options.limits())
 
 
 def _base_env(home: Path, episode: Path, spec: SandboxSpec, path: str) -> dict[str, str]:
@@ -209,8 +233,19 @@ def _base_env(home: Path, episode: Path, spec: SandboxSpec, path: str) -> dict[s
             "USER": "agent"}
 
 
+async def _run_limited(argv: list[str], env: dict[str, str], cage: _Cage, spec: SandboxSpec,
+                       name: str, watched: list[Path], timeout_s: float,
+                       stop: Any = None) -> CagedResult:
+    """``run_caged`` in a cgroup of its own (limits.py), removed afterwards."""
+    limiter = await asyncio.to_thread(open_limiter, cage.limits, name, watched)
+    try:
+        return await run_caged(argv, env, spec, timeout_s, stop, limiter)
+    finally:
+        await asyncio.shield(asyncio.to_thread(limiter.close))
+
+
 async def _run_check(task: Mapping[str, Any], check: str, timeout: float, cage: _Cage,
-                     episode: Path) -> int | None:
+                     episode: Path) -> CagedResult:
     """The check in a fresh cage over a copy of the workspace holding the row's
     ``check_files`` (seen at the workspace's own path), once the CLI's tree is dead."""
     workspace, copy = episode / "workspace", episode / "check"
@@ -219,9 +254,8 @@ async def _run_check(task: Mapping[str, Any], check: str, timeout: float, cage: 
     spec = dataclasses.replace(cage.spec, workdir=inside, writable=((copy, inside),))
     home = Path("/tmp") if spec.kind == "bwrap" else copy
     env = _base_env(home, episode, spec, cage.env["PATH"])
-    checked = await run_caged(sandbox_argv(spec, ["/bin/bash", "-c", check]), env, spec,
-                              timeout)
-    return checked.returncode
+    return await _run_limited(sandbox_argv(spec, ["/bin/bash", "-c", check]), env, cage, spec,
+                              f"{episode.name}-check", [copy], timeout)
 
 
 def _score(task: Mapping[str, Any], final_text: str) -> float:
@@ -265,17 +299,24 @@ async def run_episode(harness: Harness, task: Mapping[str, Any], client: Any,
             cli_env[harness.max_output_env] = str(options.max_output_tokens)
         argv = sandbox_argv(cage.spec, [cage.python, "-I", str(BRIDGE), socket_path, "--", *cli])
         async with SessionRelay(client, socket_path, max_turns) as relay:
-            run = await run_caged(argv, cli_env, cage.spec, timeout_s, relay.over_budget)
+            run = await _run_limited(argv, cli_env, cage, cage.spec, episode.name,
+                                     [episode / sub for sub in ("workspace", "home", "tmp")],
+                                     timeout_s, relay.over_budget)
         if run.returncode not in (0, None):
             logger.warning("%s exited with %s: %s", harness.name, run.returncode,
                            run.stderr[-2000:] or run.stdout[-2000:])
         result: dict[str, Any] = {"turns": min(relay.model_calls, max_turns),
-                                  "stopped": run.stopped, "cli_exit": run.returncode}
+                                  "stopped": run.stopped, "cli_exit": run.returncode,
+                                  "limit": run.limit, "limit_kills": int(run.limit is not None)}
+        if run.limit:
+            logger.warning("%s episode hit its %s limit: killed", harness.name, run.limit)
         check = info.get("check")
         if check:
             timeout = float(info.get("check_timeout_s") or options.check_timeout_s)
-            result["check_exit"] = await _run_check(task, str(check), timeout, cage, episode)
-            result["score"] = 1.0 if result["check_exit"] == 0 else 0.0
+            checked = await _run_check(task, str(check), timeout, cage, episode)
+            result["check_exit"] = checked.returncode
+            result["limit_kills"] += int(checked.limit is not None)
+            result["score"] = 1.0 if checked.returncode == 0 else 0.0
         else:
             result["score"] = _score(task, harness.final_text(run.stdout))
         return result

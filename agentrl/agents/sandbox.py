@@ -21,7 +21,8 @@ What ``kind="bwrap"`` gives (the flags are in ``sandbox_argv``; docs/agents.md h
 - limits (rlimits set before bwrap starts, inherited by everything inside): core dumps
   off, CPU seconds per process, file size, open files, and address space when
   ``memory_mb`` is set (off by default: node and the Rust CLIs reserve many GB of address
-  space they never touch).
+  space they never touch); the whole episode's memory, tasks, CPU share and disk through
+  a ``limits.Limiter`` (cgroups) passed to ``run_caged``: a tripped limit kills the run.
 
 ``kind="none"`` runs the same command without the cage (the same limits and kill): only
 for trusted tasks on a machine that does not matter.
@@ -37,6 +38,8 @@ import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+
+from agentrl.agents.limits import Limiter
 
 SANDBOX_KINDS = ("bwrap", "none")
 BWRAP_ENV = "AGENTRL_BWRAP"
@@ -156,8 +159,9 @@ def sandbox_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
     return argv + list(command)
 
 
-def _limits(spec: SandboxSpec):
-    """The rlimits of ``spec``, set in the child before it execs (inherited by the tree)."""
+def _preexec(spec: SandboxSpec, limiter: Limiter | None):
+    """In the child before it execs: the rlimits of ``spec`` (inherited by the tree) and,
+    with a limiter, the episode's cgroup."""
     limits = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, spec.cpu_s),
               (resource.RLIMIT_FSIZE, spec.file_size_mb << 20),
               (resource.RLIMIT_NOFILE, spec.open_files)]
@@ -167,6 +171,8 @@ def _limits(spec: SandboxSpec):
     def apply() -> None:
         for which, value in limits:
             resource.setrlimit(which, (value, value))
+        if limiter is not None:
+            limiter.enter()
     return apply
 
 
@@ -174,10 +180,11 @@ def _limits(spec: SandboxSpec):
 class CagedResult:
     """How a caged run ended."""
 
-    returncode: int | None  # None: killed at the budget
+    returncode: int | None  # None: killed at the budget or a limit
     stdout: str
     stderr: str
-    stopped: str            # exit | timeout | turns
+    stopped: str            # exit | timeout | turns | limit
+    limit: str | None = None  # the episode limit that tripped: memory | pids | disk
 
 
 def kill_tree(proc: asyncio.subprocess.Process) -> None:
@@ -186,34 +193,61 @@ def kill_tree(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+async def _watch(limiter: Limiter | None, every_s: float = 0.25) -> str:
+    """The first limit that trips (never returns without a limiter)."""
+    if limiter is None:
+        await asyncio.Event().wait()
+    while not (tripped := await asyncio.to_thread(limiter.tripped)):
+        await asyncio.sleep(every_s)
+    return tripped
+
+
 async def run_caged(argv: list[str], env: dict[str, str], spec: SandboxSpec,
-                    timeout_s: float, stop: asyncio.Event | None = None) -> CagedResult:
-    """Run ``argv`` (already caged) in a session of its own; kill its whole tree after
-    ``timeout_s`` seconds, when ``stop`` is set (a turn budget), or when cancelled."""
+                    timeout_s: float, stop: asyncio.Event | None = None,
+                    limiter: Limiter | None = None) -> CagedResult:
+    """Run ``argv`` (already caged) in a session of its own, in ``limiter``'s cgroup; kill
+    its whole tree after ``timeout_s`` seconds, when ``stop`` is set (a turn budget), when
+    an episode limit trips, or when cancelled. With a limiter, every process of its cgroup
+    is dead when this returns."""
     proc = await asyncio.create_subprocess_exec(
-        *argv, env=env, cwd="/" if spec.kind == "bwrap" else spec.workdir, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        start_new_session=True, preexec_fn=_limits(spec),
+        *argv, env=env, cwd="/" if spec.kind == "bwrap" else spec.workdir,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        preexec_fn=_preexec(spec, limiter),
     )  # fmt: skip
     output = asyncio.ensure_future(_read_both(proc))
     stopper = asyncio.ensure_future(stop.wait() if stop is not None else asyncio.Event().wait())
-    stopped = "exit"
+    watcher = asyncio.ensure_future(_watch(limiter))
+    stopped, limit = "exit", None
     try:
-        done, _ = await asyncio.wait({output, stopper}, timeout=timeout_s,
+        done, _ = await asyncio.wait({output, stopper, watcher}, timeout=timeout_s,
                                      return_when=asyncio.FIRST_COMPLETED)
-        if output not in done or (stop is not None and stop.is_set()):
-            stopped = "turns" if stop is not None and stop.is_set() else "timeout"
+        if watcher in done:
+            stopped, limit = "limit", watcher.result()
+        elif stop is not None and stop.is_set():
+            stopped = "turns"
+        elif output not in done:
+            stopped = "timeout"
+        if stopped != "exit":
             kill_tree(proc)
+            if limiter is not None:
+                await asyncio.to_thread(limiter.kill)
         out, err = await output
         await proc.wait()
     finally:
         stopper.cancel()
+        watcher.cancel()
         if proc.returncode is None:  # cancelled: leave nothing running
             kill_tree(proc)
             output.cancel()
+        if limiter is not None:
+            await asyncio.shield(asyncio.to_thread(limiter.kill))
     if stopped == "exit":
         kill_tree(proc)  # anything the command left behind in its group
-    return CagedResult(None if stopped != "exit" else proc.returncode, out, err, stopped)
+        if limiter is not None:  # a limit the kernel enforced as the run ended
+            limit = await asyncio.to_thread(limiter.tripped)
+    return CagedResult(None if stopped != "exit" else proc.returncode, out, err, stopped,
+                       limit)
 
 
 async def _read_both(proc: asyncio.subprocess.Process) -> tuple[str, str]:

@@ -51,7 +51,8 @@ def test_the_check_scores_the_workspace_and_the_folder_goes(tmp_path, monkeypatc
             "extra_info": {"files": {"in.txt": "x"},
                            "check": "grep -qx 'do it' prompt.txt && grep -q '127.0.0.1:[0-9]' url.txt"}}
     assert _run(harness, task, options) == {"turns": 0, "stopped": "exit", "cli_exit": 0,
-                                            "check_exit": 0, "score": 1.0}
+                                            "check_exit": 0, "score": 1.0, "limit": None,
+                                            "limit_kills": 0}
     task["extra_info"]["check"] = "false"
     assert _run(harness, task, options)["score"] == 0.0
     assert list(root.iterdir()) == []
