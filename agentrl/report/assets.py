@@ -26,6 +26,8 @@ table.eval td { white-space: nowrap; }
 table.eval th:first-child, table.eval td:first-child { text-align: left; }
 table.eval thead th { background: #f2f2f2; font-weight: 600; max-width: 9em; vertical-align: bottom; }
 table.grouping thead th { text-align: center; }
+table.targets td { text-align: left; white-space: normal; }
+table.targets td.met { color: #1a7f37; } table.targets td.missed { color: #b3261e; font-weight: 600; }
 h3 { font-size: 15px; margin: 18px 0 6px; }
 details#settings { margin: 8px 0; font-size: 13px; }
 details#settings summary { cursor: pointer; color: #555; }

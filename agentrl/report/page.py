@@ -3,7 +3,8 @@
     html_text = render_page(run, plots, sources, notes)
 
 Sections: the run (directory, steps, checkpoints, report.json's settings folded) and its
-notes (what is missing), the evaluation table of report.json (before RL / after RL /
+notes (what is missing), the stage targets of report.json (a quickstart's: each target, what
+was measured, met or not), the evaluation table of report.json (before RL / after RL /
 control, ± standard errors) and one table per grouping of the test set (the quickstart's
 phrasings), the plots (base64 PNG ``<img>``, one ``<figure class="plot">`` each, its
 ``data-points`` the points of each line), one step's timeline (an inline SVG of the run's
@@ -159,6 +160,32 @@ def grouping_table(grouping: str, results: dict[str, dict[str, dict[str, float]]
     )
 
 
+def targets_table(evaluation: dict[str, Any]) -> str:
+    """report.json's stage targets (a quickstart's `targets`: agentrl/quickstart/targets.py),
+    one row per stage: the target, what was measured, whether it was met and whether the
+    miss stopped the run; empty without any."""
+    targets = evaluation.get("targets")
+    if not isinstance(targets, dict) or not targets:
+        return ""
+    body = []
+    for stage, t in targets.items():
+        if not isinstance(t, dict):
+            continue
+        met = t.get("target_met")
+        verdict = "met" if met else ("missed: the run stopped here" if t.get("stopped_run")
+                                     else "missed: went on as asked")  # fmt: skip
+        body.append(
+            f'<tr data-stage="{html.escape(str(stage))}" data-met="{str(bool(met)).lower()}">'
+            f"<td>{html.escape(str(stage))}</td><td>{html.escape(str(t.get('target', '')))}</td>"
+            f"<td>{html.escape(str(t.get('measured', '')))}</td>"
+            f'<td class="{"met" if met else "missed"}">{html.escape(verdict)}</td></tr>'
+        )
+    return ('<section id="targets"><h2>Stage targets (report.json)</h2><div class="table-wrap">'
+            '<table class="eval targets"><thead><tr><th>stage</th><th>target</th>'
+            "<th>measured</th><th>met</th></tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table></div></section>")
+
+
 def settings_section(evaluation: dict[str, Any]) -> str:
     """report.json's settings (a quickstart's), folded; empty without any."""
     settings = evaluation.get("settings")
@@ -272,6 +299,7 @@ def render_page(
         f"<p>{_summary(run)}; generated {generated}</p>{settings_section(run.evaluation)}"
         "</header>"
         + (f'<ul class="notes" id="notes">{notes_html}</ul>' if notes else "")
+        + targets_table(run.evaluation)
         + evaluation_table(run.evaluation)
         + alerts_section(run.metrics)
         + _plots_section(plots, bool(run.metrics))

@@ -58,3 +58,22 @@ def test_alerts_section_lists_the_steps_each_rule_fired():
     assert "<td>truncation</td><td>2</td><td>2, 3</td>" in section
     assert "<td>tool_call_collapse</td><td>1</td><td>2</td>" in section
     assert "active" not in section and alerts_section(rows[:1]) == ""
+
+
+def test_targets_table_shows_each_stage_target_and_whether_it_was_met():
+    from agentrl.report.page import targets_table
+
+    report = {"targets": {
+        "sft": {"target": "turn reproduction >= 0.80", "measured": "0.830 at step 500",
+                "target_met": True, "stopped_run": False},
+        "teacher": {"target": "teacher >= student", "measured": "teacher 0.090, student 0.344",
+                    "target_met": False, "stopped_run": True}}}  # fmt: skip
+    table = targets_table(report)
+    rows = re.findall(r'<tr data-stage="(\w+)" data-met="(\w+)">(.*?)</tr>', table)
+    assert [(stage, met) for stage, met, _ in rows] == [("sft", "true"), ("teacher", "false")]
+    cells = [re.findall(r"<td[^>]*>([^<]*)</td>", rest) for _, _, rest in rows]
+    assert cells[0] == ["sft", "turn reproduction &gt;= 0.80", "0.830 at step 500", "met"]
+    assert cells[1][3] == "missed: the run stopped here"
+    report["targets"]["teacher"]["stopped_run"] = False
+    assert "missed: went on as asked" in targets_table(report)
+    assert targets_table({"eval_sft": {"accuracy": 0.5}}) == ""
