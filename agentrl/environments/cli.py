@@ -2,10 +2,14 @@
 
     agentrl env prepare reasoning_gym:basic_arithmetic --out data/rg --size 2000 --seed 0
     agentrl env prepare textarena:GuessTheNumber-v0 --out data/guess --size 500
+    agentrl env prepare openenv:echo_env.server.app --out data/echo --size 100
+    agentrl env prepare verifiers:my-env --out data/my_env --size 500
 
 It writes DIR/train.parquet and DIR/test.parquet (verl rows, disjoint) and the
-interaction config when the environment needs one, then prints the `agentrl train`
-overrides that use them (docs/environments.md).
+interaction and tool configs when the environment needs them, then prints the
+`agentrl train` overrides that use them (docs/environments.md). An environment it cannot
+prepare is one line on stderr naming why, exit status 2 (a message of several lines, such
+as a child server's traceback, is cut to its first line and its last: `one_line`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,16 @@ import sys
 
 from agentrl.environments.spec import SPEC_FORMS
 from agentrl.utils.answer_tags import ANSWER_TAG
+from agentrl.utils.command import debug_enabled
+
+
+def one_line(err: BaseException) -> str:
+    """An error's message on one line: its first line and, when there are more, its last
+    (a child's traceback ends with the exception that stopped it)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip(" *=-")]
+    if not lines:
+        return type(err).__name__
+    return lines[0] if len(lines) == 1 else f"{lines[0].rstrip(':')}: ... {lines[-1]}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
                                        test_size=args.test_size, seed=args.seed,
                                        answer_tag=args.answer_tag)  # fmt: skip
     except (ValueError, ImportError, OSError) as err:  # OSError: --out failed while writing
-        sys.stderr.write(f"agentrl env prepare: {err}\n")
+        sys.stderr.write(f"agentrl env prepare: {err if debug_enabled() else one_line(err)}\n")
         return 2
     sys.stdout.write(f"wrote {prepared.train} and {prepared.test}"
                      + "".join(f" and {p}" for p in prepared.configs.values())

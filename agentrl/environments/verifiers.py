@@ -14,17 +14,72 @@ the rollout with its rubric. A tool environment's tools become ``tools.yaml`` en
 rows come from the environment's eval dataset when it has one, else from its dataset; the
 items are shuffled with ``--seed`` and no test prompt is in training. The answer format is
 the environment's own (its parser and system prompt): ``--answer-tag`` does not apply.
+
+What loading an environment prints (verifiers' own log lines, a package's download banner)
+is held back; when the load fails, the error names the cause in one line (`load_failure`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import logging
+import sys
 from typing import Any
 
 from agentrl.tools.verifiers import load_environment, message_text, require_verifiers
 from agentrl.utils.answer_tags import ANSWER_TAG
+from agentrl.utils.captured_output import captured_output
+
+logger = logging.getLogger(__name__)
 
 INTERACTION_NAME = "verifiers"
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of an error's message that says something (not a rule of stars)."""
+    for line in str(err).splitlines():
+        if line.strip(" *=-"):
+            return line.strip()
+    return ""
+
+
+def load_failure(env_id: str, err: BaseException) -> str:
+    """One line naming why ``verifiers.load_environment(env_id)`` failed: the innermost
+    cause of the chain (verifiers wraps every failure in a ValueError or RuntimeError whose
+    message runs over several lines)."""
+    cause = err
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    module = env_id.replace("-", "_").split("/")[-1]
+    if isinstance(cause, ModuleNotFoundError) and cause.name == module:
+        return (f"verifiers:{env_id}: no module {module} is installed (verifiers loads ENV as "
+                "the module of that name, - as _: install the environment's package)")
+    if isinstance(cause, AttributeError) and "load_environment" in str(cause):
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+        where = f" ({spec.origin})" if spec is not None and spec.origin else ""
+        return (f"verifiers:{env_id}: the module {module}{where} has no load_environment(): "
+                "another module of that name comes first, or it is no verifiers environment")
+    if cause is err:
+        return _first_line(err)
+    return (f"verifiers:{env_id}: loading it raised {type(cause).__name__}: "
+            f"{_first_line(cause)}")
+
+
+def load_quietly(env_id: str) -> Any:
+    """`load_environment(env_id)` with what it prints held back: shown as it was when the
+    load works, logged at debug level when it fails (ValueError: `load_failure`)."""
+    try:
+        with captured_output() as captured:
+            env = load_environment(env_id)
+    except ValueError as err:
+        logger.debug("verifiers:%s printed while loading:\n%s", env_id, captured.text)
+        raise ValueError(load_failure(env_id, err)) from err
+    sys.stderr.write(captured.text)
+    return env
 
 
 def prompt_messages(prompt: Any, env_id: str) -> list[dict[str, str]]:
@@ -106,7 +161,7 @@ def check_kind(env_id: str, env: Any) -> None:
 def prepare(env_id: str, size: int, test_size: int, seed: int,
             answer_tag: str = ANSWER_TAG) -> tuple[list[dict], list[dict], dict[str, Any]]:
     """(train rows, test rows, {"interaction": ..., "tools": ...}): disjoint by prompt."""
-    env = load_environment(env_id)
+    env = load_quietly(env_id)
     check_kind(env_id, env)
     has_eval = env.build_eval_dataset() is not None
     pool = _items(env.get_dataset(), seed, env_id) if env.build_dataset() is not None else []
@@ -125,4 +180,5 @@ def prepare(env_id: str, size: int, test_size: int, seed: int,
             configs(env_id, env))
 
 
-__all__ = ["check_kind", "configs", "make_rows", "prepare", "prompt_messages"]
+__all__ = ["check_kind", "configs", "load_failure", "load_quietly", "make_rows", "prepare",
+           "prompt_messages"]

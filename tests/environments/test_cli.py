@@ -132,3 +132,23 @@ def test_a_missing_nltk_corpus_is_named_not_taken_for_an_unknown_id(tmp_path, ca
     assert ("textarena:Wordle-v0: it needs the nltk corpus 'agentrl_no_such_corpus', which is "
             "not installed here (python -m nltk.downloader agentrl_no_such_corpus)") in err
     assert "has no game" not in err and "ENV_REGISTRY" not in err
+
+
+def test_a_server_app_that_does_not_import_is_one_line_naming_the_cause(tmp_path, capsys):
+    pytest.importorskip("openenv.core")
+    out = tmp_path / "oe"
+    assert _prepare("openenv:no_such_pkg.server.app", "--out", str(out)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err  # the child's: 40 lines
+    assert err.startswith("agentrl env prepare: openenv:no_such_pkg.server.app: ")
+    assert err.endswith("... ModuleNotFoundError: No module named 'no_such_pkg'\n")
+    assert not out.exists()
+
+
+def test_one_line_keeps_the_first_line_and_the_cause_at_the_end():
+    from agentrl.environments.cli import one_line
+
+    assert one_line(ValueError("one line")) == "one line"
+    assert one_line(RuntimeError("server exited:\nTraceback\n  File x\n\nKeyError: 'k'\n")) == (
+        "server exited: ... KeyError: 'k'")
+    assert one_line(LookupError("\n*****\n")) == "LookupError"

@@ -117,3 +117,46 @@ def test_a_missing_package_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "verifiers", None)
     with pytest.raises(ImportError, match=r"pip install 'agentrl\[envs\]'"):
         prepare("vf-capitals", 1, 1, seed=0)
+
+
+NOISY = '''
+import logging
+import os
+
+if {missing_dependency}:
+    import nowhere_to_be_found_{kind}
+
+def load_environment():
+    print("[lib_data] Downloading package lexicon to /root/lib_data...")
+    os.write(2, b"[lib_data] Error loading lexicon: <urlopen error [Errno -3]>\\n")
+    logging.getLogger("verifiers.utils.env_utils").error("a log line of its own")
+    raise LookupError("\\n" + "*" * 70 + "\\n  Resource lexicon not found.\\n  Please use the "
+                      "downloader:\\n\\n  >>> import lib\\n  >>> lib.download('lexicon')\\n"
+                      + "*" * 70)
+'''
+
+
+@pytest.mark.parametrize(("kind", "says"), [
+    ("noisy", "verifiers:vf-noisy: loading it raised LookupError: Resource lexicon not found."),
+    ("broken", "verifiers:vf-broken: loading it raised ModuleNotFoundError: No module named "
+               "'nowhere_to_be_found_broken'"),
+    ("absent", "verifiers:vf-absent: no module vf_absent is installed (verifiers loads ENV as "
+               "the module of that name, - as _: install the environment's package)"),
+])  # fmt: skip
+def test_a_failed_load_is_one_line_naming_the_cause_and_its_noise_held_back(
+        tmp_path, monkeypatch, capfd, kind, says):
+    if kind != "absent":
+        (tmp_path / f"vf_{kind}.py").write_text(
+            NOISY.replace("{kind}", kind).replace("{missing_dependency}", str(kind == "broken")))
+        monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError) as raised:
+        prepare(f"vf-{kind}", 1, 1, seed=0)
+    assert str(raised.value) == says
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")  # no banner, no log line of the library's
+
+
+def test_a_module_of_the_same_name_without_load_environment_is_named_with_its_file():
+    with pytest.raises(ValueError, match=r"^verifiers:json: the module json \(.*json/__init__\.py"
+                                         r"\) has no load_environment\(\): another module of that"):
+        prepare("json", 1, 1, seed=0)
