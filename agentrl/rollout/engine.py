@@ -68,7 +68,7 @@ from agentrl.rollout.collector import TrajectoryCollector
 from agentrl.rollout.engine_config import RolloutConfig
 from agentrl.rollout.generation import generate_with_retries
 from agentrl.rollout.output import PaddedRows
-from agentrl.rollout.parsers import ParsedCall, ParseResult, get_tool_parser
+from agentrl.rollout.parsers import ParseResult, get_tool_parser
 from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
 from agentrl.rollout.tool_calls import end_plugins, run_tool_turn, start_plugins
 from agentrl.rollout.waves import GenerationWaves
@@ -521,7 +521,8 @@ class AsyncRolloutEngine:
             else ParseResult(content, [])
         )
         req.add_assistant_message(
-            self.renderer, content, parsed.normal_text, self._message_tool_calls(req, parsed.calls)
+            self.renderer, content, parsed.normal_text,
+            parsed.message_tool_calls(req.metrics.assistant_turns),
         )
         if out.finish_reason == "abort":
             req.finish(FinishReason.ABORT)
@@ -548,21 +549,6 @@ class AsyncRolloutEngine:
             or (max_user and req.metrics.user_turns >= max_user)
         )
 
-    @staticmethod
-    def _message_tool_calls(req: AsyncRolloutRequest, calls: list[ParsedCall]) -> list[dict]:
-        """The readable calls in OpenAI message form; ids `call_{turn}_{k}` number the
-        readable calls, as the tool messages' `tool_call_id` do."""
-        turn = req.metrics.assistant_turns
-        readable = [c for c in calls if c.error is None]
-        return [
-            {
-                "id": f"call_{turn}_{k}",
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments},
-            }
-            for k, c in enumerate(readable)
-        ]
-
     async def _handle_tool_calling(self, req: AsyncRolloutRequest, ctx: BatchContext) -> None:
         messages = await run_tool_turn(
             req, req.pending_calls, self.tools, ctx.tool_slots, self.multi_turn,
@@ -585,7 +571,6 @@ class AsyncRolloutEngine:
         """The request's interaction's ``method`` on the conversation so far, within the tool
         timeout; None (the request failed with the reason) when it raised or hung."""
         interaction = self.interactions[req.interaction]
-        req.verify_messages(self.renderer)  # the interaction reads them
         started = time.perf_counter()
         try:
             return await within(

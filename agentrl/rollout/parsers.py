@@ -17,6 +17,9 @@ Registered formats:
   </tool_call>`; a value is a string when the tool's schema says so, else parsed as JSON
   when it parses.
 
+The engine runs the readable calls and records the turn's message with exactly those as its
+`tool_calls` (`ParseResult.message_tool_calls`), whether or not newlines separate them.
+
 A parser only reads syntax. A call it cannot read (bad JSON, no name) comes back with
 `error` set, and the engine answers it with an error tool message the model can learn
 from; unknown tool names and arguments failing the schema are the engine's checks. Add a
@@ -47,12 +50,29 @@ class ParsedCall:
     error: str | None = None
 
 
+def call_id(turn: int, k: int) -> str:
+    """The id of the `k`-th readable call of model turn `turn`: the assistant message's
+    `tool_calls[k]["id"]` and its tool message's `tool_call_id`."""
+    return f"call_{turn}_{k}"
+
+
 @dataclass
 class ParseResult:
     """The text before the first call and the calls, in order."""
 
     normal_text: str
     calls: list[ParsedCall] = field(default_factory=list)
+
+    def message_tool_calls(self, turn: int) -> list[dict[str, Any]]:
+        """The readable calls in OpenAI message form, ids `call_id(turn, k)`: the assistant
+        message's `tool_calls`, the same calls the engine runs however they were spaced
+        (an unreadable call is answered with an error and is in no message's calls)."""
+        readable = [c for c in self.calls if c.error is None]
+        return [
+            {"id": call_id(turn, k), "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments}}
+            for k, c in enumerate(readable)
+        ]  # fmt: skip
 
 
 class ToolCallParser(ABC):

@@ -37,10 +37,10 @@ from agentrl.rollout.token_check import (
     FAILING,
     CheckInput,
     CheckResult,
+    as_written,
     check_mode,
     run_check,
     settle,
-    settled_messages,
 )
 from agentrl.rollout.trajectory import TokenTrajectory
 
@@ -127,8 +127,11 @@ class AsyncRolloutRequest(TokenTrajectory):
     # (multi_turn.tool_schemas_in_prompt: none).
     tool_names: list[str] | None = None
     # structured assistant turns whose rendering is not checked yet: (index in messages,
-    # the model's text, the text the turn must render to); see verify_messages
+    # the model's text, the text the turn must render to); see add_assistant_message
     unverified: list[tuple[int, str, str]] = field(default_factory=list)
+    # structured turns the template writes otherwise than the model did: index in messages
+    # -> the model's text (what the tokens hold); the message keeps the calls that ran
+    verbatim: dict[int, str] = field(default_factory=dict)
 
     @property
     def callable_tools(self) -> list[str]:
@@ -201,14 +204,15 @@ class AsyncRolloutRequest(TokenTrajectory):
     def add_assistant_message(
         self, renderer: ChatRenderer, content: str, normal_text: str, tool_calls: list[dict]
     ) -> None:
-        """Record the model turn as a message.
+        """Record the model turn as a message: what runs is what the message says.
 
-        The structured form (`content` = the text before the calls, `tool_calls`) is kept
-        when the template renders it to exactly what the model wrote; otherwise the model's
-        text is kept verbatim as `content` (non-canonical call formatting, malformed calls),
-        so the messages always render to the trajectory's tokens. That check is a template
-        render, so it waits until the messages are read (`verify_messages`: before an
-        interaction's turn and in `finalize`) instead of running in the turn itself.
+        A turn with calls is `{"content": the text before the calls, "tool_calls": the
+        calls}`, and those are exactly the calls the engine runs, however the model spaced
+        them (back to back, compact JSON, text between them). The tokens stay the model's:
+        a turn the template writes otherwise gets its text in `verbatim`, and the
+        tokenization check renders it as written (`written_messages`). Which turns those are
+        is a template render, so it waits for `finalize` (or `written_messages`) instead of
+        running in the turn itself. A turn without readable calls is its text verbatim.
         """
         if tool_calls:
             text = normal_text[:-1] if normal_text.endswith("\n") else normal_text
@@ -218,14 +222,21 @@ class AsyncRolloutRequest(TokenTrajectory):
             return
         self.messages.append({"role": "assistant", "content": content})
 
-    def verify_messages(self, renderer: ChatRenderer) -> None:
-        """Settle the structured assistant turns not checked yet (`add_assistant_message`):
-        each stays structured only if the template renders it to what the model wrote."""
-        self._settle(settle(renderer, self.messages, self.unverified))
+    def written_messages(self, renderer: ChatRenderer | None = None) -> list[dict]:
+        """The conversation as the tokens hold it: the messages with each structured turn the
+        template writes otherwise as the model's text (a new list). `renderer` settles the
+        turns not checked yet (a template render each; `finalize` has settled them all)."""
+        if self.unverified:
+            if renderer is None:
+                raise ValueError(f"request {self.request_id}: {len(self.unverified)} model "
+                                 "turn(s) not checked yet; pass the renderer")
+            self._settle(settle(renderer, self.messages, self.unverified))
+        return as_written(self.messages, self.verbatim)
 
-    def _settle(self, demoted: Sequence[int]) -> None:
-        """Make the demoted unverified turns the model's text verbatim (in place)."""
-        self.messages[:] = settled_messages(self.messages, self.unverified, demoted)
+    def _settle(self, verbatim: Sequence[int]) -> None:
+        """Keep the model's text of the unverified turns the template writes otherwise."""
+        texts = {index: text for index, text, _ in self.unverified}
+        self.verbatim.update((index, texts[index]) for index in verbatim)
         self.unverified.clear()
 
     def add_messages(self, renderer: ChatRenderer, new_messages: list[dict]) -> None:
@@ -278,12 +289,13 @@ class AsyncRolloutRequest(TokenTrajectory):
         if not (check or self.unverified):
             return None
         return CheckInput(self.request_id, self.messages, self.unverified, self.tool_schemas,
-                          self.input_ids, self.pending_suffix, self.known_pieces, check)  # fmt: skip
+                          self.input_ids, self.pending_suffix, self.known_pieces, check,
+                          self.verbatim)  # fmt: skip
 
     def apply_check(self, result: CheckResult, sanity_check_mode: str) -> None:
-        """Take the check's answer: settle the messages, record the tokenization, and FAIL
-        the request on a drift the mode does not allow."""
-        self._settle(result.demoted)
+        """Take the check's answer: settle the unverified turns, record the tokenization, and
+        FAIL the request on a drift the mode does not allow."""
+        self._settle(result.verbatim)
         if result.tokenization is None:
             return
         self.metrics.tokenization = result.tokenization

@@ -4,10 +4,10 @@
     result = run_check(renderer, item)              # here, or in another process
     request.apply_check(result, mode)               # the request's own effects
 
-`run_check` first settles the structured assistant turns not checked yet (each stays
-structured only if the template renders it to what the model wrote; otherwise it becomes the
-model's text verbatim), then, unless told not to, compares the trajectory with the template's
-rendering of the whole conversation: the text (`text_drift`, or `strippable_drift` when only
+`run_check` first settles the structured assistant turns not checked yet (which ones the
+template renders otherwise than the model wrote them: those are rendered as the model's text,
+while the messages keep their tool calls), then, unless told not to, compares the trajectory
+with the template's rendering of the whole conversation as written: the text (`text_drift`, or `strippable_drift` when only
 whitespace differs), then the ids of its encoding (`token_drift`), else `match`. It reads
 nothing but its `CheckInput` and the renderer, and changes neither, so the engine may run it
 off its event loop (agentrl/rollout/check_offload.py) with the same answer.
@@ -16,7 +16,7 @@ off its event loop (agentrl/rollout/check_offload.py) with the same answer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agentrl.models.chat import ChatRenderer
@@ -54,33 +54,35 @@ class CheckInput:
     input_ids: list[int]
     pending_suffix: str = ""
     known_pieces: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    check: bool = True  # False: settle the messages only
+    check: bool = True  # False: settle the unverified turns only
+    # turns settled earlier that are rendered as written: index in messages -> model's text
+    verbatim: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The check's answer: the unverified turns that become plain text, and the tokenization
-    (`match`, `token_drift`, `strippable_drift`, `text_drift`; None when not checked)."""
+    """The check's answer: the unverified turns rendered as written (the template writes them
+    otherwise), and the tokenization (`match`, `token_drift`, `strippable_drift`,
+    `text_drift`; None when not checked)."""
 
-    demoted: tuple[int, ...] = ()
+    verbatim: tuple[int, ...] = ()
     tokenization: str | None = None
 
 
 def settle(renderer: ChatRenderer, messages: Sequence[dict],
            unverified: Sequence[tuple[int, str, str]]) -> tuple[int, ...]:  # fmt: skip
     """The indices of the unverified structured turns the template does not render to what
-    the model wrote (they must become the model's text verbatim)."""
+    the model wrote (the check must render them as the model's text)."""
     return tuple(index for index, _, written in unverified
                  if renderer.assistant_text(messages[index]) != written)  # fmt: skip
 
 
-def settled_messages(messages: Sequence[dict], unverified: Sequence[tuple[int, str, str]],
-                     demoted: Sequence[int]) -> list[dict]:  # fmt: skip
-    """`messages` with the demoted turns replaced by the model's text (a new list)."""
+def as_written(messages: Sequence[dict], verbatim: Mapping[int, str]) -> list[dict]:
+    """`messages` with each turn of `verbatim` replaced by the model's text (a new list): the
+    conversation the tokens hold."""
     out = list(messages)
-    content = {index: text for index, text, _ in unverified}
-    for index in demoted:
-        out[index] = {"role": "assistant", "content": content[index]}
+    for index, text in verbatim.items():
+        out[index] = {"role": "assistant", "content": text}
     return out
 
 
@@ -116,10 +118,11 @@ def check_tokenization(
 
 def run_check(renderer: ChatRenderer, item: CheckInput) -> CheckResult:
     """Settle `item`'s messages and, if asked, check its tokenization (module docstring)."""
-    demoted = settle(renderer, item.messages, item.unverified)
+    settled = settle(renderer, item.messages, item.unverified)
     if not item.check:
-        return CheckResult(demoted, None)
-    messages = settled_messages(item.messages, item.unverified, demoted)
-    return CheckResult(demoted, check_tokenization(
+        return CheckResult(settled, None)
+    texts = {index: text for index, text, _ in item.unverified}
+    messages = as_written(item.messages, {**item.verbatim, **{i: texts[i] for i in settled}})
+    return CheckResult(settled, check_tokenization(
         renderer, messages, item.tool_schemas, item.input_ids, item.pending_suffix,
         item.known_pieces, item.request_id))  # fmt: skip

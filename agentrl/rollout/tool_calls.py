@@ -35,7 +35,7 @@ from typing import Any
 
 from agentrl.interactions.base import BaseInteraction
 from agentrl.protocol import INFRA_ERROR_KEY, STEP_REWARDS_KEY
-from agentrl.rollout.parsers import ParsedCall
+from agentrl.rollout.parsers import ParsedCall, call_id
 from agentrl.rollout.request import AsyncRolloutRequest
 from agentrl.tools import BaseTool, execute_tool_call
 from agentrl.utils.aio import gather_inline, within
@@ -103,7 +103,7 @@ async def run_tool_turn(
         req.metrics.tool_responses_truncated += limited != text
         message: dict[str, Any] = {"role": "tool", "name": call.name or "", "content": limited}
         if call.error is None:  # the call is in the assistant message's tool_calls
-            message["tool_call_id"] = f"call_{turn}_{ok}"
+            message["tool_call_id"] = call_id(turn, ok)
             ok += 1
         messages.append(message)
     return messages

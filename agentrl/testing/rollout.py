@@ -219,7 +219,7 @@ def _scripted_backend(scripts: dict[int, list[str]], tokenizer) -> ConversationS
 def token_check_cases(renderer, tokenizer) -> dict[str, object]:
     """One finished request per tokenization check result (`match`, `token_drift`,
     `strippable_drift`, `text_drift`), each with a structured tool-call turn, and one
-    (`demoted`) whose compact call the template writes otherwise (settled to plain text)."""
+    (`verbatim`) whose compact call the template writes otherwise (checked as written)."""
     from agentrl.rollout.request import AsyncRolloutRequest, FinishReason
 
     schemas = [schema("echo").model_dump(exclude_none=True)]
@@ -231,7 +231,7 @@ def token_check_cases(renderer, tokenizer) -> dict[str, object]:
         req = AsyncRolloutRequest.from_prompt(
             renderer, [{"role": "user", "content": f"Question {kind}?"}], schemas,
             batch_data_id=0, rollout_offset=0, request_id=kind, tools_kwargs={"echo": {}})  # fmt: skip
-        call = call_text("echo", "hi", compact=kind == "demoted")
+        call = call_text("echo", "hi", compact=kind == "verbatim")
         content = req.add_model_output(renderer, ids("Let me see.\n" + call + "<|im_end|>"), None)
         message_call = {"id": "call_1_0", "type": "function",
                         "function": {"name": "echo", "arguments": {"text": "hi"}}}  # fmt: skip
@@ -250,4 +250,4 @@ def token_check_cases(renderer, tokenizer) -> dict[str, object]:
         return req
 
     return {kind: conversation(kind) for kind in
-            ("match", "token_drift", "strippable_drift", "text_drift", "demoted")}  # fmt: skip
+            ("match", "token_drift", "strippable_drift", "text_drift", "verbatim")}  # fmt: skip

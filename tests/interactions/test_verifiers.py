@@ -16,6 +16,15 @@ pytest.importorskip("verifiers")
 from agentrl.environments.verifiers import prepare  # noqa: E402
 from agentrl.interactions.testing import check_interaction_contract  # noqa: E402
 from agentrl.interactions.verifiers import VerifiersInteraction, openai_messages  # noqa: E402
+from agentrl.rollout import AsyncRolloutEngine  # noqa: E402
+from agentrl.testing.rollout import (  # noqa: E402
+    ConversationScriptBackend,
+    prompts_batch,
+    rollout_config,
+    run_batch,
+)
+from agentrl.tools import OpenAIFunctionToolSchema  # noqa: E402
+from agentrl.tools.verifiers import VerifiersTool, load_environment  # noqa: E402
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -135,3 +144,40 @@ def test_the_contract_check_passes_and_bad_rows_are_named():
         asyncio.run(VerifiersInteraction({"env": "vf-capitals"}).start_interaction("x"))
     with pytest.raises(ValueError, match="config.env"):
         VerifiersInteraction({})
+
+
+@pytest.mark.parametrize("between", ["", "\n"])
+def test_the_environment_sees_the_tool_calls_the_engine_ran(tiny_tokenizer, between):
+    """Two calls written back to back (no newline between, which the template writes) run,
+    and the environment's rubric sees both in the turn's tool_calls: its ToolEnv counts two
+    calls of add, as it counts them when the model spaces them as the template does."""
+    row = _rows("vf-adder")[0]
+    interaction = VerifiersInteraction({"env": "vf-adder"})
+    seen = []
+    respond = interaction.generate_response
+
+    async def recorded(instance_id, messages, **kwargs):
+        seen.append(await respond(instance_id, messages, **kwargs))
+        return seen[-1]
+
+    interaction.generate_response = recorded
+    schema = OpenAIFunctionToolSchema.model_validate(load_environment("vf-adder").oai_tools[0])
+    add = VerifiersTool({"env": "vf-adder"}, schema)
+    a, b = (int(n) for n in row["prompt"][-1]["content"].split("What is ")[1][:-1].split(" + "))
+    calls = [json.dumps({"name": "add", "arguments": {"a": x, "b": y}}) for x, y in [(a, b), (1, 2)]]
+    turn = between.join(f"<tool_call>\n{c}\n</tool_call>" for c in calls) + "<|im_end|>"
+    script = {0: [turn, f"<answer>{a + b}</answer><|im_end|>"]}
+    prompt = [*row["prompt"][:-1], {"role": "user", "content": row["prompt"][-1]["content"]
+                                    + " (conv-0)"}]  # the script's key  # fmt: skip
+    batch = prompts_batch(1, tools_kwargs={"add": {}}, raw_prompt=[prompt],
+                          interaction_kwargs=[row["extra_info"]["interaction_kwargs"]])
+    engine = AsyncRolloutEngine(rollout_config("n=1"), tiny_tokenizer,
+                                ConversationScriptBackend(tiny_tokenizer, script), {"add": add},
+                                {"verifiers": interaction})  # fmt: skip
+    requests = []
+    run_batch(engine, batch, requests)
+    (req,) = requests
+    assert [m["content"] for m in req.messages if m["role"] == "tool"] == [str(a + b), "3"]
+    ((done, _, score, metrics),) = seen
+    assert (done, score) == (True, 1.0)
+    assert (metrics["total_tool_calls"], metrics["add_calls"]) == (2.0, 2.0)

@@ -55,10 +55,10 @@ def test_the_process_gives_the_inline_answer(offload, renderer, tiny_tokenizer):
         offloaded = dict(zip(items, asyncio.run(check_all()), strict=True))
         assert offload.answered > answered  # the worker answered
         assert offloaded == {kind: run_check(renderer, i) for kind, i in items.items()}
-        assert offloaded["demoted"].demoted == (1,)  # the same settled messages
+        assert offloaded["verbatim"].verbatim == (1,)  # the same turn checked as written
         if mode == "strict":
             assert {k: r.tokenization for k, r in offloaded.items()} == {
-                "match": "match", "token_drift": "token_drift", "demoted": "match",
+                "match": "match", "token_drift": "token_drift", "verbatim": "match",
                 "strippable_drift": "strippable_drift", "text_drift": "text_drift"}  # fmt: skip
 
 
@@ -141,7 +141,7 @@ def test_settings():
 
 
 def test_the_engine_output_is_the_same_with_and_without_the_process(tiny_tokenizer):
-    compact = call_text("echo", "x y", compact=True)  # settled to the model's text
+    compact = call_text("echo", "x y", compact=True)  # checked as the model's text
     scripts = {
         0: [call_text("echo", "hi") + "<|im_end|>", "The answer is 42<|im_end|>"],
         1: ["Let me see.\n" + compact + "<|im_end|>", "ok  <|im_end|>"],
@@ -167,12 +167,15 @@ def test_the_engine_output_is_the_same_with_and_without_the_process(tiny_tokeniz
         requests.sort(key=lambda r: (r.batch_data_id, r.rollout_offset))
         outputs[setting] = (
             {k: v.tolist() for k, v in out.batch.items()},
-            [(r.state, r.metrics.tokenization, r.messages, r.unverified) for r in requests],
+            [(r.state, r.metrics.tokenization, r.messages, r.unverified, r.verbatim)
+             for r in requests],
         )
     assert outputs["true"] == outputs["false"]
     states = outputs["true"][1]
     assert {s[1] for s in states} == {"match"} and all(not s[3] for s in states)
-    assert states[2][2][1] == {"role": "assistant", "content": "Let me see.\n" + compact}
+    assert states[2][2][1]["content"] == "Let me see."  # its call stays in tool_calls
+    assert states[2][2][1]["tool_calls"][0]["function"]["arguments"] == {"text": "x y"}
+    assert states[2][4] == {1: "Let me see.\n" + compact}
 
 
 def test_a_worker_whose_engine_stopped_first_ends_without_a_traceback(tiny_tokenizer):

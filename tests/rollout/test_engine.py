@@ -99,11 +99,16 @@ def test_property_token_in_token_out(tiny_tokenizer, conversations):
         model_ids = [t for t, m in zip(req.input_ids, req.loss_mask, strict=True) if m]
         outputs = backend.outputs[(req.batch_data_id, req.request_id)]
         assert model_ids == [t for ids in outputs for t in ids]
-        assert req.input_ids == expected_ids(tiny_tokenizer, req.messages, req.tool_schemas)
+        written = req.written_messages()  # compact calls as the model wrote them
+        assert req.input_ids == expected_ids(tiny_tokenizer, written, req.tool_schemas)
         assert req.metrics.tokenization == "match"
         turns, _ = conversations[req.batch_data_id]
         assert req.metrics.assistant_turns == len(turns) + 1
         assert sum(req.metrics.tool_calls.values()) == sum(len(c) for _, c in turns)
+        # what ran is what the messages say, compact calls included
+        assert [[(c["function"]["name"], c["function"]["arguments"]["text"])
+                 for c in m["tool_calls"]] for m in req.messages if "tool_calls" in m] == [
+            [(n, t) for n, t, _ in calls] for _, calls in turns]  # fmt: skip
 
     # the output rows line up with repeat(n, interleave=True) and hold the same tokens
     order = [
@@ -339,3 +344,34 @@ def test_a_traced_batch_returns_each_requests_states_and_calls(tiny_tokenizer):
     assert [g.get("error") for g in generates] == ["BackendError", None, None]  # retried
     (tool,) = [args for name, args in second if name == "tool"]
     assert tool["tool"] == "boom" and tool["outcome"] not in ("ok", None)
+
+
+# ---------------------------------------------------------------------- what runs
+
+
+@pytest.mark.parametrize("between", ["", "\n", " then "])
+def test_the_calls_that_run_are_the_messages_tool_calls(tiny_tokenizer, between):
+    """Calls written back to back (no newline between, which the template writes) or with
+    text between them run, and the turn's message says so: its tool_calls are the calls
+    that ran, their ids the tool messages'; the tokens stay the model's (a match)."""
+    turn = "Both.\n" + call_text("echo", "hi") + between + call_text("reverse", "ab")
+    script = [turn + "<|im_end|>", "done<|im_end|>"]
+    backend = ConversationScriptBackend(tiny_tokenizer, {0: script})
+    tools = make_tools()
+    engine = AsyncRolloutEngine(rollout_config("n=1"), tiny_tokenizer, backend, tools)
+    requests: list[AsyncRolloutRequest] = []
+    out = run_batch(engine, prompts_batch(1, tools_kwargs={"echo": {}, "reverse": {}}), requests)
+    (req,) = requests
+    assert [tools[name].instances("execute") for name in ("echo", "reverse")] == [
+        [req.tool_instances["echo"]], [req.tool_instances["reverse"]]]  # fmt: skip
+    assistant, *answers = req.messages[1:4]
+    assert assistant == {"role": "assistant", "content": "Both.", "tool_calls": [
+        {"id": "call_1_0", "type": "function",
+         "function": {"name": "echo", "arguments": {"text": "hi"}}},
+        {"id": "call_1_1", "type": "function",
+         "function": {"name": "reverse", "arguments": {"text": "ab"}}}]}  # fmt: skip
+    assert [(m["role"], m["tool_call_id"], m["content"]) for m in answers] == [
+        ("tool", "call_1_0", "hi"), ("tool", "call_1_1", "ba\n\t ")]  # fmt: skip
+    assert out.non_tensor_batch["messages"][0][1] == assistant
+    assert req.metrics.tokenization == "match"
+    assert req.input_ids == expected_ids(tiny_tokenizer, req.written_messages(), req.tool_schemas)

@@ -236,11 +236,18 @@ def test_malformed_and_unknown_calls_become_error_messages(tiny_tokenizer):
         metrics["rollout/tool_errors/unknown_tool"],
         metrics["rollout/tool_errors/too_many_calls"],
     ) == (1, 1, 1)
-    # the turn with a malformed call is kept verbatim, so the messages still render to it
+    # the message's tool_calls are the readable calls, each answered by its id; the turn's
+    # text (the malformed call included) is what the check renders, so it still matches
     assert out.non_tensor_batch["messages"][0][1] == {
         "role": "assistant",
-        "content": turn[: -len("<|im_end|>")],
-    }
+        "content": "",
+        "tool_calls": [
+            {"id": f"call_1_{k}", "type": "function",
+             "function": {"name": name, "arguments": {"text": text}}}
+            for k, (name, text) in enumerate([("nope", "x"), ("echo", "1"), ("echo", "2")])
+        ],
+    }  # fmt: skip
+    assert requests[0].verbatim == {1: turn[: -len("<|im_end|>")]}
     assert requests[0].metrics.tokenization == "match"
 
 

@@ -12,6 +12,7 @@ from agentrl.rollout.parsers import (
     ParsedCall,
     ParseResult,
     ToolCallParser,
+    call_id,
     get_tool_parser,
     register_tool_parser,
 )
@@ -67,6 +68,28 @@ def test_hermes_several_calls_with_and_without_newlines(fmt):
     assert result.calls[0].raw == (
         '<tool_call>\n{"name": "search", "arguments": {"query": "a b"}}\n</tool_call>'
     )
+
+
+@pytest.mark.parametrize("between", ["", "\n", " and ", "<tool_call>{oops</tool_call>"])
+def test_back_to_back_calls_are_the_messages_tool_calls(between):
+    """Calls with no newline between them (or text, or an unreadable call) are calls, and
+    the message's tool_calls are the readable ones in order, ids numbering them as the
+    engine's tool messages do (`call_id`)."""
+    first = '<tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call>'
+    second = '<tool_call>\n{"name": "search", "arguments": {"query": "b", "k": 2}}\n</tool_call>'
+    result = get_tool_parser("hermes").parse("Two.\n" + first + between + second)
+    readable = [c for c in result.calls if c.error is None]
+    assert [(c.name, c.arguments) for c in readable] == [
+        ("search", {"query": "a"}), ("search", {"query": "b", "k": 2})]  # fmt: skip
+    assert len(result.calls) == 2 + ("oops" in between)
+    assert result.normal_text == "Two.\n"
+    assert result.message_tool_calls(3) == [
+        {"id": call_id(3, 0), "type": "function",
+         "function": {"name": "search", "arguments": {"query": "a"}}},
+        {"id": call_id(3, 1), "type": "function",
+         "function": {"name": "search", "arguments": {"query": "b", "k": 2}}}]  # fmt: skip
+    assert call_id(3, 1) == "call_3_1"
+    assert ParseResult("text").message_tool_calls(1) == []
 
 
 def test_hermes_no_call_returns_the_text():

@@ -78,8 +78,9 @@ def test_tool_turn_tokens_equal_the_whole_rendering(renderer, tiny_tokenizer):
     assert (content, req.pending_suffix) == (CALL, "\n")
     call = {"id": "c0", "type": "function", "function": {"name": "calc", "arguments": {"x": "2*3"}}}
     req.add_assistant_message(renderer, content, "", [call])
-    req.verify_messages(renderer)
+    assert req.written_messages(renderer) == req.messages  # canonical: rendered as is
     assert req.messages[-1] == {"role": "assistant", "content": "", "tool_calls": [call]}
+    assert (req.unverified, req.verbatim) == ([], {})
     req.add_messages(renderer, [{"role": "tool", "content": "6"}])
     assert req.pending_suffix == ""
     whole = tiny_tokenizer.apply_chat_template(
@@ -91,15 +92,34 @@ def test_tool_turn_tokens_equal_the_whole_rendering(renderer, tiny_tokenizer):
     )
 
 
-def test_non_canonical_call_is_kept_verbatim(renderer, tiny_tokenizer):
+def test_non_canonical_calls_stay_the_messages_calls_and_are_checked_as_written(
+    renderer, tiny_tokenizer
+):
+    """Two compact calls back to back (the template writes them spaced, a newline between):
+    the message keeps both as tool_calls, what the engine runs; the model's text is kept
+    for the check, which renders the turn as written and matches the tokens."""
     req = new_request(renderer)
-    compact = '<tool_call>{"name":"calc","arguments":{"x":"1"}}</tool_call>'
+    compact = ('<tool_call>{"name":"calc","arguments":{"x":"1"}}</tool_call>'
+               '<tool_call>{"name":"calc","arguments":{"x":"2"}}</tool_call>')  # fmt: skip
     content = req.add_model_output(renderer, ids(tiny_tokenizer, compact + "<|im_end|>"), None)
-    call = {"type": "function", "function": {"name": "calc", "arguments": {"x": "1"}}}
-    req.add_assistant_message(renderer, content, "", [call])
-    req.verify_messages(renderer)  # settled when read (finalize, an interaction's turn)
-    assert req.messages[-1] == {"role": "assistant", "content": compact}
-    assert req.unverified == []
+    calls = [{"id": f"call_1_{k}", "type": "function",
+              "function": {"name": "calc", "arguments": {"x": x}}} for k, x in enumerate("12")]  # fmt: skip
+    req.add_assistant_message(renderer, content, "", calls)
+    structured = {"role": "assistant", "content": "", "tool_calls": calls}
+    with pytest.raises(ValueError, match="r-3-1: 1 model turn.* not checked yet"):
+        req.written_messages()
+    written = req.written_messages(renderer)  # settles the turn
+    assert written[-1] == {"role": "assistant", "content": compact}
+    assert req.messages[-1] == structured and (req.unverified, req.verbatim) == ([], {1: compact})
+    answers = [{"role": "tool", "content": x, "tool_call_id": f"call_1_{k}"}
+               for k, x in enumerate("12")]  # fmt: skip
+    req.add_messages(renderer, answers)
+    whole = renderer.render(req.written_messages(), True, TOOLS)
+    assert req.input_ids == ids(tiny_tokenizer, whole)
+    req.finish(FinishReason.STOP)
+    req.finalize(renderer, 10_000, "response_length", "strict")
+    assert req.metrics.tokenization == "match" and req.state == RequestState.COMPLETED
+    assert req.messages[1:] == [structured, *answers]
 
 
 def test_finalize_checks_then_truncates(renderer, tiny_tokenizer):
@@ -152,8 +172,9 @@ def test_metrics_as_dict_and_num_turns(renderer):
 
 def reference_check(req: AsyncRolloutRequest, renderer: ChatRenderer) -> str:
     """The check as it was before it reused known pieces: the whole rendering encoded."""
-    ends_with_model = req.messages[-1]["role"] == "assistant"
-    expected = renderer.render(req.messages, not ends_with_model, req.tool_schemas)
+    messages = req.written_messages(renderer)
+    ends_with_model = messages[-1]["role"] == "assistant"
+    expected = renderer.render(messages, not ends_with_model, req.tool_schemas)
     if ends_with_model and req.pending_suffix:
         if not expected.endswith(req.pending_suffix):
             return "text_drift"
@@ -211,7 +232,6 @@ def test_the_check_reports_what_encoding_the_whole_rendering_reports(renderer, t
     seen = []
     for _ in range(300):
         req = random_conversation(renderer, tiny_tokenizer, rng)
-        req.verify_messages(renderer)
         expected = reference_check(req, renderer)
         req.finish(FinishReason.STOP)
         req.finalize(renderer, 10_000, "response_length", "ignore_strippable")

@@ -11,9 +11,9 @@ from agentrl.rollout.request import RequestState
 from agentrl.rollout.token_check import (
     CheckInput,
     CheckResult,
+    as_written,
     check_mode,
     run_check,
-    settled_messages,
 )
 from agentrl.testing.rollout import token_check_cases
 
@@ -41,24 +41,40 @@ def test_each_result_and_nothing_changed(renderer, cases, kind):
     assert req.unverified and "tool_calls" in req.messages[1]
 
 
-def test_a_non_canonical_call_is_settled_to_the_models_text(renderer, cases):
-    req = cases["demoted"]
+def test_a_non_canonical_call_is_checked_as_written(renderer, cases):
+    """The message keeps its tool call (what ran); the check renders the model's text."""
+    req = cases["verbatim"]
     (index, text, _), = req.unverified
     result = run_check(renderer, req.check_input("strict"))
     assert result == CheckResult((index,), "match")
     assert "tool_calls" in req.messages[index]  # the input is untouched
-    settled = settled_messages(req.messages, req.unverified, result.demoted)
-    assert settled[index] == {"role": "assistant", "content": text}
+    written = as_written(req.messages, {index: text})
+    assert written[index] == {"role": "assistant", "content": text}
+    assert written[:index] + written[index + 1:] == req.messages[:index] + req.messages[index + 1:]
+    req.apply_check(result, "strict")
+    assert (req.verbatim, req.unverified) == ({index: text}, [])
+    assert req.messages[index]["tool_calls"][0]["function"]["name"] == "echo"
+
+
+def test_a_turn_settled_earlier_is_still_checked_as_written(renderer, cases):
+    """A second check (or one after settling) reads the turns settled before from
+    `verbatim`, not from the unverified list: the same match."""
+    req = cases["verbatim"]
+    req.written_messages(renderer)  # settles now
+    item = req.check_input("strict")
+    assert item.unverified == [] and item.verbatim == req.verbatim != {}
+    assert run_check(renderer, item) == CheckResult((), "match")
 
 
 def test_settling_only(renderer, cases):
-    req = cases["demoted"]
+    req = cases["verbatim"]
     item = req.check_input("disable")
     assert item is not None and not item.check  # the unverified turn still settles
     assert run_check(renderer, item) == CheckResult((1,), None)
     req.finalize(renderer, 10_000, "response_length", "disable")
     assert req.check_input("disable") is None  # nothing left to do
-    assert req.metrics.tokenization == "unchecked" and "tool_calls" not in req.messages[1]
+    assert req.metrics.tokenization == "unchecked" and "tool_calls" in req.messages[1]
+    assert list(req.verbatim) == [1]
 
 
 @pytest.mark.parametrize("mode, failing", [("strict", {"strippable_drift", "text_drift"}),
