@@ -115,3 +115,44 @@ echo '{json.dumps(report)}' > "$out/report.json"
                            text=True)
     assert usage.returncode == 2 and "usage: bash recipes/distill/run_cpu.sh OUT_DIR" in (
         usage.stderr)
+
+
+@pytest.mark.parametrize("failing", ["teacher", "student"])
+def test_distill_script_stops_with_the_status_and_message_of_a_run_that_missed_its_target(
+    failing, tmp_path
+):
+    """A run that stops (a missed target: exit status 3) stops the recipe with that status,
+    the run's own message and a line naming the run; a stopped teacher trains no student."""
+    import json
+    import sys
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    fails = '"$4" = "--teacher"' if failing == "student" else '"$4" = "--size"'
+    fake = venv / "bin" / "agentrl"
+    fake.write_text(f"""#!/bin/sh
+echo "$3" >> {tmp_path}/calls
+out=$3
+mkdir -p "$out/rl/global_step_1/actor/huggingface"
+echo 1 > "$out/rl/latest_checkpointed_iteration.txt"
+echo '{json.dumps({"targets": {"x": {"target_met": False}}})}' > "$out/report.json"
+if [ {fails} ]; then echo "stopped after the x stage, which missed its target" >&2; exit 3; fi
+""")
+    fake.chmod(0o755)
+    done = subprocess.run(["bash", ROOT / "recipes/distill/run_cpu.sh", "out", "--seed", "3"],
+                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "AGENTRL_VENV": str(venv)},
+                          capture_output=True, text=True)
+    assert done.returncode == 3
+    assert "stopped after the x stage, which missed its target" in done.stderr
+    calls = (tmp_path / "calls").read_text().split()
+    if failing == "teacher":
+        assert calls == ["out/teacher"]
+        assert ("the teacher run stopped (exit status 3): no student was trained; its report: "
+                "out/teacher/report.json") in done.stderr
+    else:
+        assert calls == ["out/teacher", "out/student"]
+        assert "the student run stopped (exit status 3): the student was not distilled" in (
+            done.stderr)
+        assert (tmp_path / "out" / "report.json").is_file()  # what the student's run has
+    assert "accuracy" not in done.stdout
