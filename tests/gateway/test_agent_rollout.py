@@ -63,3 +63,32 @@ def test_agent_functions_become_trajectories_and_faults_fail_only_their_sample(t
     assert out.batch["response_mask"][1:].sum() == 0
     # each episode's session, and the lock that went with it, is gone once it is collected
     assert rollout.app.state.sessions == {}
+
+
+def test_a_cancelled_episode_releases_its_session(tiny_tokenizer):
+    """The off-policy producer cancels the episodes in flight when it stops: each one's
+    session (and tool instances) go, not only those that ended."""
+    backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
+    called = asyncio.Event()
+
+    async def waits_after_a_call(task, client):
+        await client.chat.completions.create(model="policy", messages=list(task["raw_prompt"]))
+        called.set()
+        await asyncio.sleep(60)
+
+    rollout = AgentRollout(rollout_config("agent_timeout=120"), tiny_tokenizer, backend,
+                           waits_after_a_call)  # fmt: skip
+
+    async def run_and_cancel():
+        ctx = rollout.new_context()
+        (request,) = rollout.build_requests(prompts_batch(1), 1)
+        task = asyncio.ensure_future(rollout.run_request(request, ctx))
+        await called.wait()
+        assert list(rollout.app.state.sessions) == [request.request_id]
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return task
+
+    task = asyncio.run(run_and_cancel())
+    assert task.cancelled()
+    assert rollout.app.state.sessions == {}
