@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
+DISK_EVERY_S = 1.0  # the disk watch walks the folders: at most this often
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ class EpisodeLimits:
     """The whole episode's limits; None: not limited."""
 
     memory_mb: int | None = 4096   # memory of all its processes (tmpfs pages included)
-    pids: int | None = 512         # its processes and threads together
+    pids: int | None = 4096        # its processes and threads together (a Rust CLI's
+                                   # runtime starts a thread per core)
     cpus: float | None = None      # CPU share in cores (1.5: one and a half cores)
     disk_mb: int | None = 1024     # what its writable folders hold on disk
 
@@ -167,6 +169,7 @@ class Limiter:
         self.version = version
         self.folders = folders  # controller -> the episode's cgroup folder ("" for v2)
         self.watched = watched
+        self._disk_checked = 0.0
 
     def enter(self) -> None:
         """Put the calling process in the episode's cgroup (the child, before it execs)."""
@@ -182,8 +185,10 @@ class Limiter:
                 return "memory"
             if _read_counter(self.folders.get("pids", memory) / "pids.events", "max"):
                 return "pids"
-        if self.limits.disk_mb and _disk_bytes(self.watched) > self.limits.disk_mb << 20:
-            return "disk"
+        if self.limits.disk_mb and time.monotonic() - self._disk_checked >= DISK_EVERY_S:
+            self._disk_checked = time.monotonic()
+            if _disk_bytes(self.watched) > self.limits.disk_mb << 20:
+                return "disk"
         return None
 
     def pids(self) -> set[int]:
