@@ -1,6 +1,7 @@
 """Shared pieces of the harness-agent tests: the CLIs and bwrap (skipped, saying why, where
 absent), an agent-mode rollout over the scripted backend, and the hostile episode's targets
-(a sentinel folder under /tmp and a TCP listener on 127.0.0.2 that records connections)."""
+(a sentinel folder under /tmp, a TCP listener on 127.0.0.2 that records connections, secret
+files in the home and under /srv, the project checkout, the check's own files)."""
 
 from __future__ import annotations
 
@@ -91,23 +92,51 @@ class Listener:
         self.sock.close()
 
 
+SECRET = "TOPSECRET-31337"  # in files the policy must not read
+HIDDEN = "HIDDEN-ANSWER-7731"  # in the check's own file
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
 @pytest.fixture
 def hostile_targets():
-    """(a sentinel folder under /tmp with a file, a listener on 127.0.0.2); both checked by
-    the test, removed afterwards."""
+    """(a sentinel folder under /tmp with a file, a listener on 127.0.0.2, secret files in
+    the home and under /srv); checked by the test, removed afterwards."""
     sentinel = Path(tempfile.mkdtemp(prefix="agentrl-sentinel-", dir="/tmp"))
     (sentinel / "keep.txt").write_text("still here")
     listener = Listener()
-    yield sentinel, listener
+    secrets = [Path(tempfile.mkdtemp(prefix=".agentrl-secret-", dir=Path.home())) / "key"]
+    if os.access("/srv", os.W_OK):
+        secrets.append(Path(tempfile.mkdtemp(prefix="agentrl-secret-", dir="/srv")) / "key")
+    for secret in secrets:
+        secret.write_text(SECRET + "\n")
+    yield sentinel, listener, secrets
     listener.close()
     shutil.rmtree(sentinel, ignore_errors=True)
+    for secret in secrets:
+        shutil.rmtree(secret.parent, ignore_errors=True)
 
 
-def hostile_command(sentinel: Path, port: int, rm: str = "rm") -> str:
+def hostile_row(check: dict) -> dict:
+    """``check``'s row with a check file the policy will try to read and forge."""
+    return {**check, "check_files": {"hidden.txt": HIDDEN + "\n"},
+            "check": f"{check['check']} && grep -qx {HIDDEN} hidden.txt"}
+
+
+def hostile_command(sentinel: Path, port: int, secrets: list[Path], rm: str = "rm") -> str:
     """A policy's shell command that deletes outside its workspace (``rm -rf``; ``rm`` may be
-    spelled so the CLI's own filter does not see it) and reaches another address, then
-    writes the answer the check wants in the workspace."""
+    spelled so the CLI's own filter does not see it), reaches another address, reads the
+    secrets, the project checkout and the check's file and forges the latter, then writes
+    the answer the check wants in the workspace."""
     connect = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.2', {port}), 3)\""
                f" || echo python-connect-failed")
+    reads = " ".join(str(p) for p in (*secrets, CHECKOUT / "pyproject.toml"))
     return (f"{rm} -rf {sentinel}; {connect}; curl -sS -m 3 http://127.0.0.2:{port}/ "
-            f"|| echo curl-failed; echo 42 > answer.txt")
+            f"|| echo curl-failed; cat {reads} hidden.txt 2>&1 | head -c 2000; "
+            f"echo forged > hidden.txt; echo 42 > answer.txt")
+
+
+def assert_contained(text: str) -> None:
+    """What a hostile episode's trajectory must not hold, and the failures it must."""
+    assert SECRET not in text and HIDDEN not in text
+    assert "[build-system]" not in text and "[project]" not in text  # the checkout's file
+    assert "No such file or directory" in text

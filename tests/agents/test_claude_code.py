@@ -1,7 +1,9 @@
 """Claude Code (``--bare``) as agent mode's function, run for real against the gateway with
 the scripted policy, inside bubblewrap: the trained tokens are the policy's, the reward is
 the workspace check's; a policy that deletes outside its workspace and connects to another
-address changes nothing and reaches nothing; the turn budget stops the CLI."""
+address changes nothing and reaches nothing, and one that reads secrets in the home and
+under /srv, the project checkout and the check's file (then forges it) reads nothing and
+still passes its check; the turn budget stops the CLI."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import pytest
 from agentrl.agents import claude_code
 from tests.agents.conftest import (
     agent_rollout,
+    assert_contained,
     cli_binary,
     hostile_command,
+    hostile_row,
     shell_call,
 )
 
@@ -53,8 +57,9 @@ def test_an_episode_is_token_exact_and_scored_by_the_check(tiny_tokenizer, bwrap
 
 def test_the_sandbox_keeps_the_host_and_the_network_out_of_reach(tiny_tokenizer, bwrap,
                                                                  hostile_targets):
-    sentinel, listener = hostile_targets
-    replies = [shell_call("Bash", "command", hostile_command(sentinel, listener.port)), "done"]
+    sentinel, listener, secrets = hostile_targets
+    replies = [shell_call("Bash", "command", hostile_command(sentinel, listener.port, secrets)),
+               "done"]
     results = []
     agent = _agent(ro_binds=(str(sentinel),))
 
@@ -62,12 +67,13 @@ def test_the_sandbox_keeps_the_host_and_the_network_out_of_reach(tiny_tokenizer,
         results.append(await agent(task, client))
         return results[-1]
 
-    out, _ = agent_rollout(recorded, replies, tiny_tokenizer, [CHECK])
+    out, _ = agent_rollout(recorded, replies, tiny_tokenizer, [hostile_row(CHECK)])
     assert (sentinel / "keep.txt").read_text() == "still here"  # rm -rf failed: read-only
     assert listener.connections == 0
     text = tiny_tokenizer.decode(out.batch["responses"][0].tolist())
     assert "python-connect-failed" in text and "curl-failed" in text
     assert "Read-only file system" in text
+    assert_contained(text)
     assert results[0]["score"] == 1.0  # the workspace was writable
     assert out.batch["rm_scores"][0].sum().item() == 1.0
 

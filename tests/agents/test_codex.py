@@ -1,13 +1,21 @@
 """The Codex CLI as agent mode's function, run for real against the gateway with the
 scripted policy, inside bubblewrap: token-exact, scored by the workspace check, and a
-hostile policy reaches neither the host's files nor another address."""
+hostile policy reaches neither the host's files (home, /srv, the project checkout) nor
+the check's file nor another address, and still passes its check."""
 
 from __future__ import annotations
 
 import pytest
 
 from agentrl.agents import codex
-from tests.agents.conftest import agent_rollout, cli_binary, hostile_command, shell_call
+from tests.agents.conftest import (
+    agent_rollout,
+    assert_contained,
+    cli_binary,
+    hostile_command,
+    hostile_row,
+    shell_call,
+)
 
 pytestmark = pytest.mark.harness
 CHECK = {"check": "test \"$(cat answer.txt)\" = 42"}
@@ -31,14 +39,16 @@ def test_an_episode_is_token_exact_and_scored_by_the_check(tiny_tokenizer, bwrap
 
 def test_the_sandbox_keeps_the_host_and_the_network_out_of_reach(tiny_tokenizer, bwrap,
                                                                  hostile_targets):
-    sentinel, listener = hostile_targets
+    sentinel, listener, secrets = hostile_targets
     # Codex itself refuses a command it sees as `rm -rf`: spelled `x=rm; $x -rf`, it runs
-    rm = hostile_command(sentinel, listener.port, rm="x=rm; $x")
+    rm = hostile_command(sentinel, listener.port, secrets, rm="x=rm; $x")
     replies = [shell_call("exec_command", "cmd", rm), "done"]
-    out, _ = agent_rollout(_agent(ro_binds=(str(sentinel),)), replies, tiny_tokenizer, [CHECK])
+    out, _ = agent_rollout(_agent(ro_binds=(str(sentinel),)), replies, tiny_tokenizer,
+                           [hostile_row(CHECK)])
     assert (sentinel / "keep.txt").read_text() == "still here"
     assert listener.connections == 0
     text = tiny_tokenizer.decode(out.batch["responses"][0].tolist())
     assert "python-connect-failed" in text and "curl-failed" in text
     assert "Read-only file system" in text
+    assert_contained(text)
     assert out.batch["rm_scores"][0].sum().item() == 1.0
