@@ -18,7 +18,8 @@ as ``rm_scores`` on the last response token (the reward managers return it as th
 An exception, a timeout, or a function that never calls the model fails only its sample
 (FAILED, zero loss mask, counted in ``rollout/agent_errors``); history rewrites (forks) are
 counted in ``rollout/agent_rewrites`` and ``gateway/forks``, calls outside the episode (a
-CLI's title generation; recorded apart, never trained) in ``gateway/side_calls``.
+CLI's title generation; recorded apart, never trained) in ``gateway/side_calls``, and a
+dict's ``limit_kills`` (runs an episode limit ended, agentrl.agents) in ``agent/limit_kills``.
 
 It offers the engine's interface for a stream of prompts (``new_context``,
 ``build_requests``, ``run_request`` per request, ``collect``), so the off-policy producer
@@ -53,6 +54,7 @@ logger = logging.getLogger(__name__)
 AgentFunction = Callable[[dict, Any], Awaitable[Any]]
 AGENT_REWARD_KEY = "agent_reward"  # a finished request's reward, in its reward_scores
 SIDE_CALLS_KEY = "side_calls"  # its calls outside the episode, in its reward_scores
+LIMIT_KILLS_KEY = "limit_kills"  # its runs an episode limit ended (agentrl.agents' dict)
 
 
 @dataclass
@@ -176,6 +178,8 @@ class AgentRollout:
         metrics["gateway/forks"] = forks  # the same count, the issue's name
         metrics["gateway/side_calls"] = float(
             sum(r.reward_scores.get(SIDE_CALLS_KEY, 0) for r in requests))
+        metrics["agent/limit_kills"] = float(
+            sum(r.reward_scores.get(LIMIT_KILLS_KEY, 0) for r in requests))
         return out
 
     @staticmethod
@@ -233,6 +237,8 @@ class AgentRollout:
             request.fail(error)
             reward = 0.0
         request.reward_scores[AGENT_REWARD_KEY] = reward
+        if isinstance(result, dict) and LIMIT_KILLS_KEY in result:
+            request.reward_scores[LIMIT_KILLS_KEY] = int(result[LIMIT_KILLS_KEY] or 0)
         budget, name = self.collector.response_budget(request)
         request.finalize(self.collector.renderer, budget, name, "disable")
 
@@ -289,5 +295,5 @@ def load_agent_function(path: str) -> AgentFunction:
     return fn
 
 
-__all__ = ["AGENT_REWARD_KEY", "SIDE_CALLS_KEY", "AgentRollout", "EpisodeContext",
+__all__ = ["AGENT_REWARD_KEY", "LIMIT_KILLS_KEY", "SIDE_CALLS_KEY", "AgentRollout", "EpisodeContext",
            "agent_client", "in_process_http", "load_agent_function", "sdk_module"]

@@ -92,3 +92,24 @@ def test_a_cancelled_episode_releases_its_session(tiny_tokenizer):
     task = asyncio.run(run_and_cancel())
     assert task.cancelled()
     assert rollout.app.state.sessions == {}
+
+
+def test_the_agents_limit_kills_are_summed(tiny_tokenizer):
+    """A harness agent's dict says how many of its runs an episode limit ended
+    (agentrl.agents): the batch's sum is ``agent/limit_kills``, kept in each sample's
+    reward_scores; a sample whose agent failed or said nothing counts 0."""
+    backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
+    kills = {0: 2, 1: 1, 2: 0}
+
+    async def limited(task, client):
+        k = int(re.search(r"conv-(\d+)", task["raw_prompt"][0]["content"]).group(1))
+        await client.chat.completions.create(model="policy", messages=list(task["raw_prompt"]))
+        if k == 3:
+            return 0.5
+        return {"score": 0.0, "limit": "pids" if kills[k] else None, "limit_kills": kills[k]}
+
+    rollout = AgentRollout(rollout_config("agent_timeout=5"), tiny_tokenizer, backend, limited)
+    out = asyncio.run(rollout.agenerate_sequences(prompts_batch(4)))
+    assert out.meta_info["metrics"]["agent/limit_kills"] == 3.0
+    assert [s.get("limit_kills") for s in out.non_tensor_batch["reward_scores"]] == [
+        2, 1, 0, None]
