@@ -9,9 +9,15 @@ call a calculator: SFT on an imperfect teacher, then GRPO, against an SFT-only c
     agentrl quickstart --rollout vllm --server-python .venv-vllm/bin/python --out-dir OUT
                                      # the GRPO stage on vLLM servers (docs/quickstart.md)
 
-The stages are in agentrl/quickstart/pipeline.py, the tasks in tasks.py (search_task.py,
-retool_task.py), the evaluation in evaluation.py; the numbers measured on 2 cores are in
-docs/quickstart.md, recipes/search_r1/README.md and recipes/retool/README.md. Writes `OUT_DIR/report.json`,
+Bad settings and a bad RL config (the overrides given) are refused before the first stage,
+with one message and exit status 2 (checks.py). A stage that misses its target (SFT's
+cap before its skill check, a `--teacher` scoring below the student) stops the run with
+one message and exit status 3, unless `--allow-missed-targets` (or, for the teacher,
+`--allow-weak-teacher`) goes on (targets.py). The stages are in
+agentrl/quickstart/pipeline.py, the settings in settings.py, the tasks in
+agentrl/tasks/quickstart.py, the evaluation in evaluation.py; the numbers measured on 2
+cores are in docs/quickstart.md, recipes/search_r1/README.md and recipes/retool/README.md.
+Writes `OUT_DIR/report.json`,
 `OUT_DIR/report.html` (plots and a trajectory viewer, `agentrl report`) and
 `OUT_DIR/quickstart.log`. The console shows one progress bar per stage and, at the end,
 the before/after/control table with standard errors and the seconds of every stage.
@@ -21,14 +27,19 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
-from agentrl.quickstart.pipeline import (
-    QuickstartSettings,
-    rl_model_dir,
-    run_quickstart,
-    settings_for,
+from agentrl.quickstart.checks import check_run
+from agentrl.quickstart.pipeline import rl_model_dir, run_quickstart
+from agentrl.quickstart.settings import QuickstartSettings, settings_for
+from agentrl.quickstart.targets import (
+    ALLOW_ANY,
+    ALLOW_WEAK_TEACHER,
+    TARGET_MISSED_EXIT,
+    TargetMissed,
 )
 from agentrl.tasks.quickstart import TASKS
+from agentrl.utils.command import report_error
 
 __all__ = [
     "QuickstartSettings",
@@ -81,15 +92,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--task",
         default="calculator",
         choices=sorted(TASKS),
-        help="calculator (the main job), search (the CPU Search-R1 run), reasoning_gym (the "
-        "CPU environments run, recipes/envs/) or retool (the CPU "
-        "ReTool run)",
+        help="calculator (the main job), search (the CPU Search-R1 run), retool (the CPU "
+        "ReTool run), reasoning_gym (reasoning-gym's basic_arithmetic with the calculator) or "
+        "blackjack (TextArena's Blackjack-v0 over turns, no tool): the last two are "
+        "recipes/envs/",
     )
     for flag, (kind, text) in _FLAGS.items():
         parser.add_argument(flag, type=kind, default=None, help=text + " (default: the task's)")
     parser.add_argument(
         "--no-control", action="store_true", help="skip the SFT-only control (faster)"
     )
+    parser.add_argument(
+        ALLOW_WEAK_TEACHER, action="store_true",
+        help="distil even from a --teacher that scores below the student after SFT",
+    )  # fmt: skip
+    parser.add_argument(
+        ALLOW_ANY, action="store_true",
+        help=f"go on after any stage misses its target (else the run stops, exit status "
+        f"{TARGET_MISSED_EXIT}): SFT's cap before its skill check, a weak --teacher",
+    )  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="RL config overrides key.sub=value")
 
 
@@ -99,12 +120,23 @@ def settings_from_args(args: argparse.Namespace) -> QuickstartSettings:
     given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if args.no_control:
         given["control"] = False
+    given |= {name: True for name in ("allow_weak_teacher", "allow_missed_targets")
+              if getattr(args, name)}  # fmt: skip
     return settings_for(args.task, overrides=tuple(args.overrides), **given)
 
 
 def run(args: argparse.Namespace) -> int:
     with quiet_console():
-        run_quickstart(args.out_dir, settings_from_args(args))
+        try:  # before any stage: one message, exit 2
+            settings = settings_from_args(args)
+            check_run(args.out_dir, settings)
+        except ValueError as err:  # a ConfigError among them
+            return report_error(err)
+        try:  # a stage that missed its target: its message, exit 3 (targets.py)
+            run_quickstart(args.out_dir, settings, check=False)
+        except TargetMissed as err:
+            sys.stderr.write(f"{args.out_dir}: {err}\n")
+            return TARGET_MISSED_EXIT
     return 0
 
 

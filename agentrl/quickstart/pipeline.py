@@ -4,6 +4,9 @@ a nano model learns, on CPU, when to call its tool.
     report = run_quickstart(Path("outputs/quickstart"), QuickstartSettings(seed=0))
     report = run_quickstart(Path("outputs/search"), settings_for("search", seed=1))
 
+0. checks, before any stage: the settings, the out dir and the RL stage's config (the
+   recipe with the overrides given), which the trainer would otherwise meet only after SFT
+   (agentrl/quickstart/checks.py; the settings and that config: settings.py);
 1. model: a Qwen2-shaped nano model (0.2M parameters) with random weights, whose chat
    template lists the tools in one short line (`compact_tools`);
 2. data: three disjoint pools (the task's): SFT conversations, RL training prompts and
@@ -14,7 +17,10 @@ a nano model learns, on CPU, when to call its tool.
    discover, namely when to call it. The stage ends on a measured skill, not a step count:
    once the model reproduces `sft_check` of the turns of held-out tool-using traces
    (`agentrl.trainer.sft_check`; the skill arrives in a jump whose step moves with the
-   seed), it trains `sft_extra_steps` more and stops; `sft_steps` is the cap;
+   seed), it trains `sft_extra_steps` more and stops; `sft_steps` is the cap. Reaching the
+   cap before the check passes misses the stage's target and stops the run
+   (agentrl/quickstart/targets.py: TargetMissed, exit status 3 from the command), unless
+   `allow_missed_targets`;
 4. eval_sft: greedy and sampled rollouts of the test set with the real tool;
 5. rl: GRPO with multi-turn tool rollouts (`agentrl.trainer.run_train`, the task's recipe),
    reward = the task's exact score only; rollouts dumped for the report's trajectory viewer;
@@ -24,11 +30,13 @@ a nano model learns, on CPU, when to call its tool.
    first `val_rows` test problems (`data.val_files`, `trainer.test_freq`): the report's
    held-out curve over RL steps, between the full evaluations before and after;
 6. eval_rl: the same evaluation of the last checkpoint's HF export (with `teacher` set, the
-   RL stage distils from that model on-policy instead, and `eval_teacher` evaluates it:
-   recipes/distill/);
+   RL stage distils from that model on-policy instead, and `eval_teacher`, before it,
+   evaluates the teacher: one scoring below the student after SFT stops the run unless
+   `allow_weak_teacher` or `allow_missed_targets`; recipes/distill/);
 7. control, eval_control: SFT continued on the same teacher for the RL stage's wall time,
    then evaluated: what the same compute gives without RL;
-8. report: `report.json`, then `agentrl report` writes `report.html` from the run directory.
+8. report: `report.json` (with `targets`: each stage target, met or not), then `agentrl
+   report` writes `report.html` from the run directory, also for a run that stopped.
 
 The tool's server, if it has one (the search task's retriever, the retool task's code
 sandbox), runs for the whole run and is stopped at its end, also when a stage fails.
@@ -39,7 +47,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,9 +54,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from agentrl.config import load_config
+from agentrl.quickstart.checks import check_run
 from agentrl.quickstart.evaluation import evaluate_model, summary_table
-from agentrl.tasks.quickstart import TASKS, TaskData
+from agentrl.quickstart.settings import QuickstartSettings, environment_overrides, rl_config
+from agentrl.quickstart.targets import meet, sft_target, teacher_target
+from agentrl.tasks.quickstart import TASKS
 
 logger = logging.getLogger("agentrl.quickstart")
 
@@ -64,105 +73,6 @@ CURVE_KEYS = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class QuickstartSettings:
-    """Every knob of the quickstart; the defaults are the calculator's measured ones
-    (docs/quickstart.md); `settings_for` applies another task's defaults."""
-
-    task: str = "calculator"  # agentrl.tasks.quickstart.TASKS
-    seed: int = 0
-    size: str = "nano"  # agentrl.models.tiny.TINY_SIZES
-    untied: bool = False  # the tiny model's output layer gets weights of its own
-    steps: int = 25  # GRPO steps (0: stop after SFT)
-    sft_steps: int = 3000  # cap on SFT optimizer steps (exact count with sft_check=0)
-    sft_check: float = 0.8  # held-out turn reproduction that ends SFT (0: no check)
-    sft_extra_steps: int = 400  # SFT steps after the check first passes
-    sft_check_rows: int = 128  # tool-using SFT conversations held out for the check
-    sft_warmup_steps: int | None = 110  # linear lr warm-up (None: the first 10% of sft_steps)
-    sft_examples: int = 8192  # distinct SFT conversations
-    sft_lr: float = 3e-3
-    rl_lr: float | None = None  # the GRPO stage's actor lr (None: the recipe's optim.lr)
-    sft_batch_size: int = 32
-    sft_max_length: int = 1024  # longest SFT conversation in tokens (longer: an error)
-    direct_rate: float = 0.8  # share of direct answers on the teacher's direct phrasings
-    n_train: int = 512  # RL training prompts
-    n_test: int = 256  # held-out test prompts
-    val_freq: int = 5  # validate during RL every this many steps (0: only eval_sft/eval_rl)
-    val_rows: int = 64  # test problems of that validation (the first ones of the test set)
-    control: bool = True  # run the SFT-only control
-    # a trained model of the task (same tokenizer): the RL stage distils from it on-policy
-    # (algorithm.adv_estimator=on_policy_distill) and the report gains its evaluation
-    teacher: str | None = None
-    # the GRPO stage's inference backend (actor_rollout_ref.rollout.name); SFT and the
-    # evaluations always run on the embedded hf engine. A name of ROLLOUT_VARIANTS brings
-    # that variant's own defaults (`settings_for`).
-    rollout: str = "hf"
-    server_python: str | None = None  # the interpreter its servers run under (null: this one)
-    overrides: tuple[str, ...] = ()  # RL config overrides key.sub=value
-
-
-# rollout backend -> the settings its quickstart variant changes (before the flags given).
-# vLLM's CPU attention refuses the nano model's 16-wide heads (it serves 32, 64, ...:
-# agentrl/rollout/backends/vllm.py), so its variant runs the smallest size it serves, 32-wide
-# heads, and, because its CPU build keeps a stale tied output layer after a weight reload
-# (docs/backends.md), with an output layer of its own. The tiny model's SFT lr is its own:
-# at the nano model's 3e-3 its copying skill crept to 0.72 by the 3,000-step cap (seed 0);
-# at 1e-3 it jumped between steps 300 and 450 and passed the check at 700 (docs/quickstart.md).
-# Its GRPO lr is half the recipe's: at 3e-4 seed 1's copying fell apart after step 15 (0.781);
-# at 1.5e-4, tuned on seeds 0-1, seeds 2-6 are the table in docs/quickstart.md.
-ROLLOUT_VARIANTS: dict[str, dict[str, Any]] = {
-    "vllm": {"size": "tiny", "untied": True, "sft_lr": 1e-3, "rl_lr": 1.5e-4},
-}
-
-
-def settings_for(task: str, **given: Any) -> QuickstartSettings:
-    """The settings of `task`: its defaults, then its rollout variant's (`ROLLOUT_VARIANTS`,
-    when `given` names one in `rollout`), then what is `given`."""
-    if task not in TASKS:
-        raise ValueError(f"unknown quickstart task {task!r}; choose one of {sorted(TASKS)}")
-    variant = ROLLOUT_VARIANTS.get(given.get("rollout", "hf"), {})
-    return dataclasses.replace(
-        QuickstartSettings(task=task), **(TASKS[task].defaults | variant | given)
-    )
-
-
-def check_rollout(s: QuickstartSettings) -> None:
-    """Refuse, before the first stage, a rollout backend nobody registered or a
-    `server_python` that is not a file (the GRPO stage comes minutes later)."""
-    from agentrl.rollout.backends.registry import backend_plugin
-
-    backend_plugin(s.rollout)  # an unknown name raises, listing the registered ones
-    python = s.server_python
-    if python is not None and not (Path(python).is_file() and os.access(python, os.X_OK)):
-        raise ValueError(
-            f"--server-python {python!r} (actor_rollout_ref.rollout.server_python) is not an "
-            "executable file; make vLLM's with `bash scripts/setup_vllm_env.sh` and pass "
-            ".venv-vllm/bin/python"
-        )
-
-
-def environment_overrides(tool_config: Path | None, data: TaskData, task: str) -> list[str]:
-    """The multi-turn keys of a run of `task`: its tool config (null: no tool) and its
-    interaction config, when it has one (written by its `prepare` beside the data)."""
-    interaction = TASKS[task].interaction
-    return [
-        "actor_rollout_ref.rollout.multi_turn.tool_config_path="
-        + ("null" if tool_config is None else str(tool_config)),
-        *([] if interaction is None else [
-            "actor_rollout_ref.rollout.multi_turn.interaction_config_path="
-            f"{data.train.parent / interaction}"]),
-    ]  # fmt: skip
-
-
-def validation_overrides(val_path: Path | None, s: QuickstartSettings) -> list[str]:
-    """The keys of the validation during RL: `val_path` every `val_freq` steps and before
-    the first (none without a `val_path` or with `val_freq` 0)."""
-    if val_path is None or s.val_freq <= 0:
-        return []
-    return [f"data.val_files={val_path}", f"trainer.test_freq={s.val_freq}",
-            "trainer.val_before_train=true"]  # fmt: skip
-
-
 def write_val_slice(test_path: Path, out_path: Path, rows: int) -> Path | None:
     """The first `rows` problems of the test set as `out_path` (the validation during RL);
     None for `rows` 0."""
@@ -172,38 +82,6 @@ def write_val_slice(test_path: Path, out_path: Path, rows: int) -> Path | None:
         return None
     pd.read_parquet(test_path).iloc[:rows].to_parquet(out_path, index=False)
     return out_path
-
-
-def rl_config(
-    model_dir: Path, data: TaskData, tool_config: Path | None, run_dir: Path,
-    s: QuickstartSettings, val_path: Path | None = None,
-) -> DictConfig:
-    """The task's recipe config with the run's paths, seed and step count (and, with a
-    `val_path`, `validation_overrides`)."""
-    return load_config(
-        TASKS[s.task].recipe_config,
-        [
-            f"actor_rollout_ref.model.path={model_dir}",
-            *environment_overrides(tool_config, data, s.task),
-            f"actor_rollout_ref.rollout.engine_kwargs.seed={s.seed}",
-            f"data.train_files={data.train}",
-            f"data.seed={s.seed}",
-            f"trainer.seed={s.seed}",
-            f"trainer.total_training_steps={s.steps}",
-            f"trainer.default_local_dir={run_dir}",
-            f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
-            "trainer.logger=[file]",  # the progress bar shows the key numbers
-            *validation_overrides(val_path, s),
-            f"actor_rollout_ref.rollout.name={s.rollout}",
-            *([] if s.rl_lr is None else [f"actor_rollout_ref.actor.optim.lr={s.rl_lr}"]),
-            *([] if s.server_python is None else [
-                f"actor_rollout_ref.rollout.server_python={s.server_python}"]),
-            *([] if s.teacher is None else [
-                "algorithm.adv_estimator=on_policy_distill",
-                f"actor_rollout_ref.teacher.model.path={s.teacher}"]),
-            *s.overrides,
-        ],
-    )
 
 
 def rl_model_dir(cfg: DictConfig) -> Path:
@@ -226,10 +104,14 @@ def reward_curve(history: Sequence[dict[str, float]]) -> list[dict[str, float]]:
     ]
 
 
-def run_quickstart(out_dir: Path, settings: QuickstartSettings | None = None) -> dict[str, Any]:
-    """Run every stage (see the module docstring); write and return the report."""
+def run_quickstart(out_dir: Path, settings: QuickstartSettings | None = None, *,
+                   check: bool = True) -> dict[str, Any]:
+    """Run every stage (see the module docstring); write and return the report. First
+    `check_run` refuses bad settings and a bad RL config (agentrl/quickstart/checks.py);
+    `check=False` when the caller has just run it."""
     s = settings or QuickstartSettings()
-    check_rollout(s)
+    if check:
+        check_run(out_dir, s)
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     log_handler = _file_log(out_dir / "quickstart.log")
@@ -297,12 +179,19 @@ def _run_stages(
 
         with _stage("sft", timing):
             report["sft"], sft_rows = sft_stage(init_dir, data.sft, out_dir / "model_sft", s)
+        meet(report, sft_target(report["sft"]), s.allow_missed_targets,
+             "the stages after SFT")  # fmt: skip
         sft_kwargs = {"lr": s.sft_lr, "batch_size": s.sft_batch_size, "seed": s.seed,
                       "max_length": s.sft_max_length}
         with _stage("eval_sft", timing):
             report["eval_sft"] = evaluate(out_dir / "model_sft", "eval_sft")
         if s.steps <= 0:
             return
+        if s.teacher is not None:  # before distillation: a weaker teacher stops the run
+            with _stage("eval_teacher", timing):
+                report["teacher"] = evaluate(Path(s.teacher), "eval_teacher")
+            meet(report, teacher_target(report["teacher"], report["eval_sft"]),
+                 s.allow_missed_targets or s.allow_weak_teacher, "distillation")  # fmt: skip
         val_path = write_val_slice(data.test, out_dir / "data" / "val.parquet", s.val_rows)
         cfg = rl_config(out_dir / "model_sft", data, tool_config, out_dir / "rl", s, val_path)
         with _stage("rl", timing):
@@ -311,9 +200,6 @@ def _run_stages(
             report["rl"] = reward_curve(run_train(cfg))
         with _stage("eval_rl", timing):
             report["eval_rl"] = evaluate(rl_model_dir(cfg), "eval_rl")
-        if s.teacher is not None:
-            with _stage("eval_teacher", timing):
-                report["teacher"] = evaluate(Path(s.teacher), "eval_teacher")
         if not s.control:
             return
         with _stage("control", timing):

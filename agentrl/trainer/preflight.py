@@ -16,7 +16,7 @@ exit status 2 (agentrl/trainer/main.py):
   one (agentrl/reward/score). Only the schema and the first ``SAMPLE_ROWS`` rows are read;
 - the classes of ``multi_turn.tool_config_path`` and ``multi_turn.interaction_config_path``
   import (a missing module named as one, with the YAML file and the line of the
-  ``class_name``), and ``custom_reward_function.path`` loads.
+  ``class_name``), and ``custom_reward_function.path`` and ``rollout.agent_function`` load.
 
 The trainer layer is the one that may import the data, reward, tool and interaction code
 these checks need (docs/architecture.md); the config layer below cannot.
@@ -66,10 +66,9 @@ def device_problems(config: DictConfig) -> list[str]:
 
 
 def plugin_problems(config: DictConfig) -> list[str]:
-    """Tool and interaction classes that do not import; a custom reward function that does
-    not load."""
+    """Tool and interaction classes that do not import; a custom reward function or an
+    agent function that does not load."""
     from agentrl.interactions.loader import InteractionConfigError, import_interaction_classes
-    from agentrl.reward.loader import get_custom_reward_fn
     from agentrl.tools.loader import ToolConfigError, import_tool_classes
 
     problems = []
@@ -85,11 +84,26 @@ def plugin_problems(config: DictConfig) -> list[str]:
             import_interaction_classes(str(multi_turn.interaction_config_path))
         except InteractionConfigError as err:
             problems.append(f"{key}.interaction_config_path: {err}")
+    return problems + function_problems(config)
+
+
+def function_problems(config: DictConfig) -> list[str]:
+    """A custom reward function or an agent function (``rollout.agent_function``) that does
+    not load: code a path names, checked before the workers that would load it."""
+    from agentrl.gateway.agent_rollout import load_agent_function
+    from agentrl.reward.loader import get_custom_reward_fn
+
+    problems = []
     if config.custom_reward_function.path:
         try:
             get_custom_reward_fn(config.custom_reward_function)
         except (ImportError, TypeError) as err:
             problems.append(f"custom_reward_function: {err}")
+    if config.actor_rollout_ref.rollout.agent_function:
+        try:
+            load_agent_function(str(config.actor_rollout_ref.rollout.agent_function))
+        except (ImportError, TypeError) as err:  # PluginLoadError is an ImportError
+            problems.append(f"actor_rollout_ref.rollout.agent_function: {err}")
     return problems
 
 

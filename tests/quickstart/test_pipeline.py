@@ -4,12 +4,14 @@ command line, and (slow) a CI-size run of the whole command that must learn."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import html
 import json
 import logging
 import os
 import re
 import secrets
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -118,24 +120,9 @@ def test_arguments_default_to_the_measured_settings():
         settings_for("x")
 
 
-def test_a_teacher_makes_the_rl_stage_distil_from_it(tmp_path):
-    from agentrl.quickstart.pipeline import rl_config
-    from agentrl.tasks.quickstart import TaskData
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    settings = settings_from_args(parser.parse_args(["--teacher", str(tmp_path / "t")]))
-    data = TaskData(tmp_path / "sft.jsonl", tmp_path / "train.parquet", tmp_path / "test.parquet", {})
-    cfg = rl_config(tmp_path / "m", data, tmp_path / "tools.yaml", tmp_path / "rl", settings)
-    assert cfg.algorithm.adv_estimator == "on_policy_distill"
-    assert cfg.actor_rollout_ref.teacher.model.path == str(tmp_path / "t")
-    plain = rl_config(tmp_path / "m", data, tmp_path / "tools.yaml", tmp_path / "rl",
-                      QuickstartSettings())
-    assert plain.algorithm.adv_estimator == "grpo" and not plain.actor_rollout_ref.teacher.model.path
-
-
 def test_the_rl_stage_validates_on_a_slice_of_the_test_set_every_few_steps(tmp_path):
-    from agentrl.quickstart.pipeline import rl_config, write_val_slice
+    from agentrl.quickstart.pipeline import write_val_slice
+    from agentrl.quickstart.settings import rl_config
     from agentrl.tasks.quickstart import TaskData
 
     test = tmp_path / "test.parquet"
@@ -156,23 +143,6 @@ def test_the_rl_stage_validates_on_a_slice_of_the_test_set_every_few_steps(tmp_p
     given = settings_from_args(parser.parse_args(["--val-freq", "2", "--val-rows", "32"]))
     assert (given.val_freq, given.val_rows) == (2, 32)
     assert (QuickstartSettings().val_freq, QuickstartSettings().val_rows) == (5, 64)
-
-
-def test_a_game_task_runs_with_its_interaction_and_no_tool(tmp_path):
-    from agentrl.quickstart.pipeline import rl_config, settings_for
-    from agentrl.tasks.quickstart import TaskData
-
-    data = TaskData(tmp_path / "sft.jsonl", tmp_path / "d" / "train.parquet",
-                    tmp_path / "d" / "test.parquet", {})
-    game = rl_config(tmp_path / "m", data, None, tmp_path / "rl", settings_for("blackjack"))
-    multi_turn = game.actor_rollout_ref.rollout.multi_turn
-    assert multi_turn.tool_config_path is None
-    assert multi_turn.interaction_config_path == str(tmp_path / "d" / "interaction.yaml")
-    assert game.trainer.total_training_steps == 40
-    calc = rl_config(tmp_path / "m", data, tmp_path / "tools.yaml", tmp_path / "rl",
-                     QuickstartSettings())
-    assert calc.actor_rollout_ref.rollout.multi_turn.interaction_config_path is None
-    assert calc.actor_rollout_ref.rollout.multi_turn.tool_config_path == str(tmp_path / "tools.yaml")
 
 
 def test_a_run_stopped_mid_way_still_reports_what_it_has(tmp_path, monkeypatch):
@@ -256,7 +226,7 @@ def test_the_sft_check_holds_out_tool_using_traces_and_trains_on_the_rest(tmp_pa
 
 
 def test_the_vllm_variant_runs_the_tiny_untied_model_and_only_grpo_on_vllm(tmp_path):
-    from agentrl.quickstart.pipeline import rl_config
+    from agentrl.quickstart.settings import rl_config
     from agentrl.tasks.quickstart import TaskData
 
     parser = argparse.ArgumentParser()
@@ -352,3 +322,77 @@ def test_the_vllm_variant_trains_on_a_vllm_server_whose_weights_are_verified(tmp
     assert set(report["timing_s"]) == {
         "model", "data", "sft", "eval_sft", "rl", "eval_rl", "report", "total"
     }  # fmt: skip
+
+
+def test_sft_that_hits_its_cap_before_the_skill_check_stops_the_run_with_status_3(
+    tmp_path, capsys
+):
+    """Two SFT steps cannot pass the held-out check: `agentrl quickstart` stops after SFT
+    (no evaluation, no RL) with one message and exit status 3; report.json and report.html
+    say which target was missed."""
+    from agentrl.quickstart import run
+
+    out = tmp_path / "qs"
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--out-dir", str(out), "--sft-steps", "2", "--sft-examples", "400",
+                              "--n-train", "8", "--n-test", "4", "--steps", "1", "--no-control"])
+    assert run(args) == 3
+    err = capsys.readouterr().err
+    assert f"{out}: stopped after the sft stage, which missed its target" in err
+    assert "the stages after SFT did not run" in err and "--allow-missed-targets" in err
+    report = json.loads((out / "report.json").read_text())
+    assert report["sft"]["stop_reason"] == "cap" and report["sft"]["steps"] == 2
+    sft = report["targets"]["sft"]
+    assert (sft["target_met"], sft["stopped_run"], sft["threshold"]) == (False, True, 0.8)
+    assert "eval_sft" not in report and not (out / "rl").exists()
+    assert '<tr data-stage="sft" data-met="false">' in (out / "report.html").read_text()
+
+
+def _fake_stages(monkeypatch, accuracy_of):
+    """Stages that take no time: no model is made, SFT returns at once, evaluate_model
+    scores each model as `accuracy_of(model_dir)`, RL records that it ran; returns the list
+    RL appends its config to."""
+    import agentrl.models.tiny
+    import agentrl.quickstart.pipeline as pipeline
+    import agentrl.trainer
+
+    trained = []
+    monkeypatch.setattr(agentrl.models.tiny, "make_tiny_model", lambda out, **kw: out)
+    monkeypatch.setattr(pipeline, "sft_stage", lambda *a: ({"steps": 1, "stop_reason": "steps"}, []))
+    monkeypatch.setattr(pipeline, "evaluate_model", lambda config, model_dir, *a: {
+        "accuracy": accuracy_of(model_dir), "accuracy_stderr": 0.0, "sampled_accuracy": 0.0,
+        "sampled_accuracy_stderr": 0.0, "tool_call_rate": 0.0})  # fmt: skip
+    monkeypatch.setattr(agentrl.trainer, "run_train", lambda cfg: trained.append(cfg) or [])
+    monkeypatch.setattr(pipeline, "rl_model_dir", lambda cfg: Path(cfg.trainer.default_local_dir))
+    return trained
+
+
+def test_a_teacher_below_its_student_stops_before_distillation_unless_allowed(
+    tmp_path, monkeypatch
+):
+    from agentrl.quickstart.targets import TargetMissed
+
+    teacher = tmp_path / "teacher"
+    teacher.mkdir()
+    (teacher / "config.json").write_text("{}")
+    trained = _fake_stages(monkeypatch, lambda model_dir: 0.09 if model_dir == teacher else 0.344)
+    settings = QuickstartSettings(teacher=str(teacher), steps=1, sft_examples=8, n_train=8,
+                                  n_test=4, control=False)  # fmt: skip
+    with pytest.raises(TargetMissed, match="distillation did not run"):
+        run_quickstart(tmp_path / "stopped", settings, check=False)
+    report = json.loads((tmp_path / "stopped" / "report.json").read_text())
+    assert report["teacher"]["accuracy"] == 0.09 and "eval_rl" not in report and not trained
+    assert report["targets"]["teacher"] | {"target": "", "measured": ""} == {
+        "target": "", "measured": "", "threshold": 0.344, "value": 0.09,
+        "target_met": False, "stopped_run": True}  # fmt: skip
+    assert "sft" not in report["targets"]  # the fake SFT ran without a check: no target
+    for flag in ("allow_weak_teacher", "allow_missed_targets"):
+        allowed = dataclasses.replace(settings, **{flag: True})
+        report = run_quickstart(tmp_path / flag, allowed, check=False)
+        assert report["targets"]["teacher"]["target_met"] is False
+        assert report["targets"]["teacher"]["stopped_run"] is False
+        assert "eval_rl" in report
+    assert len(trained) == 2
+    cfg = trained[0]
+    assert cfg.algorithm.adv_estimator == "on_policy_distill"

@@ -175,3 +175,14 @@ def test_debug_shows_the_traceback(nothing_heavy, train_args, capsys, monkeypatc
     monkeypatch.setenv(DEBUG_ENV, "1")
     assert agentrl_main(train_args("data.train_files=nope.parquet")) == 2
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_an_agent_function_that_does_not_load(nothing_heavy, train_args, capsys, tmp_path):
+    key = "actor_rollout_ref.rollout.agent_function"
+    assert _problem(capsys, train_args(f"{key}=nowhere/agent.py:run")) == (
+        f"{key}: cannot load 'nowhere/agent.py:run': file not found (tried nowhere/agent.py)")
+    sync = tmp_path / "sync_agent.py"
+    sync.write_text("def run(task, client):\n    return 0.0\n")
+    assert _problem(capsys, train_args(f"{key}={sync}:run")) == (
+        f"{key}: rollout.agent_function '{sync}:run' must be an async function "
+        "(async def run(task, client))")
