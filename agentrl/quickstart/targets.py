@@ -55,9 +55,10 @@ class TargetMissed(RuntimeError):
     def __init__(self, target: StageTarget, next_stage: str):
         self.target = target
         flags = " or ".join(dict.fromkeys((target.flag, ALLOW_ANY)))
+        skipped = next_stage[:1].upper() + next_stage[1:]
         super().__init__(
             f"stopped after the {target.stage} stage, which missed its target: {target.target}; "
-            f"measured: {target.measured}. {next_stage} did not run (report.json has the "
+            f"measured: {target.measured}. {skipped} did not run (report.json has the "
             f"stages that ran). {target.advice}, or pass {flags} to go on anyway."
         )
 
@@ -75,7 +76,7 @@ def sft_target(sft: dict[str, Any]) -> StageTarget | None:
         measured = f"held-out turn reproduction {value:.3f} at step {reached}"
     else:
         value = check["last"]
-        best = f" (best {max(shares):.3f})" if shares else ""
+        best = f" (best {max(shares):.3f})" if shares and max(shares) != value else ""
         last = "never measured" if value is None else f"{value:.3f}"
         measured = (f"held-out turn reproduction {last}{best} when the cap of "
                     f"{sft['steps']} steps came")  # fmt: skip

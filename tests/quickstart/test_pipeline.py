@@ -340,7 +340,7 @@ def test_sft_that_hits_its_cap_before_the_skill_check_stops_the_run_with_status_
     assert run(args) == 3
     err = capsys.readouterr().err
     assert f"{out}: stopped after the sft stage, which missed its target" in err
-    assert "the stages after SFT did not run" in err and "--allow-missed-targets" in err
+    assert "The stages after SFT did not run" in err and "--allow-missed-targets" in err
     report = json.loads((out / "report.json").read_text())
     assert report["sft"]["stop_reason"] == "cap" and report["sft"]["steps"] == 2
     sft = report["targets"]["sft"]
@@ -379,7 +379,7 @@ def test_a_teacher_below_its_student_stops_before_distillation_unless_allowed(
     trained = _fake_stages(monkeypatch, lambda model_dir: 0.09 if model_dir == teacher else 0.344)
     settings = QuickstartSettings(teacher=str(teacher), steps=1, sft_examples=8, n_train=8,
                                   n_test=4, control=False)  # fmt: skip
-    with pytest.raises(TargetMissed, match="distillation did not run"):
+    with pytest.raises(TargetMissed, match="Distillation did not run"):
         run_quickstart(tmp_path / "stopped", settings, check=False)
     report = json.loads((tmp_path / "stopped" / "report.json").read_text())
     assert report["teacher"]["accuracy"] == 0.09 and "eval_rl" not in report and not trained

@@ -60,7 +60,7 @@ def test_meet_records_every_target_and_stops_on_a_miss_unless_allowed(caplog):
     assert (entry["target_met"], entry["stopped_run"], entry["value"]) == (False, True, 0.09)
     message = str(stop.value)
     assert message.startswith("stopped after the teacher stage, which missed its target:")
-    assert "distillation did not run" in message
+    assert "Distillation did not run" in message
     assert "--allow-weak-teacher or --allow-missed-targets to go on anyway" in message
     caplog.set_level(logging.WARNING)
     meet(report, weak, allowed=True)
