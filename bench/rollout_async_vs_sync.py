@@ -6,7 +6,9 @@
 The workload: `--requests` conversations, each with 1 to `--max-tool-turns` tool turns
 (seeded), a scripted model turn of 8-48 filler tokens plus a tool call, and a tool whose
 latency per call is lognormal (median `--tool-median` s, sigma `--tool-sigma`, heavy-tailed;
-capped at `--tool-cap` s). Both modes run the same AsyncRolloutEngine state handlers
+capped at `--tool-cap` s; the tool has no capacity limit: `--tool-slots`, the engine's
+`multi_turn.max_concurrent_tool_calls`, is the number of requests unless given). Both
+modes run the same AsyncRolloutEngine state handlers
 (`engine.step`) and the same script:
 
 (a) async: `agenerate_sequences`, one coroutine per request;
@@ -20,7 +22,10 @@ Backends:
   --decode-s` seconds (a prefix cache: only tokens not seen in the previous call of the
   request are prefilled), then returns the scripted tokens. The bound printed is
   max(critical path = the slowest request's own generation + tool time, total generation
-  work / capacity). Targets: (a) within 1.2x of the bound, at least 2x faster than (b).
+  work / capacity): it has no term for tool slots, so a `--tool-slots` below the requests
+  makes it unreachable (tool calls queue first come, first served: the requests with the
+  longest tool chains wait behind the others; `bench/rollout_event_counts.py` counts it).
+  Targets: (a) within 1.2x of the bound, at least 2x faster than (b).
   The run ends with one JSON line: requests, async_s, bound_s, async_over_bound,
   turn_sync_s and per_event_ms (the async run's time above the bound per generation or
   tool call). The backend's own tokenizer work (reading which conversation a call belongs
@@ -223,7 +228,8 @@ def make_engine_config(args):
             "data.max_response_length=4096",
             "actor_rollout_ref.rollout.multi_turn.enable=true",
             f"actor_rollout_ref.rollout.max_concurrent_requests={args.requests}",
-            "actor_rollout_ref.rollout.multi_turn.max_concurrent_tool_calls=1024",
+            "actor_rollout_ref.rollout.multi_turn.max_concurrent_tool_calls="
+            f"{args.tool_slots or args.requests}",
         ]
     ).actor_rollout_ref.rollout
 
@@ -277,6 +283,26 @@ def busy_from_output(out: DataProto, args: argparse.Namespace) -> dict[str, floa
             new = position - start  # the tool turn and the next generation prompt
         busy[f"row-{i}"] = total
     return busy
+
+
+def lower_bound(workload: Workload, busy: dict[str, float], capacity: int
+                ) -> tuple[float, float, float]:  # fmt: skip
+    """(bound, critical path, generation work / capacity) of a run whose requests spent
+    `busy` generation seconds each (module docstring)."""
+    tools: dict[str, float] = {}
+    for key, seconds in workload.latency.items():
+        conversation = key.split("-")[0]
+        tools[conversation] = tools.get(conversation, 0.0) + seconds
+    own = {r: b + tools.get(r.split("-")[1], 0.0) for r, b in busy.items()}
+    critical = max(own.values())
+    throughput_bound = sum(busy.values()) / capacity
+    return max(critical, throughput_bound), critical, throughput_bound
+
+
+def event_count(workload: Workload) -> int:
+    """Every generation call (one per tool turn, plus the final answer) and every tool
+    call: the engine's own cost per event is what the async run spent above the bound."""
+    return 2 * len(workload.latency) + len(workload.turns)
 
 
 def run_sharded(args, workload: Workload):
@@ -339,19 +365,27 @@ def run_mode(args, tokenizer, workload: Workload, synchronous: bool):
     return wall, backend, out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=["latency", "hf"], default="latency")
-    parser.add_argument("--requests", type=int, default=128)
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The workload's and the latency model's options (bench/rollout_event_counts.py too)."""
     parser.add_argument("--max-tool-turns", type=int, default=4)
     parser.add_argument("--tool-median", type=float, default=0.2, help="seconds")
     parser.add_argument("--tool-sigma", type=float, default=1.0, help="lognormal sigma")
     parser.add_argument("--tool-cap", type=float, default=5.0, help="seconds")
-    parser.add_argument("--capacity", type=int, default=32, help="sequences at once")
+    parser.add_argument("--tool-slots", type=int, default=None,
+                        help="tool calls at once (multi_turn.max_concurrent_tool_calls); "
+                             "default: --requests (the bound assumes no limit)")
     parser.add_argument("--call-overhead", type=float, default=0.01, help="seconds per call")
     parser.add_argument("--prefill-s", type=float, default=2e-5, help="seconds per new token")
     parser.add_argument("--decode-s", type=float, default=2e-3, help="seconds per output token")
     parser.add_argument("--seed", type=int, default=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=["latency", "hf"], default="latency")
+    parser.add_argument("--requests", type=int, default=128)
+    parser.add_argument("--capacity", type=int, default=32, help="sequences at once")
+    add_workload_arguments(parser)
     parser.add_argument("--model-dir", default=None, help="hf: model dir (default: tiny model)")
     parser.add_argument("--engine-workers", "--agent-workers", dest="engine_workers", type=int, default=1,
                         help="latency: run (a) over this many engine processes (Ray actors), "
@@ -389,27 +423,18 @@ def main() -> None:
     print(f"(b) turn-synchronous  {wall_sync:8.2f} s")
     print(f"(b) / (a)             {wall_sync / wall_async:8.2f}x   (target >= 2 on latency)")
     if args.backend == "latency":
-        tools: dict[str, float] = {}
-        for key, seconds in workload.latency.items():
-            conversation = key.split("-")[0]
-            tools[conversation] = tools.get(conversation, 0.0) + seconds
-        own = {r: b + tools.get(r.split("-")[1], 0.0) for r, b in busy.items()}
-        critical = max(own.values())
-        throughput_bound = sum(busy.values()) / args.capacity
-        bound = max(critical, throughput_bound)
+        bound, critical, throughput_bound = lower_bound(workload, busy, args.capacity)
         print(
             f"lower bound           {bound:8.2f} s   (critical path {critical:.2f} s, "
             f"work / capacity {throughput_bound:.2f} s)"
         )
         print(f"(a) / bound           {wall_async / bound:8.2f}x   (target <= 1.2)")
-        # events: every generation call (one per tool turn, plus the final answer) and
-        # every tool call; the engine's own cost per event is what the async run spent
-        # above the bound
-        events = 2 * tool_turns + args.requests
+        events = event_count(workload)
         per_event_ms = max(wall_async - bound, 0.0) / events * 1000
         print(f"engine cost per event {per_event_ms:8.3f} ms ({events} events)")
         print(json.dumps({
             "requests": args.requests, "engine_workers": args.engine_workers,
+            "tool_slots": args.tool_slots or args.requests,
             "async_s": round(wall_async, 3),
             "bound_s": round(bound, 3), "async_over_bound": round(wall_async / bound, 3),
             "turn_sync_s": round(wall_sync, 3), "per_event_ms": round(per_event_ms, 4),
