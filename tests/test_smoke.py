@@ -42,3 +42,30 @@ def test_smoke_score_adds_a_small_plain_text_bonus():
     wrong = smoke_compute_score("agentrl/arithmetic", "no idea", "42")
     assert wrong == {"score": 0.1, "acc": 0.0}
     assert smoke_compute_score("agentrl/arithmetic", "", "42") == {"score": 0.0, "acc": 0.0}
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["trainer.mode=bogus"], "trainer.mode is 'bogus'; choose one of"),
+    (["nosuch.key=1"], "unknown config key nosuch"),
+    (["actor_rollout_ref.rollout.agent_function=nowhere/agent.py:run"],
+     "actor_rollout_ref.rollout.agent_function: cannot load 'nowhere/agent.py:run'"),
+    (["--steps", "0"], "--steps must be >= 1, got 0"),
+    (["--size", "huge"], "--size is 'huge'; choose one of nano, tiny"),
+])  # fmt: skip
+def test_a_bad_input_is_one_message_and_exit_2_before_anything_is_written(
+        tmp_path, capsys, monkeypatch, argv, says):
+    import agentrl.smoke as smoke
+
+    def started(*args, **kwargs):
+        raise AssertionError("the run started before its config was checked")
+
+    monkeypatch.setattr(smoke, "make_tiny_model", started)
+    monkeypatch.setattr(smoke, "run_train", started)
+    out = tmp_path / "smoke"
+    assert main(["smoke", "--out-dir", str(out), *argv]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and err.count("\n") <= 3, err
+    assert not out.exists()
+    (tmp_path / "file").write_text("")
+    assert main(["smoke", "--out-dir", str(tmp_path / "file" / "x")]) == 2
+    assert "which is a file" in capsys.readouterr().err

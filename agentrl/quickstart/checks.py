@@ -16,11 +16,11 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from agentrl.quickstart.settings import QuickstartSettings, rl_config
 from agentrl.tasks.quickstart import TASKS, TaskData
+from agentrl.utils.out_dir import check_writable_dir
 
 # setting -> (lowest, highest; None: no bound): the int and float knobs of QuickstartSettings
 RANGES: dict[str, tuple[float, float | None]] = {
@@ -84,23 +84,6 @@ def check_rollout(s: QuickstartSettings) -> None:
         )
 
 
-def check_run_dir(out_dir: Path) -> None:
-    """ValueError unless `out_dir` is, or can be made as, a directory this process writes."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"--out-dir {out_dir} is a file, not a directory")
-    existing = out_dir
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"--out-dir {out_dir} is under {existing}, which is a file")
-    try:  # access() says yes to root on a read-only place; a file made there does not
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as err:
-        raise ValueError(f"--out-dir {out_dir}: cannot write in {existing} "
-                         f"({err.strerror or err})") from err
-
-
 def check_rl_config(out_dir: Path, s: QuickstartSettings) -> None:
     """The RL stage's config, built from the paths the stages will write, must validate
     (ConfigError naming the keys); a CUDA device asked for must exist, and a custom reward
@@ -125,9 +108,8 @@ def check_run(out_dir: str | Path, s: QuickstartSettings) -> None:
         raise ValueError("; ".join(problems))
     check_rollout(s)
     out = Path(out_dir).expanduser().resolve()
-    check_run_dir(out)
+    check_writable_dir(out, "--out-dir")
     check_rl_config(out, s)
 
 
-__all__ = ["RANGES", "check_run_dir", "check_rl_config", "check_rollout", "check_run",
-           "setting_problems"]
+__all__ = ["RANGES", "check_rl_config", "check_rollout", "check_run", "setting_problems"]
