@@ -156,3 +156,22 @@ if [ {fails} ]; then echo "stopped after the x stage, which missed its target" >
             done.stderr)
         assert (tmp_path / "out" / "report.json").is_file()  # what the student's run has
     assert "accuracy" not in done.stdout
+
+
+@pytest.mark.parametrize("script", [*sorted(SCRIPTS.values()), ENVS, "recipes/dapo/run_cpu.sh"])
+def test_a_script_exits_with_the_status_and_message_of_a_run_that_missed_its_target(
+    script, tmp_path
+):
+    """`agentrl quickstart` stopping on a missed target (status 3) stops the recipe with
+    that status and its message; the envs recipe runs no further task."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "agentrl"
+    fake.write_text(f'#!/bin/sh\necho "$5" >> {tmp_path}/calls\n'
+                    'echo "o: stopped after the sft stage, which missed its target" >&2\nexit 3\n')
+    fake.chmod(0o755)
+    done = subprocess.run(["bash", ROOT / script, "o"], cwd=tmp_path, capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "AGENTRL_VENV": str(venv)})
+    assert done.returncode == 3
+    assert "o: stopped after the sft stage, which missed its target" in done.stderr
+    assert len((tmp_path / "calls").read_text().splitlines()) == 1
