@@ -34,9 +34,9 @@ WHEEL_PACKAGES = ("agentrl", "tools", "envs", "recipes")
 NOT_CONFIG = {
     ("agentrl/gateway/responses_api.py", "temperature"): "an OpenAI request body's default",
     ("agentrl/gateway/responses_api.py", "top_p"): "an OpenAI request body's default",
-    ("agentrl/rollout/backends/serve.py", "max_tokens"): "an OpenAI request body's default",
-    ("agentrl/rollout/backends/serve.py", "temperature"): "an OpenAI request body's default",
-    ("agentrl/rollout/backends/serve.py", "top_p"): "an OpenAI request body's default",
+    ("agentrl/rollout/backends/serve_generation.py", "max_tokens"): "an OpenAI request body's default",
+    ("agentrl/rollout/backends/serve_generation.py", "temperature"): "an OpenAI request body's default",
+    ("agentrl/rollout/backends/serve_generation.py", "top_p"): "an OpenAI request body's default",
     ("agentrl/interactions/openenv.py", "timeout"): "an interaction config's (the user's YAML)",
     ("agentrl/rollout/backends/vllm.py", "temperature"): "a request's sampling parameters",
     ("agentrl/rollout/backends/vllm.py", "top_p"): "a request's sampling parameters",

@@ -138,6 +138,26 @@ def test_delete_returns_the_record_and_forgets_the_session(gateway):
     assert httpx.delete(f"{url}/sessions/ep-5").status_code == 404
 
 
+# every route of the module docstring, in the order the app matches them (the handlers live
+# in agentrl/gateway/session_routes.py and chat_routes.py)
+ROUTES = [
+    ("/sessions/{session_id}", {"HEAD"}), ("/", {"HEAD"}),
+    ("/sessions/{session_id}/v1/models", {"GET"}), ("/sessions/{session_id}", {"GET"}),
+    ("/sessions/{session_id}", {"DELETE"}), ("/sessions/{session_id}/v1/tools", {"GET"}),
+    ("/sessions/{session_id}/v1/tools/{name}", {"POST"}),
+    ("/sessions/{session_id}/reward", {"POST"}),
+    ("/sessions/{session_id}/v1/chat/completions", {"POST"}),
+    ("/sessions/{session_id}/v1/messages", {"POST"}),
+    ("/sessions/{session_id}/v1/responses", {"POST"}),
+]
+
+
+def test_the_app_serves_every_route_of_the_docstring(tiny_tokenizer):
+    app = create_app(ConversationScriptBackend(tiny_tokenizer, SCRIPTS), tiny_tokenizer)
+    own = {app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url}
+    assert [(r.path, r.methods) for r in app.routes if r.path not in own] == ROUTES
+
+
 def test_body_limits_answer_413_and_keep_openai_errors(tiny_tokenizer):
     backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
     app = create_app(backend, tiny_tokenizer, max_body_bytes=4096, body_timeout=5.0)

@@ -21,6 +21,26 @@ def post(url, path, body=None, timeout=60):
     return httpx.post(url + path, json=body, timeout=timeout)
 
 
+# every route of the module docstring, in the order the app matches them (the handlers live
+# in agentrl/rollout/backends/serve_generation.py and serve_control.py)
+ROUTES = [
+    ("/generate", {"POST"}), ("/v1/chat/completions", {"POST"}), ("/health", {"GET"}),
+    ("/health_generate", {"GET"}), ("/get_model_info", {"GET"}), ("/model_info", {"GET"}),
+    ("/get_server_info", {"GET"}), ("/server_info", {"GET"}), ("/get_weight_version", {"GET"}),
+    ("/flush_cache", {"GET", "POST"}), ("/abort_request", {"POST"}),
+    ("/update_weights_from_disk", {"POST"}), ("/get_weights_by_name", {"GET", "POST"}),
+    ("/update_weights_from_tensor", {"POST"}), ("/release_memory_occupation", {"GET", "POST"}),
+    ("/resume_memory_occupation", {"GET", "POST"}),
+]
+
+
+def test_the_app_serves_every_route_of_the_docstring(served):
+    _, backend = served
+    app = create_app(backend, model_path="m")
+    own = {app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url}
+    assert [(r.path, r.methods) for r in app.routes if r.path not in own] == ROUTES
+
+
 def test_generate_single_returns_sglang_shape(served, prompts, tiny_tokenizer):
     url, backend = served
     reply = post(
