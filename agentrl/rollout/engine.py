@@ -73,7 +73,7 @@ from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestSt
 from agentrl.rollout.tool_calls import end_plugins, run_tool_turn, start_plugins
 from agentrl.rollout.waves import GenerationWaves
 from agentrl.tools import BaseTool
-from agentrl.utils.aio import within
+from agentrl.utils.aio import LoopThread, within
 from agentrl.utils.gc_pause import rollout_gc
 from agentrl.utils.infra import is_infra_error
 from agentrl.utils.plain_config import plain_config
@@ -151,8 +151,7 @@ class AsyncRolloutEngine:
         ]
         self.parser = get_tool_parser(self.multi_turn.format, self.tool_schemas)
         self.pad_token_id = self.collector.pad_token_id
-        self._loop: asyncio.AbstractEventLoop | None = None  # for generate_sequences
-        self._loop_thread: threading.Thread | None = None
+        self._loop_thread: LoopThread | None = None  # generate_sequences' loop, made once
         self._loop_lock = threading.Lock()
         self._warned_prompt_mismatch = False
         # rollout.deterministic (waves.py); null -> what the backend asks for (hf: on)
@@ -189,10 +188,11 @@ class AsyncRolloutEngine:
     def generate_sequences(self, batch: DataProto) -> DataProto:
         """Blocking `agenerate_sequences`, run on the engine's own event loop thread (one
         loop for the engine's lifetime, so loop-bound backend clients keep working)."""
-        future = asyncio.run_coroutine_threadsafe(
-            self.agenerate_sequences(batch), self._background_loop()
-        )
-        return future.result()
+        with self._loop_lock:
+            if self._loop_thread is None:
+                self._loop_thread = LoopThread("agentrl-rollout")
+            loop_thread = self._loop_thread
+        return loop_thread.run(self.agenerate_sequences(batch))
 
     async def agenerate_sequences(
         self,
@@ -613,25 +613,11 @@ class AsyncRolloutEngine:
 
     # ------------------------------------------------------------------ blocking calls
 
-    def _background_loop(self) -> asyncio.AbstractEventLoop:
-        with self._loop_lock:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                self._loop_thread = threading.Thread(
-                    target=self._loop.run_forever, name="agentrl-rollout", daemon=True
-                )
-                self._loop_thread.start()
-            return self._loop
-
     def close(self) -> None:
         """Stop the event-loop thread of `generate_sequences` (if it was started) and the
         tokenization check's process."""
         self.check_offload.close()
         with self._loop_lock:
-            if self._loop is None:
-                return
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._loop_thread.join(timeout=10)
-            if not self._loop_thread.is_alive():
-                self._loop.close()
-            self._loop, self._loop_thread = None, None
+            loop_thread, self._loop_thread = self._loop_thread, None
+        if loop_thread is not None:
+            loop_thread.close()

@@ -82,7 +82,8 @@ class LoopThread:
             logger.warning("cancelling the rollout loop's tasks failed: %s", exc)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
-        self.loop.close()
+        if not self._thread.is_alive():  # a loop still running cannot be closed
+            self.loop.close()
 
 
 async def _cancel_pending() -> None:

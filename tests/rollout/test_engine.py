@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 import torch
@@ -266,6 +267,14 @@ def test_blocking_generate_sequences_reuses_one_loop(tiny_tokenizer):
         engine.close()
     assert torch.equal(first.batch["responses"], second.batch["responses"])
     assert len(loops) == 2 and loops[0] is loops[1]
+    # closed: the loop and its thread are gone; the next blocking call starts a new loop
+    assert loops[0].is_closed()
+    assert "agentrl-rollout" not in {t.name for t in threading.enumerate()}
+    try:
+        engine.generate_sequences(prompts_batch(1))
+    finally:
+        engine.close()
+    assert len(loops) == 3 and loops[2] is not loops[0] and loops[2].is_closed()
 
 
 def test_backend_without_generate_is_rejected(tiny_tokenizer):
