@@ -7,8 +7,11 @@ episode: a session reset with its own seed, its first observation as the prompt 
 system prompt that asks for the action inside ``<answer></answer>``),
 ``interaction_kwargs = {"name": "openenv", "seed"}``, and ``data_source = openenv/<name>``
 (the server's ``/metadata`` name; scored by the sum of the step rewards). Train and test
-episodes use disjoint seed ranges, as for TextArena; an environment that ignores its seed
-gives every row the same first observation.
+share no episode, as for TextArena (`agentrl.environments.split`): an episode is its first
+observation and the session's state after the reset (``/state`` less ``episode_id`` and
+``step_count``: the setup an environment keeps there), and a seed whose episode an earlier
+row has is skipped; an environment whose every seed looks the same (it ignores its seed, or
+keeps its setup where the client cannot see it) is refused.
 
 How the model's move becomes an action, and the observation a user turn, is read from the
 server's ``/schema`` and written into ``interaction.yaml`` (``action_field``,
@@ -17,11 +20,12 @@ server's ``/schema`` and written into ``interaction.yaml`` (``action_field``,
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 
-from agentrl.environments.textarena import TEST_SEED_OFFSET
+from agentrl.environments.split import draw_disjoint
 from agentrl.interactions.openenv import (
     http_url,
     infer_fields,
@@ -59,28 +63,41 @@ def system_prompt(answer_tag: str, action_schema: dict[str, Any], action_field: 
     return system
 
 
-def make_rows(base_url: str, name: str, seeds: list[int], split: str, system: str,
-              observation_field: str | None) -> list[dict[str, Any]]:
-    """One row per episode seed (a session is reset to read its first observation)."""
-    rows = []
-    for index, seed in enumerate(seeds):
-        client, first = open_episode(base_url, seed, TIMEOUT)
-        client.close()
+def episode_key(first_text: str, state: Any) -> str:
+    """What makes an episode this one: its first observation and its state less the
+    session's own fields (a fresh ``episode_id`` each reset)."""
+    setup = ({k: v for k, v in state.items() if k not in ("episode_id", "step_count")}
+             if isinstance(state, dict) else state)
+    return f"{first_text}\n{json.dumps(setup, sort_keys=True, default=repr)}"
+
+
+def _episode(base_url: str, name: str, seed: int,
+             observation_field: str | None) -> tuple[tuple[int, str], str]:
+    """(seed, first observation's text) of a session reset with ``seed``, and its key."""
+    client, first = open_episode(base_url, seed, TIMEOUT)
+    try:
         if first.done:
             raise ValueError(f"openenv {name}: the episode of seed {seed} is over at reset")
-        rows.append({
-            "data_source": f"openenv/{name}",
-            "prompt": [{"role": "system", "content": system},
-                       {"role": "user", "content": observation_text(first.observation,
-                                                                    observation_field)}],
-            "ability": "environment",
-            "reward_model": {"style": "interaction", "ground_truth": ""},
-            "extra_info": {
-                "index": index, "split": split, "seed": seed,
-                "interaction_kwargs": {"name": INTERACTION_NAME, "seed": seed},
-            },
-        })  # fmt: skip
-    return rows
+        text = observation_text(first.observation, observation_field)
+        state = client.state()
+    finally:
+        client.close()
+    return (seed, text), episode_key(text, state)
+
+
+def make_rows(name: str, episodes: list[tuple[int, str]], split: str,
+              system: str) -> list[dict[str, Any]]:
+    """One row per (seed, first observation's text)."""
+    return [{
+        "data_source": f"openenv/{name}",
+        "prompt": [{"role": "system", "content": system}, {"role": "user", "content": text}],
+        "ability": "environment",
+        "reward_model": {"style": "interaction", "ground_truth": ""},
+        "extra_info": {
+            "index": index, "split": split, "seed": seed,
+            "interaction_kwargs": {"name": INTERACTION_NAME, "seed": seed},
+        },
+    } for index, (seed, text) in enumerate(episodes)]  # fmt: skip
 
 
 def interaction_config(server: str, action_field: str | None, observation_field: str | None,
@@ -97,10 +114,9 @@ def interaction_config(server: str, action_field: str | None, observation_field:
 
 def prepare(target: str, size: int, test_size: int, seed: int,
             answer_tag: str = ANSWER_TAG) -> tuple[list[dict], list[dict], dict[str, Any]]:
-    """(train rows, test rows, {"interaction": config}): seeds disjoint by range."""
-    if seed < 0 or seed + size > TEST_SEED_OFFSET:
-        raise ValueError(f"--seed must be >= 0 (OpenEnv seeds are) and --seed + --size below "
-                         f"{TEST_SEED_OFFSET} (the test episodes' seeds)")
+    """(train rows, test rows, {"interaction": config}): no episode in both, none twice."""
+    if seed < 0:
+        raise ValueError("--seed must be >= 0 (OpenEnv seeds are)")
     require_openenv(f"openenv:{target}")
     process = None
     try:
@@ -110,10 +126,11 @@ def prepare(target: str, size: int, test_size: int, seed: int,
         action_field, observation_field = infer_fields(schemas)
         name = env_name(base_url, target.split(":")[0] if process else target)
         system = system_prompt(answer_tag, schemas["action"], action_field)
-        train = make_rows(base_url, name, list(range(seed, seed + size)), "train", system,
-                          observation_field)
-        test_seeds = list(range(TEST_SEED_OFFSET + seed, TEST_SEED_OFFSET + seed + test_size))
-        test = make_rows(base_url, name, test_seeds, "test", system, observation_field)
+        episodes = draw_disjoint(
+            f"openenv:{target}", lambda s: _episode(base_url, name, s, observation_field),
+            size, test_size, seed)
+        train, test = (make_rows(name, e, split, system)
+                       for e, split in zip(episodes, ("train", "test"), strict=True))
     except (RuntimeError, OSError, httpx.HTTPError) as err:  # no server, or one that fails
         raise ValueError(f"openenv:{target}: {type(err).__name__}: {err}") from err
     finally:
@@ -123,4 +140,4 @@ def prepare(target: str, size: int, test_size: int, seed: int,
     return train, test, {"interaction": config}
 
 
-__all__ = ["interaction_config", "make_rows", "prepare"]
+__all__ = ["episode_key", "interaction_config", "make_rows", "prepare"]

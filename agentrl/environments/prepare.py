@@ -3,15 +3,17 @@
     DIR/train.parquet, DIR/test.parquet     verl rows, disjoint
     DIR/interaction.yaml                    when the environment talks back over turns
 
-Nothing is written unless every file can be: DIR is checked first (a file, a path under a
-file, or a place this process cannot write is a ValueError naming it), the rows are made,
-then written.
+Nothing is written unless every file can be: the sizes and the answer tag (a tag name:
+`<TAG></TAG>` in the prompts, what the scorer reads) are checked, then DIR (a file, a path
+under a file, or a place this process cannot write is a ValueError naming it), the rows are
+made, then written.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,9 @@ from agentrl.utils.answer_tags import ANSWER_TAG
 from agentrl.utils.jsonl import write_parquet
 
 logger = logging.getLogger(__name__)
+
+# an XML name in ASCII: the tag the prompts ask for (<TAG></TAG>) and the scorer reads
+TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,14 @@ def _adapter(kind: str) -> Any:
     """The module of a SPEC_FORMS kind: its `prepare(name, size, test_size, seed, answer_tag)`
     returns (train rows, test rows, {config name: content})."""
     return importlib.import_module(f"agentrl.environments.{kind}")
+
+
+def check_answer_tag(tag: str) -> None:
+    """ValueError unless `tag` is a tag name the prompt can ask for and the scorer can read
+    (an empty one would ask for the answer inside `<></>`)."""
+    if not isinstance(tag, str) or not TAG_NAME.fullmatch(tag):
+        raise ValueError(f"--answer-tag {tag!r} is not a tag name: a letter or _, then "
+                         "letters, digits, _, - or . (the answer goes inside <TAG></TAG>)")
 
 
 def check_writable_out_dir(out: Path) -> None:
@@ -69,6 +82,7 @@ def prepare_environment(
     parsed = parse_spec(spec)
     if size < 1 or test_size < 1:
         raise ValueError(f"--size and --test-size must be >= 1, got {size} and {test_size}")
+    check_answer_tag(answer_tag)
     out = Path(out_dir).expanduser()
     check_writable_out_dir(out)
     train, test, configs = _adapter(parsed.kind).prepare(
@@ -94,4 +108,4 @@ def prepare_environment(
     return Prepared(train_path, test_path, written, overrides)
 
 
-__all__ = ["Prepared", "check_writable_out_dir", "prepare_environment"]
+__all__ = ["Prepared", "check_answer_tag", "check_writable_out_dir", "prepare_environment"]

@@ -152,3 +152,27 @@ def test_one_line_keeps_the_first_line_and_the_cause_at_the_end():
     assert one_line(RuntimeError("server exited:\nTraceback\n  File x\n\nKeyError: 'k'\n")) == (
         "server exited: ... KeyError: 'k'")
     assert one_line(LookupError("\n*****\n")) == "LookupError"
+
+
+@pytest.mark.parametrize("tag", ["", " ", "my answer", "<answer>", "ans/wer", "1st"])
+def test_an_answer_tag_that_is_not_a_tag_name_exits_2_before_anything_is_made(tmp_path, capsys,
+                                                                             tag):
+    """An empty tag asked for the answer inside <></>, which the scorer never read."""
+    out = tmp_path / "t"
+    assert _prepare("reasoning_gym:chain_sum", "--out", str(out), "--answer-tag", tag) == 2
+    assert capsys.readouterr().err == (
+        f"agentrl env prepare: --answer-tag {tag!r} is not a tag name: a letter or _, then "
+        "letters, digits, _, - or . (the answer goes inside <TAG></TAG>)\n")
+    assert not out.exists()
+
+
+def test_a_game_that_ignores_its_seed_is_refused_rather_than_tested_on_training_data(tmp_path,
+                                                                                   capsys):
+    pytest.importorskip("textarena")
+    out = tmp_path / "countdown"
+    assert main(["env", "prepare", "textarena:Countdown-v0", "--out", str(out), "--size", "3",
+                 "--test-size", "2"]) == 2
+    assert capsys.readouterr().err == (
+        "agentrl env prepare: textarena:Countdown-v0: 26 seeds gave 1 distinct item: it ignores "
+        "its seed, so train and test cannot hold different items\n")
+    assert not out.exists()

@@ -38,7 +38,9 @@ class GuessEnvironment(Environment):
     def reset(self, seed=None, episode_id=None, **kwargs) -> GuessObservation:
         self.target = random.Random(seed).randint(1, 20)
         self.guesses = 0
-        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        # the number in the state, where a client (agentrl env prepare) tells episodes apart
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0,
+                            target=self.target)
         return GuessObservation(message="I am thinking of a number from 1 to 20. Guess it.")
 
     def step(self, action: GuessAction, timeout_s=None, **kwargs) -> GuessObservation:
