@@ -11,7 +11,7 @@ groups (worker_setup.py, docs/workers.md). One step, each stage in the module na
         [more batches until enough prompts disagree]             dynamic_sampling.py, replay.py
     -> old and ref log-probs, values -> KL-in-reward, advantage -> critic, actor  policy_step.py
     -> metrics; validation (every test_freq steps and after the last)      validation.py
-    -> checkpoint (every save_freq steps and after the last)              checkpointing.py
+    -> checkpoint (every save_freq steps and after the last)          run_checkpoints.py
 
 The stages get a `StepContext` (step_context.py), built once the workers have started, not
 the trainer. The hang guard (hang_guard.py) times and watches every stage. The off-policy trainer
@@ -52,6 +52,7 @@ from agentrl.trainer.metrics import (
 )
 from agentrl.trainer.policy_step import policy_step
 from agentrl.trainer.preflight import check_run_inputs
+from agentrl.trainer.run_checkpoints import RunCheckpoints
 from agentrl.trainer.scoring import score
 from agentrl.trainer.step_context import StepContext
 from agentrl.trainer.tracing import StepTrace
@@ -77,7 +78,7 @@ class PPOTrainer:
         if problems := training_problems(config):
             raise ConfigError(problems)
         check_run_inputs(config)  # data, tools, device: before the tokenizer and any model
-        self.resume_from = ckpt.resume_path(config.trainer)  # a bad path fails before workers
+        resume_from = ckpt.resume_path(config.trainer)  # a bad path fails before workers
         self.tokenizer = load_tokenizer(
             config.data.tokenizer or config.actor_rollout_ref.model.path,
             trust_remote_code=bool(config.data.trust_remote_code),
@@ -99,6 +100,8 @@ class PPOTrainer:
         self.trace = StepTrace(bool(config.trainer.trace), self.tracking.log_dir / "trace")
         self.hang_guard = HangGuard(config.trainer)
         self.watchdog = self.hang_guard.watchdog
+        self.checkpoints = RunCheckpoints(config.trainer, resume_from, self.train_dataloader,
+                                          self.kl_ctrl, self.monitor, self.source)  # fmt: skip
         self.global_steps = 0
         self.val_metrics: dict[str, float] = {}
         self.workers: worker_setup.Workers | None = None
@@ -111,6 +114,7 @@ class PPOTrainer:
     actor_rollout_wg = property(lambda self: self.models.actor_rollout if self.models else None)
     critic_wg = property(lambda self: self.models.critic if self.models else None)
     rm_wg = property(lambda self: self.models.reward_model if self.models else None)
+    resume_from = property(lambda self: self.checkpoints.resume_from)  # None: a fresh start
 
     def worker_group_kind(self) -> str:
         """`in_process` or `ray` from `trainer.worker_group` (auto: see the config)."""
@@ -134,7 +138,7 @@ class PPOTrainer:
             self.init_workers()
         if not self._checkpoint_loaded:
             self.load_checkpoint()
-        ckpt.save_resolved_config(self.config, self.checkpoint_root)
+        ckpt.save_resolved_config(self.config, self.checkpoints.root)
         history: list[dict[str, float]] = []
         if self.val_dataloader is not None and self.config.trainer.val_before_train:
             self.val_metrics = self.validate()
@@ -174,7 +178,7 @@ class PPOTrainer:
         checkpoint and the tracker; returns its metrics and whether to stop (an alert with
         `trainer.alerts.stop_on_alert`: a checkpoint is saved first)."""
         step = self.global_steps
-        self.hang_guard.remember(lambda: self._trainer_state(step - 1))
+        self.hang_guard.remember(lambda: self.checkpoints.driver_state(step - 1))
         ctx = self.context
         metrics = self._run_step(lambda timing: self.source.next_batch(ctx, step, timing),
                                  self.source)  # fmt: skip
@@ -260,18 +264,11 @@ class PPOTrainer:
                         lambda data: score(data, self.val_reward_fn, self.rm_wg), self.tokenizer,
                         self.config.trainer, self.config.data.reward_fn_key, self.global_steps)
 
-    @property
-    def checkpoint_root(self) -> Path:
-        """`trainer.default_local_dir` as an absolute path (Ray workers have other cwds)."""
-        return Path(str(self.config.trainer.default_local_dir)).resolve()
-
     def save_checkpoint(self, state: dict[str, Any] | None = None, final: bool = False) -> Path:
-        """Checkpoint the models and the driver's `state` (default: now's) as its step
-        (checkpointing.save: atomic, marked latest, old ones rotated); `final`: the run's
-        last, which holds a Hugging Face model too (`trainer.save_hf_model_at_end`)."""
-        state = state or self._trainer_state(self.global_steps)
-        return ckpt.save(self.checkpoint_root, int(state["global_step"]), self.models, state,
-                         self.config.trainer, final=final)  # fmt: skip
+        """Checkpoint the models and the driver's `state` (default: now's) as its step;
+        `final`: the run's last, with a Hugging Face model (run_checkpoints.py)."""
+        state = state or self.checkpoints.driver_state(self.global_steps)
+        return self.checkpoints.save(self.models, state, final=final)
 
     def load_checkpoint(self) -> int:
         """Resume per `trainer.resume_mode`: worker states, data loader position and global
@@ -279,27 +276,8 @@ class PPOTrainer:
         if self.workers is None:
             self.init_workers()
         self._checkpoint_loaded = True
-        if self.resume_from is None:
-            logger.info("training from scratch (resume_mode=%s)", self.config.trainer.resume_mode)
-            return self.global_steps
-        self._load_trainer_state(ckpt.restore(self.resume_from, self.models))
-        logger.info("resumed from %s at global step %d", self.resume_from, self.global_steps)
+        self.global_steps = self.checkpoints.resume(self.models, self.global_steps)
         return self.global_steps
-
-    def _trainer_state(self, step: int) -> dict[str, Any]:
-        """The driver's share of a checkpoint (`data.pt`) as of `step`."""
-        state = {"global_step": step, "dataloader": self.train_dataloader.state_dict()}
-        if self.kl_ctrl is not None:
-            state["kl_coef"] = float(self.kl_ctrl.value)
-        return state | {"alerts": self.monitor.state_dict()} | self.source.state_dict()
-
-    def _load_trainer_state(self, state: dict[str, Any]) -> None:
-        self.train_dataloader.load_state_dict(state["dataloader"])
-        if self.kl_ctrl is not None and "kl_coef" in state:
-            self.kl_ctrl.value = state["kl_coef"]
-        self.monitor.load_state_dict(state.get("alerts", {}))
-        self.source.load_state_dict(state)
-        self.global_steps = int(state["global_step"])
 
     def close(self) -> None:
         """Finish tracking, stop the rollout and the workers (and Ray if we started it)."""
