@@ -14,6 +14,8 @@ the workspace holding the check's own files (docs/agents.md).
 - workspace.py: the row -> files, prompt, budget
 - relay.py: the unix socket -> the gateway session, with the turn budget
 - bridge.py: inside the sandbox, loopback TCP -> that socket, then the CLI
-- sandbox.py: the bubblewrap cage, rlimits, the kill of the process tree
+- cage.py: the Sandbox interface (start, copy in, run, copy out, close) and its loader
+- sandbox.py: the bubblewrap cage (sandbox=bwrap, the default), rlimits, the tree's kill
+- container.py: sandbox=container, a podman container per run from a named image
 - limits.py: the whole episode's limits (cgroups: memory, tasks, CPU share; the disk)
 """

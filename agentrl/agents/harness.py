@@ -36,27 +36,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.agents.limits import EpisodeLimits, open_limiter
+from agentrl.agents.cage import CagedResult, Sandbox, SandboxSpec, same_place, sandbox_class
+from agentrl.agents.limits import EpisodeLimits
 from agentrl.agents.relay import SessionRelay
-from agentrl.agents.sandbox import (
-    INSTALL_BWRAP,
-    SANDBOX_KINDS,
-    SANDBOX_PATH,
-    CagedResult,
-    SandboxSpec,
-    find_bwrap,
-    in_system_dirs,
-    install_folder,
-    run_caged,
-    same_place,
-    sandbox_argv,
-)
+from agentrl.agents.sandbox import SANDBOX_PATH, in_system_dirs, install_folder
 from agentrl.agents.workspace import (
     check_copy,
     extra_info,
     make_workspace,
     prompt_text,
     row_budget,
+    row_image,
     row_sandbox,
 )
 
@@ -105,7 +95,9 @@ class AgentOptions:
     max_turns: int = 16             # model calls; the next one kills the CLI
     timeout_s: float = 240.0        # wall clock of the CLI (keep below rollout.agent_timeout)
     check_timeout_s: float = 60.0   # wall clock of the row's check
-    sandbox: str = "bwrap"          # bwrap | none (no isolation: trusted tasks only)
+    sandbox: str = "bwrap"          # bwrap | container | none (no isolation: trusted tasks
+                                    # only) | the dotted path of a Sandbox class (cage.py)
+    image: str | None = None        # the container image (sandbox=container)
     memory_mb: int | None = None    # RLIMIT_AS per process; None: not limited
     episode_memory_mb: int | None = EpisodeLimits.memory_mb  # all processes together (cgroup)
     episode_pids: int | None = EpisodeLimits.pids       # processes and threads (cgroup)
@@ -133,6 +125,7 @@ class AgentOptions:
             timeout_s=_env("AGENTRL_AGENT_TIMEOUT_S", cls.timeout_s, float),
             check_timeout_s=_env("AGENTRL_AGENT_CHECK_TIMEOUT_S", cls.check_timeout_s, float),
             sandbox=_env("AGENTRL_AGENT_SANDBOX", cls.sandbox, str),
+            image=os.environ.get("AGENTRL_AGENT_IMAGE") or None,
             memory_mb=_env("AGENTRL_AGENT_MEMORY_MB", cls.memory_mb, int),
             episode_memory_mb=_env("AGENTRL_AGENT_EPISODE_MEMORY_MB", cls.episode_memory_mb,
                                    _int_or_off),
@@ -149,9 +142,7 @@ class AgentOptions:
             raise TypeError(f"unknown agent option(s) {unknown}; valid: "
                             f"{[f.name for f in dataclasses.fields(cls)]}")
         options = dataclasses.replace(base, **overrides)
-        if options.sandbox not in SANDBOX_KINDS:
-            raise ValueError(f"agent sandbox must be one of {SANDBOX_KINDS}, got "
-                             f"{options.sandbox!r} (AGENTRL_AGENT_SANDBOX)")
+        sandbox_class(options.sandbox)  # a bad kind or class is named now, not per episode
         return options
 
 
@@ -182,12 +173,12 @@ def _program(name: str) -> str:
 
 @dataclass(frozen=True)
 class _Cage:
-    """The episode's sandbox and the environment its processes start with."""
+    """The episode's sandbox kind, its spec and the environment its processes start with."""
 
+    kind: type[Sandbox]
     spec: SandboxSpec
     env: dict[str, str]
     python: str
-    limits: EpisodeLimits
 
 
 def _cage(options: AgentOptions, task: Mapping[str, Any], episode: Path, cpu_s: float,
@@ -195,10 +186,7 @@ def _cage(options: AgentOptions, task: Mapping[str, Any], episode: Path, cpu_s: 
     """The allow-list: the CLI's install folder, node's, Python's (for bridge.py), the
     interpreters the options and the row name, the row's ``ro_binds``; the workspace, the
     CLI's home and the gateway socket read-write."""
-    bwrap = find_bwrap() if options.sandbox == "bwrap" else None
-    if options.sandbox == "bwrap" and bwrap is None:
-        raise FileNotFoundError(f"the agent sandbox needs bubblewrap: {INSTALL_BWRAP}; or "
-                                "AGENTRL_AGENT_SANDBOX=none to run without isolation")
+    kind = sandbox_class(options.sandbox)
     row = row_sandbox(task)
     node = shutil.which("node")
     programs = [_program(p) for p in (*([node] if node else []), *options.interpreters,
@@ -211,37 +199,42 @@ def _cage(options: AgentOptions, task: Mapping[str, Any], episode: Path, cpu_s: 
         if not in_system_dirs(path) and path not in visible and not any(
                 Path(path).is_relative_to(v) for v in visible):
             visible.append(path)
-    spec = SandboxSpec(kind=options.sandbox, workdir=episode / "workspace", bwrap=bwrap,
+    spec = SandboxSpec(kind=options.sandbox, workdir=episode / "workspace",
                        writable=same_place(episode / "workspace", episode / "home",
                                            episode / "gw.sock"),
                        visible=tuple(visible),
                        ro_binds=(*options.ro_binds, *row.get("ro_binds", ())),
                        cpu_s=int(cpu_s) + 30, file_size_mb=options.file_size_mb,
-                       memory_mb=options.memory_mb)
+                       memory_mb=options.memory_mb, limits=options.limits(),
+                       name=episode.name,
+                       watched=tuple(episode / sub for sub in ("workspace", "home", "tmp")),
+                       image=row_image(task) or options.image)
     folders = [os.path.dirname(p) for p in programs]
     path = ":".join(dict.fromkeys([*folders, SANDBOX_PATH, str(Path(python).parent)]))
-    if options.sandbox == "none":
+    if not kind.isolated:
         path = os.environ.get("PATH", SANDBOX_PATH)
-    return _Cage(spec, _base_env(episode / "home", episode, spec, path), python,
-                 options.limits())
+    return _Cage(kind, spec, _base_env(episode / "home", episode, kind, path), python)
 
 
-def _base_env(home: Path, episode: Path, spec: SandboxSpec, path: str) -> dict[str, str]:
+def _base_env(home: Path, episode: Path, kind: type[Sandbox], path: str) -> dict[str, str]:
     """All the caged processes see of the host's environment (no keys, no tokens)."""
-    tmp = "/tmp" if spec.kind == "bwrap" else str(episode / "tmp")
+    tmp = "/tmp" if kind.isolated else str(episode / "tmp")
     return {"PATH": path, "LANG": "C.UTF-8", "HOME": str(home), "TMPDIR": tmp,
             "USER": "agent"}
 
 
-async def _run_limited(argv: list[str], env: dict[str, str], cage: _Cage, spec: SandboxSpec,
-                       name: str, watched: list[Path], timeout_s: float,
-                       stop: Any = None) -> CagedResult:
-    """``run_caged`` in a cgroup of its own (limits.py), removed afterwards."""
-    limiter = await asyncio.to_thread(open_limiter, cage.limits, name, watched)
+async def _run_boxed(box: Sandbox, command: list[str], env: dict[str, str], folder: Path,
+                     timeout_s: float, stop: Any = None) -> CagedResult:
+    """One run through the Sandbox interface: start, ``folder`` in at the spec's workdir,
+    run, the workdir back out to ``folder``, tear down."""
+    await box.start()
     try:
-        return await run_caged(argv, env, spec, timeout_s, stop, limiter)
+        await box.copy_in(folder, box.spec.workdir)
+        result = await box.run(command, env, timeout_s, stop)
+        await box.copy_out(box.spec.workdir, folder)
+        return result
     finally:
-        await asyncio.shield(asyncio.to_thread(limiter.close))
+        await asyncio.shield(box.close())
 
 
 async def _run_check(task: Mapping[str, Any], check: str, timeout: float, cage: _Cage,
@@ -250,12 +243,12 @@ async def _run_check(task: Mapping[str, Any], check: str, timeout: float, cage: 
     ``check_files`` (seen at the workspace's own path), once the CLI's tree is dead."""
     workspace, copy = episode / "workspace", episode / "check"
     check_copy(task, workspace, copy)
-    inside = workspace if cage.spec.kind == "bwrap" else copy
-    spec = dataclasses.replace(cage.spec, workdir=inside, writable=((copy, inside),))
-    home = Path("/tmp") if spec.kind == "bwrap" else copy
-    env = _base_env(home, episode, spec, cage.env["PATH"])
-    return await _run_limited(sandbox_argv(spec, ["/bin/bash", "-c", check]), env, cage, spec,
-                              f"{episode.name}-check", [copy], timeout)
+    inside = workspace if cage.kind.isolated else copy
+    spec = dataclasses.replace(cage.spec, workdir=inside, writable=((copy, inside),),
+                               name=f"{episode.name}-check", watched=(copy,))
+    home = Path("/tmp") if cage.kind.isolated else copy
+    env = _base_env(home, episode, cage.kind, cage.env["PATH"])
+    return await _run_boxed(cage.kind(spec), ["/bin/bash", "-c", check], env, copy, timeout)
 
 
 def _score(task: Mapping[str, Any], final_text: str) -> float:
@@ -297,11 +290,11 @@ async def run_episode(harness: Harness, task: Mapping[str, Any], client: Any,
         cli_env = {**cage.env, **harness.environment(episode / "home")}
         if options.max_output_tokens and harness.max_output_env:
             cli_env[harness.max_output_env] = str(options.max_output_tokens)
-        argv = sandbox_argv(cage.spec, [cage.python, "-I", str(BRIDGE), socket_path, "--", *cli])
+        command = [cage.python, "-I", str(BRIDGE), socket_path, "--", *cli]
+        box = cage.kind(cage.spec)
         async with SessionRelay(client, socket_path, max_turns) as relay:
-            run = await _run_limited(argv, cli_env, cage, cage.spec, episode.name,
-                                     [episode / sub for sub in ("workspace", "home", "tmp")],
-                                     timeout_s, relay.over_budget)
+            run = await _run_boxed(box, command, cli_env, episode / "workspace", timeout_s,
+                                   relay.over_budget)
         if run.returncode not in (0, None):
             logger.warning("%s exited with %s: %s", harness.name, run.returncode,
                            run.stderr[-2000:] or run.stdout[-2000:])

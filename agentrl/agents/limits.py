@@ -60,11 +60,11 @@ def _mountinfo() -> list[tuple[str, Path, str, str]]:
     return mounts
 
 
-def _own_cgroups() -> dict[str, str]:
-    """This process's cgroup path per v1 controller, and ``""`` for v2."""
+def _own_cgroups(pid: str = "self") -> dict[str, str]:
+    """This process's (or ``pid``'s) cgroup path per v1 controller, and ``""`` for v2."""
     paths = {}
     with contextlib.suppress(OSError):
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
             _, controllers, path = line.split(":", 2)
             for name in controllers.split(",") if controllers else [""]:
                 paths[name] = path
@@ -101,6 +101,28 @@ def _parents() -> tuple[int, dict[str, Path]] | str:
                 return f"the v2 cgroup {folder} is not writable by this user"
             return 2, {"": folder}
     return "no memory and pids cgroup controllers are mounted"
+
+
+def process_cgroups(pid: int) -> tuple[int, dict[str, Path]] | None:
+    """(version, folder per controller) of the memory and pids cgroups process ``pid`` is
+    in (a container's, which its engine made and limits), or None where they are not
+    found. Never a root cgroup nor the trainer's own: the limiter kills what is in them."""
+    own = _own_cgroups(str(pid))
+    trainer = _own_cgroups()
+    v1: dict[str, Path] = {}
+    v2: dict[str, Path] = {}
+    for root, mount, kind, options in _mountinfo():
+        names = [n for n in V1_CONTROLLERS if n in options.split(",")] if kind == "cgroup" else [""]
+        for name in names:
+            path = own.get(name)
+            inside = path and (path + "/").startswith(root.rstrip("/") + "/")
+            if kind in ("cgroup", "cgroup2") and inside and path != trainer.get(name):
+                folder = mount / os.path.relpath(path, root)
+                if folder.is_dir() and folder != mount:
+                    (v1 if kind == "cgroup" else v2)[name] = folder
+    if {"memory", "pids"} <= set(v1):
+        return 1, v1
+    return (2, v2) if v2 else None
 
 
 def cgroup_support() -> str | None:
@@ -273,4 +295,4 @@ def _write_limits(limits: EpisodeLimits, version: int, folders: dict[str, Path])
         (folders["cpu"] / "cpu.cfs_quota_us").write_text(str(quota))
 
 
-__all__ = ["EpisodeLimits", "Limiter", "cgroup_support", "open_limiter"]
+__all__ = ["EpisodeLimits", "Limiter", "cgroup_support", "open_limiter", "process_cgroups"]

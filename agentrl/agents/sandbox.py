@@ -1,7 +1,12 @@
-"""The cage a harness agent's CLI and every command it runs live in: bubblewrap.
+"""The default cage a harness agent's CLI and every command it runs live in: bubblewrap.
 
+    result = await BwrapSandbox(spec).run(["python3", "bridge.py", ...], env, timeout_s)
+    # or, by hand: the argv and the run
     argv = sandbox_argv(spec, ["python3", "bridge.py", ...])   # bwrap ... -- python3 ...
     result = await run_caged(argv, env, spec, timeout_s)        # killed with its tree at the budget
+
+``BwrapSandbox`` (``sandbox: bwrap``) and ``UncagedSandbox`` (``sandbox: none``) are the
+``Sandbox`` interface's local kinds (cage.py).
 
 What ``kind="bwrap"`` gives (the flags are in ``sandbox_argv``; docs/agents.md has the table):
 
@@ -36,12 +41,12 @@ import os
 import resource
 import shutil
 import signal
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
-from agentrl.agents.limits import Limiter
+from agentrl.agents.cage import SANDBOX_KINDS, CagedResult, Sandbox, SandboxSpec, same_place
+from agentrl.agents.limits import Limiter, open_limiter
 
-SANDBOX_KINDS = ("bwrap", "none")
 BWRAP_ENV = "AGENTRL_BWRAP"
 INSTALL_BWRAP = "apt-get install bubblewrap (or set AGENTRL_BWRAP to a bwrap binary)"
 OUTPUT_CAP = 1 << 20  # bytes of the CLI's stdout / stderr kept
@@ -57,27 +62,6 @@ ETC_FILES = ("/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts",
              "/etc/pki/ca-trust/extracted")
 MASKED = ("/tmp", "/var/tmp", "/dev/shm")  # a fresh tmpfs in the sandbox
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-@dataclass(frozen=True)
-class SandboxSpec:
-    """What one caged run may touch and use."""
-
-    kind: str                    # bwrap | none
-    workdir: Path                # where the command starts, as seen inside
-    writable: tuple[tuple[Path, Path], ...] = ()  # (host path, path inside), read-write
-    bwrap: str | None = None     # the bwrap binary (kind=bwrap)
-    visible: tuple[str, ...] = ()   # install folders shown read-only (the CLI, node, Python)
-    ro_binds: tuple[str, ...] = ()  # more host paths shown read-only (what the task needs)
-    cpu_s: int = 600             # RLIMIT_CPU, CPU seconds per process
-    file_size_mb: int = 256      # RLIMIT_FSIZE
-    open_files: int = 4096       # RLIMIT_NOFILE
-    memory_mb: int | None = None  # RLIMIT_AS per process; None: not limited
-
-
-def same_place(*paths: Path) -> tuple[tuple[Path, Path], ...]:
-    """``writable`` entries that show each host path at the same place inside."""
-    return tuple((Path(p), Path(p)) for p in paths)
 
 
 def find_bwrap() -> str | None:
@@ -176,17 +160,6 @@ def _preexec(spec: SandboxSpec, limiter: Limiter | None):
     return apply
 
 
-@dataclass
-class CagedResult:
-    """How a caged run ended."""
-
-    returncode: int | None  # None: killed at the budget or a limit
-    stdout: str
-    stderr: str
-    stopped: str            # exit | timeout | turns | limit
-    limit: str | None = None  # the episode limit that tripped: memory | pids | disk
-
-
 def kill_tree(proc: asyncio.subprocess.Process) -> None:
     """SIGKILL the run's process group (bwrap and, with it, its pid namespace)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -259,7 +232,40 @@ async def _read_both(proc: asyncio.subprocess.Process) -> tuple[str, str]:
     return await asyncio.gather(read(proc.stdout), read(proc.stderr))
 
 
+class BwrapSandbox(Sandbox):
+    """``sandbox: bwrap``: each run a fresh bubblewrap cage (``sandbox_argv``) in a cgroup
+    of its own (limits.py, ``spec.limits``), removed afterwards; the writable folders are
+    bind mounts, so the interface's copies are nothing."""
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        if spec.kind == "bwrap" and not spec.bwrap:
+            found = find_bwrap()
+            if found is None:
+                raise FileNotFoundError(f"the agent sandbox needs bubblewrap: {INSTALL_BWRAP}; "
+                                        "or AGENTRL_AGENT_SANDBOX=none to run without isolation")
+            spec = replace(spec, bwrap=found)
+        super().__init__(spec)
+
+    async def run(self, command: list[str], env: dict[str, str], timeout_s: float,
+                  stop: asyncio.Event | None = None) -> CagedResult:
+        argv = sandbox_argv(self.spec, command)
+        if self.spec.limits is None:
+            return await run_caged(argv, env, self.spec, timeout_s, stop)
+        limiter = await asyncio.to_thread(open_limiter, self.spec.limits, self.spec.name,
+                                          list(self.spec.watched))
+        try:
+            return await run_caged(argv, env, self.spec, timeout_s, stop, limiter)
+        finally:
+            await asyncio.shield(asyncio.to_thread(limiter.close))
+
+
+class UncagedSandbox(BwrapSandbox):
+    """``sandbox: none``: the same runs, limits and kill without the cage (trusted tasks)."""
+
+    isolated = False
+
+
 __all__ = ["BWRAP_ENV", "ETC_FILES", "INSTALL_BWRAP", "SANDBOX_KINDS", "SANDBOX_PATH",
-           "SYSTEM_DIRS", "CagedResult", "SandboxSpec", "checked_binds", "find_bwrap",
-           "in_system_dirs", "install_folder", "kill_tree", "run_caged", "same_place",
-           "sandbox_argv"]
+           "SYSTEM_DIRS", "BwrapSandbox", "CagedResult", "SandboxSpec", "UncagedSandbox",
+           "checked_binds", "find_bwrap", "in_system_dirs", "install_folder", "kill_tree",
+           "run_caged", "same_place", "sandbox_argv"]

@@ -11,7 +11,8 @@ A row (verl's format) for the harness agents::
       check_files: [{"path": "test_calc.py", "content": "..."}]  # only the check sees them
       check_timeout_s: 60
       agent: {max_turns: 8, timeout_s: 120,                    # this row's budget (optional)
-              ro_binds: [/data/corpus], interpreters: [python3.12]}  # what its cage shows
+              ro_binds: [/data/corpus], interpreters: [python3.12],  # what its cage shows
+              image: localhost/tasks-py:1}                     # its container (sandbox=container)
 
 ``files`` and ``check_files`` are lists of ``{path, content}`` records (what parquet keeps
 as it is) or mappings of path to content; paths are relative and stay inside the workspace
@@ -148,5 +149,13 @@ def row_sandbox(task: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
     return found
 
 
+def row_image(task: Mapping[str, Any]) -> str | None:
+    """The container image the row names (``extra_info.agent.image``), else None."""
+    image = _as_dict(extra_info(task).get("agent")).get("image")
+    if image is not None and not isinstance(image, str):
+        raise ValueError(f"extra_info.agent.image must be a string, got {image!r}")
+    return image or None
+
+
 __all__ = ["check_copy", "extra_info", "make_workspace", "prompt_text", "row_budget",
-           "row_sandbox"]
+           "row_image", "row_sandbox"]
