@@ -1,11 +1,12 @@
 """`agentrl env prepare SPEC --out DIR`: a foreign environment as the files of a run.
 
     agentrl env prepare reasoning_gym:basic_arithmetic --out data/rg --size 2000 --seed 0
-    agentrl env prepare textarena:GuessTheNumber-v0 --out data/guess --size 500
-    agentrl env prepare openenv:echo_env.server.app --out data/echo --size 100
+    agentrl env prepare textarena:Blackjack-v0 --out data/blackjack --size 500
+    agentrl env prepare openenv:my_env.server.app --out data/my_env --size 100
     agentrl env prepare verifiers:my-env --out data/my_env --size 500
 
-It writes DIR/train.parquet and DIR/test.parquet (verl rows, disjoint) and the
+It writes DIR/train.parquet and DIR/test.parquet (verl rows that share no item; an
+environment with too few distinct items is refused, saying how many it has) and the
 interaction and tool configs when the environment needs them, then prints the
 `agentrl train` overrides that use them (docs/environments.md). An environment it cannot
 prepare is one line on stderr naming why, exit status 2 (a message of several lines, such
@@ -44,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="held-out items, never in training (default 200)")
     prep.add_argument("--seed", type=int, default=0, help="which items (default 0)")
     prep.add_argument("--answer-tag", default=ANSWER_TAG,
-                      help="the tag the final answer or move goes in (default answer)")
+                      help="the tag the final answer or move goes in: a tag name, as in "
+                           "<TAG></TAG> (default answer)")
 
 
 def run(args: argparse.Namespace) -> int:
