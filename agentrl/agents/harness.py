@@ -227,8 +227,8 @@ async def _run_boxed(box: Sandbox, command: list[str], env: dict[str, str], fold
                      timeout_s: float, stop: Any = None) -> CagedResult:
     """One run through the Sandbox interface: start, ``folder`` in at the spec's workdir,
     run, the workdir back out to ``folder``, tear down."""
-    await box.start()
     try:
+        await box.start()
         await box.copy_in(folder, box.spec.workdir)
         result = await box.run(command, env, timeout_s, stop)
         await box.copy_out(box.spec.workdir, folder)
