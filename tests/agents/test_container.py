@@ -124,8 +124,8 @@ def _spec(folder: Path, image: str, limits: EpisodeLimits = NO_LIMITS, **kw) -> 
 
 async def _run(spec: SandboxSpec, script: str, timeout: float = 60):
     box = ContainerSandbox(spec)
-    await box.start()
     try:
+        await box.start()
         started = time.monotonic()
         result = await box.run(["/bin/bash", "-c", script], {"PATH": "/usr/bin:/bin"},
                                timeout)
