@@ -8,25 +8,41 @@ OpenAI base URL, and `DELETE /sessions/<episode id>` when they have read its rec
 Request bodies are bounded (`--max-body-bytes`, `--body-timeout`). With
 `actor_rollout_ref.rollout.multi_turn.tool_config_path` (MCP servers included) agents may
 list and call those tools at `/sessions/<episode id>/v1/tools` (agentrl/gateway/tools.py).
+
+A bad config, a --model that is no model directory or whose tokenizer does not load, an
+address it cannot listen on and a tool config that does not load are refused before the
+model loads: one message on stderr, exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import sys
 from pathlib import Path
+from typing import Any
 
-from agentrl.config import ConfigError, chat_template_kwargs, load_config
+from omegaconf import DictConfig
+
+from agentrl.config import chat_template_kwargs, load_config
+from agentrl.utils.command import report_error
 from agentrl.utils.http_limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES
 
 logger = logging.getLogger(__name__)
 
 
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port (0-65535)")
+    return port
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="Hugging Face model directory")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8300, help="port (default 8300)")
+    parser.add_argument("--port", type=_port, default=8300, help="port (default 8300)")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                         help="largest request body; larger ones get a 413 (default 8 MiB)")
     parser.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT,
@@ -34,26 +50,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="config overrides key.sub=value")
 
 
+def check_address(host: str, port: int) -> None:
+    """ValueError when this process cannot listen on HOST:PORT (in use, no such address),
+    found before the model loads."""
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as err:
+        raise ValueError(f"--host {host} --port {port}: cannot listen there "
+                         f"({err.strerror or err})") from err
+
+
+def check_model_dir(model: str) -> None:
+    if not (Path(model) / "config.json").is_file():
+        raise ValueError(f"--model {model} is not a Hugging Face model directory (no "
+                         "config.json)")
+
+
 def run(args: argparse.Namespace) -> int:
+    from agentrl.models.tokenizer import load_tokenizer
+    from agentrl.rollout.assembly import configured_tools
+
+    try:  # every refusal before the backend loads the model: one message, exit 2
+        cfg = load_config(overrides=[*args.overrides, f"actor_rollout_ref.model.path={args.model}"])
+        check_model_dir(args.model)
+        check_address(args.host, args.port)
+        model = cfg.actor_rollout_ref.model
+        try:
+            tokenizer = load_tokenizer(args.model, trust_remote_code=bool(model.trust_remote_code),
+                                       chat_template=model.custom_chat_template)
+        except (OSError, ValueError) as err:  # transformers' own, over many lines
+            raise ValueError(f"--model {args.model}: cannot load its tokenizer: "
+                             + " ".join(str(err).split())) from err
+        multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
+        try:
+            tools = configured_tools(multi_turn)
+        except ValueError as err:
+            raise ValueError(f"actor_rollout_ref.rollout.multi_turn.tool_config_path: {err}") \
+                from err
+    except ValueError as err:  # a ConfigError and a tool config's error among them
+        return report_error(err)
+    return serve(cfg, args, tokenizer, tools)
+
+
+def serve(cfg: DictConfig, args: argparse.Namespace, tokenizer: Any, tools: dict) -> int:
+    """Load the backend and serve the gateway until stopped."""
     import uvicorn
 
     from agentrl.gateway.server import create_app
-    from agentrl.models.tokenizer import load_tokenizer
-    from agentrl.rollout.assembly import configured_tools
     from agentrl.rollout.backends.factory import create_backend
 
-    try:
-        cfg = load_config(overrides=[*args.overrides, f"actor_rollout_ref.model.path={args.model}"])
-    except ConfigError as err:
-        sys.stderr.write(f"{err}\n")
-        return 2
-    model = cfg.actor_rollout_ref.model
-    tokenizer = load_tokenizer(args.model, trust_remote_code=bool(model.trust_remote_code),
-                               chat_template=model.custom_chat_template)
     rollout = cfg.actor_rollout_ref.rollout
     multi_turn = rollout.multi_turn
     backend = create_backend(rollout, args.model, tokenizer, seed=int(cfg.trainer.seed))
-    tools = configured_tools(multi_turn)
     app = create_app(
         backend, tokenizer, model_name=Path(args.model).name,
         tool_format=multi_turn.format,

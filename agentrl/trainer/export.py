@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agentrl.trainer.checkpointing import LATEST_FILE, CheckpointError, latest_checkpoint, step_of
 from agentrl.utils.command import report_error
+from agentrl.utils.out_dir import check_writable_dir
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +113,10 @@ def check_out_dir(out: str | Path) -> Path:
         raise ExportError(f"--out {out} is a file; give a directory to write the model into")
     if out.is_dir() and any(out.iterdir()):
         raise ExportError(f"--out {out} is not empty; give a new or empty directory")
+    try:
+        check_writable_dir(out, "--out")
+    except ValueError as err:
+        raise ExportError(str(err)) from err
     return out
 
 
@@ -133,6 +138,9 @@ def load_actor(checkpoint: ActorCheckpoint, config: DictConfig, model_path: str 
     if not Path(str(model_cfg.path)).expanduser().exists():
         raise ExportError(f"the run's base model {model_cfg.path} (actor_rollout_ref.model.path) "
                           "is not on this machine; give its directory with --model")
+    if not (Path(str(model_cfg.path)).expanduser() / "config.json").is_file():
+        raise ExportError(f"the base model {model_cfg.path} is not a Hugging Face model "
+                          "directory (no config.json); give the run's with --model")
     dtype = config.actor_rollout_ref.actor.fsdp_config.model_dtype
     model = load_model(model_cfg, AutoModelForCausalLM, dtype)
     if int(model_cfg.lora_rank) > 0:

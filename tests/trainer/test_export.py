@@ -140,6 +140,14 @@ def test_bad_input_is_one_message_and_exit_2(fake_run, tmp_path, capsys, monkeyp
         ([str(fake_run), "--out", str(tmp_path / "o"), "--model", str(tmp_path / "gone")],
          f"the run's base model {tmp_path / 'gone'} (actor_rollout_ref.model.path) is not on "
          "this machine; give its directory with --model"),
+        ([str(fake_run), "--out", str(tmp_path / "o"), "--model", str(tmp_path / "empty")],
+         f"the base model {tmp_path / 'empty'} is not a Hugging Face model directory (no "
+         "config.json); give the run's with --model"),
+        ([str(fake_run), "--out", str(tmp_path / "file.txt" / "o")],
+         f"--out {tmp_path / 'file.txt' / 'o'} is under {tmp_path / 'file.txt'}, which is a "
+         "file, not a directory"),
+        ([str(fake_run), "--out", "/proc/agentrl-no/o"],
+         "--out /proc/agentrl-no/o: cannot write in /proc (No such file or directory)"),
     ]
     for argv, message in cases:
         assert _export(*argv) == 2, argv
