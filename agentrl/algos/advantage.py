@@ -58,6 +58,7 @@ import numpy as np
 import torch
 
 from agentrl.algos.core import masked_whiten
+from agentrl.algos.segments import broadcast_episode_advantages, episode_rows
 from agentrl.utils.registry import Registry
 
 Tensor = torch.Tensor
@@ -493,6 +494,9 @@ def compute_advantage(
     (gae), ``batch["reward_baselines"]`` (remax), the keys of the estimator's
     ``EstimatorNeeds.batch_keys`` and ``non_tensor_batch["uid"]``.
     ``num_repeat`` is accepted for verl compatibility and unused: groups come from uids.
+    An agent episode of several rows (``non_tensor_batch["episode_id"]`` and
+    ``["episode_row"]``, agent mode) is one group member: the estimator runs on the reward
+    rows and the other rows take their episode's advantage (agentrl/algos/segments.py).
     ``config`` (``algorithm``) is passed through to the estimator.
     """
     fn = get_adv_estimator_fn(adv_estimator)
@@ -502,22 +506,37 @@ def compute_advantage(
     if "response_mask" not in batch.keys():
         batch["response_mask"] = compute_response_mask(data)
     index = data.non_tensor_batch.get("uid")
+    index = np.asarray(index, dtype=object) if index is not None else None
     # what an estimator reads beyond the common arguments, by the batch key's name
     extra = {key: batch[key] for key in estimator_needs(adv_estimator).batch_keys
              if key in batch.keys()}
+    rows = slice(None)
+    episode_row = data.non_tensor_batch.get("episode_row")
+    if episode_row is not None and any(int(r) for r in episode_row):
+        # an agent episode of several rows: the estimator sees its reward row alone
+        primary, episodes = episode_rows(data.non_tensor_batch["episode_id"], episode_row)
+        rows = torch.as_tensor(np.flatnonzero(primary))
+
+    def pick(value: Any) -> Any:
+        return value if value is None or isinstance(rows, slice) else value[rows]
+
     with torch.no_grad():
         advantages, returns = fn(
-            batch["token_level_rewards"],
-            batch["response_mask"],
-            np.asarray(index, dtype=object) if index is not None else None,
-            values=batch.get("values", None),
+            pick(batch["token_level_rewards"]),
+            pick(batch["response_mask"]),
+            index if index is None or isinstance(rows, slice) else index[rows.numpy()],
+            values=pick(batch.get("values", None)),
             gamma=gamma,
             lam=lam,
             norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-            reward_baselines=batch.get("reward_baselines", None),
+            reward_baselines=pick(batch.get("reward_baselines", None)),
             config=config,
-            **extra,
+            **{key: pick(value) for key, value in extra.items()},
         )
+        if not isinstance(rows, slice):
+            advantages, returns = broadcast_episode_advantages(
+                advantages, returns, batch["response_mask"], primary, episodes,
+                batch.get("values", None))  # fmt: skip
     batch["advantages"] = advantages
     batch["returns"] = returns
     return data

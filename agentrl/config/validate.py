@@ -84,10 +84,16 @@ WARMUP_STYLES = ("constant", "cosine")
 # key -> allowed values (None stands for null).
 # agent mode's client of the in-process gateway (agentrl/gateway/agent_rollout.py)
 AGENT_CLIENTS = ("openai", "anthropic")
+AGENT_SEGMENTS = ("all", "last")  # which segments of a session train (docs/gateway.md)
+AGENT_SIDE_CALLS = ("record", "train")  # whether its side calls train
+SEGMENT_WEIGHTING = ("token", "episode")  # actor.segment_weighting (agentrl/algos/segments.py)
 
 CHOICES: dict[str, tuple[Any, ...]] = {
     "data.truncation": ("error", "left", "right", "middle"),
     "actor_rollout_ref.rollout.agent_client": AGENT_CLIENTS,
+    "actor_rollout_ref.rollout.agent_segments": AGENT_SEGMENTS,
+    "actor_rollout_ref.rollout.agent_side_calls": AGENT_SIDE_CALLS,
+    "actor_rollout_ref.actor.segment_weighting": SEGMENT_WEIGHTING,
     "actor_rollout_ref.actor.strategy": _STRATEGIES,
     "actor_rollout_ref.ref.strategy": _STRATEGIES,
     "critic.strategy": _STRATEGIES,
@@ -339,6 +345,11 @@ def _misc_problems(cfg: DictConfig) -> list[str]:
     rollout_dict = OmegaConf.to_container(rollout, resolve=True)
     backend_issues = backend_problems(rollout_dict)
     problems += backend_issues
+    if not backend_issues:  # a tied model on servers that keep a stale tied output layer
+        from agentrl.rollout.backends.untie import tied_output_problems
+
+        problems += tied_output_problems(backend_plugin(rollout.name), rollout_dict,
+                                         cfg.actor_rollout_ref.model.path)  # fmt: skip
     if (not backend_issues and rollout.engine_workers > 1 and not rollout.server_urls
             and not backend_plugin(rollout.name).launches_servers):
         problems.append(

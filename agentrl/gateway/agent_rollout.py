@@ -12,9 +12,14 @@ For each sample ``AgentRollout`` opens a gateway session (the gateway runs in pr
 client reaches it through an in-process ASGI transport, no socket), hands the function a client
 bound to it and the row's fields (``raw_prompt``, ``reward_model``, ``extra_info``, ...),
 awaits the reward (a number, a dict with ``score``, or None to use the one posted to
-``/sessions/{id}/reward``) and turns the session's last segment into the trajectory the
-trainer consumes: the model's exact tokens with loss mask 1, everything else 0, the reward
-as ``rm_scores`` on the last response token (the reward managers return it as the reward).
+``/sessions/{id}/reward``) and turns the session's segments into the rows the trainer
+consumes: the model's exact tokens with loss mask 1, everything else 0, the reward as
+``rm_scores`` on the last response token of the episode's last segment (the reward managers
+return it as the reward). With ``rollout.agent_segments: all`` (the default) every segment
+of the session tree is a row of its own (``rollout.agent_segments: last``: the last one
+only), and with ``rollout.agent_side_calls: train`` so is every side call; the rows of one
+episode share its ``episode_id`` and the advantage computed on its reward row
+(``episode_row`` 0; agentrl/algos/segments.py), so a GRPO group is still ``n`` episodes.
 An exception, a timeout, or a function that never calls the model fails only its sample
 (FAILED, zero loss mask, counted in ``rollout/agent_errors``); history rewrites (forks) are
 counted in ``rollout/agent_rewrites`` and ``gateway/forks``, calls outside the episode (a
@@ -40,12 +45,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.config.validate import AGENT_CLIENTS
+from agentrl.config.validate import AGENT_CLIENTS, AGENT_SEGMENTS, AGENT_SIDE_CALLS
 from agentrl.gateway.server import create_app
-from agentrl.protocol import DataProto
+from agentrl.protocol import DataProto, to_object_array
 from agentrl.reward.base import scores_on_last_token
 from agentrl.rollout.collector import TrajectoryCollector
 from agentrl.rollout.engine_config import RolloutConfig
+from agentrl.rollout.output import request_metrics
 from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
 from agentrl.utils.extras import missing_package
 
@@ -54,7 +60,10 @@ logger = logging.getLogger(__name__)
 AgentFunction = Callable[[dict, Any], Awaitable[Any]]
 AGENT_REWARD_KEY = "agent_reward"  # a finished request's reward, in its reward_scores
 SIDE_CALLS_KEY = "side_calls"  # its calls outside the episode, in its reward_scores
+TOKENS_RECORDED_KEY = "policy_tokens_recorded"  # its session's policy tokens, in reward_scores
+SEGMENTS_KEY = "segments"  # its other trained segments, in reward_scores until `collect`
 LIMIT_KILLS_KEY = "limit_kills"  # its runs an episode limit ended (agentrl.agents' dict)
+SEGMENT_SEP = "/seg-"  # a segment row's request id: {episode's request id}/seg-{j}
 
 
 @dataclass
@@ -94,6 +103,12 @@ class AgentRollout:
         self.agent_fn = agent_fn
         self.timeout = float(config.agent_timeout)
         self.client_kind = str(config.agent_client)
+        self.segments = str(config.agent_segments)
+        self.side_calls = str(config.agent_side_calls)
+        if self.segments not in AGENT_SEGMENTS or self.side_calls not in AGENT_SIDE_CALLS:
+            raise ValueError(f"rollout.agent_segments must be one of {AGENT_SEGMENTS} and "
+                             f"rollout.agent_side_calls one of {AGENT_SIDE_CALLS}, got "
+                             f"{self.segments!r} and {self.side_calls!r}")
         if self.client_kind not in AGENT_CLIENTS:
             raise ValueError(f"rollout.agent_client must be one of {AGENT_CLIENTS}, got "
                              f"{self.client_kind!r}")
@@ -161,16 +176,31 @@ class AgentRollout:
 
     def collect(self, requests: list[AsyncRolloutRequest], batch: DataProto,
                 wall_s: float) -> DataProto:  # fmt: skip
-        """The finished episodes as the rollout's DataProto: the collector's padding and
-        metrics, the rewards as `rm_scores` on the last response token, the agent counts."""
-        out = self.collector.collect(requests, batch, wall_s)
-        ordered = sorted(requests, key=lambda r: (r.batch_data_id, r.rollout_offset))
+        """The finished episodes as the rollout's DataProto: one row per trained segment
+        (`segment_rows`), the collector's padding, the rewards as `rm_scores` on the last
+        response token of each episode's reward row, the metrics per episode, the agent
+        counts."""
+        rows = self.segment_rows(requests)
+        out = self.collector.collect(requests + rows, batch, wall_s)
+        out.meta_info["metrics"] = request_metrics(requests)  # per episode, not per row
+        ordered = sorted(requests + rows, key=lambda r: (r.batch_data_id, r.rollout_offset))
         out.batch["rm_scores"] = scores_on_last_token(
             [float(r.reward_scores.get(AGENT_REWARD_KEY, 0.0)) for r in ordered],
             out.batch["attention_mask"],
             out.batch["responses"].shape[1],
         )
+        episodes = {r.request_id: r for r in requests}
+        out.non_tensor_batch["episode_id"] = to_object_array(
+            [r.request_id.split(SEGMENT_SEP)[0] for r in ordered], "episode_id")
+        out.non_tensor_batch["episode_row"] = to_object_array(
+            [0 if r.request_id in episodes else int(r.request_id.split(SEGMENT_SEP)[1])
+             for r in ordered], "episode_row")  # fmt: skip
         metrics = out.meta_info["metrics"]
+        metrics["agent/segments"] = float(sum(r.reward_scores.get("segments_recorded", 0)
+                                              for r in requests))
+        metrics["agent/tokens_recorded"] = float(sum(r.reward_scores.get(TOKENS_RECORDED_KEY, 0)
+                                                     for r in requests))
+        metrics["agent/tokens_trained"] = float(out.batch["response_mask"].sum())
         metrics["rollout/agent_errors"] = float(
             sum(r.state == RequestState.FAILED for r in requests))
         forks = float(sum(r.reward_scores.get("rewrites", 0) for r in requests))
@@ -181,6 +211,30 @@ class AgentRollout:
         metrics["agent/limit_kills"] = float(
             sum(r.reward_scores.get(LIMIT_KILLS_KEY, 0) for r in requests))
         return out
+
+    def segment_rows(self, requests: list[AsyncRolloutRequest]) -> list[AsyncRolloutRequest]:
+        """The rows of the finished episodes' other trained segments (taken out of their
+        `reward_scores`), as finished requests: the episode's batch row, offsets after every
+        episode's own (`rollout_offset + stride * j`), reward 0 (the episode's reward row
+        carries it), request id `{episode}/{j}`."""
+        stride = max((r.rollout_offset for r in requests), default=0) + 1
+        rows = []
+        for request in requests:
+            for j, segment in enumerate(request.reward_scores.pop(SEGMENTS_KEY, []), start=1):
+                row = AsyncRolloutRequest(
+                    batch_data_id=request.batch_data_id,
+                    rollout_offset=request.rollout_offset + stride * j,
+                    request_id=f"{request.request_id}{SEGMENT_SEP}{j}",
+                    messages=list(segment.messages), tool_schemas=[], tools_kwargs={},
+                    interaction_kwargs={},
+                )  # fmt: skip
+                row.copy_tokens(segment)
+                row.prompt_length = segment.prompt_length
+                row.finish(FinishReason.STOP)
+                budget, name = self.collector.response_budget(row)
+                row.finalize(self.collector.renderer, budget, name, "disable")
+                rows.append(row)
+        return rows
 
     @staticmethod
     def _task(batch: DataProto, i: int) -> dict[str, Any]:
@@ -218,8 +272,14 @@ class AgentRollout:
             request.messages = list(segment.messages)
             request.copy_tokens(segment)
             request.prompt_length = segment.prompt_length
-            request.reward_scores = {"rewrites": session.rewrites,
-                                     SIDE_CALLS_KEY: len(session.side)}
+            request.reward_scores = {
+                "rewrites": session.rewrites, SIDE_CALLS_KEY: len(session.side),
+                "segments_recorded": len(session.segments),
+                TOKENS_RECORDED_KEY: sum(s.policy_tokens for s in session.segments + session.side),
+                SEGMENTS_KEY: self._other_rows(session),
+            }  # fmt: skip
+            for recorded in session.segments[:-1] if self.segments == "all" else ():
+                _count_turns(request.metrics, recorded)
             _count_turns(request.metrics, segment)
             if error is None:
                 try:
@@ -235,12 +295,21 @@ class AgentRollout:
             request.finish(FinishReason.STOP)
         else:
             request.fail(error)
+            request.reward_scores.pop(SEGMENTS_KEY, None)  # a failed episode trains nothing
             reward = 0.0
         request.reward_scores[AGENT_REWARD_KEY] = reward
         if isinstance(result, dict) and LIMIT_KILLS_KEY in result:
             request.reward_scores[LIMIT_KILLS_KEY] = int(result[LIMIT_KILLS_KEY] or 0)
         budget, name = self.collector.response_budget(request)
         request.finalize(self.collector.renderer, budget, name, "disable")
+
+
+    def _other_rows(self, session: Any) -> list[Any]:
+        """The session's segments that train as rows besides its last one (the reward row):
+        its earlier segments with ``agent_segments: all``, its side calls with
+        ``agent_side_calls: train``."""
+        earlier = session.segments[:-1] if self.segments == "all" else []
+        return earlier + (session.side if self.side_calls == "train" else [])
 
 
 def _count_turns(metrics: Any, segment: Any) -> None:

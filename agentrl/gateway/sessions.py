@@ -10,6 +10,11 @@ rewrites history (edits, drops or reorders earlier messages, or changes the tool
 fork: it starts a new segment, ``rewrites`` counts it and ``forks`` keeps where it left the
 recorded history (the first differing message, logged as a warning).
 
+A session is a tree: each segment records its ``parent`` (the index of the segment whose
+history it shares the longest message prefix with; None for the first and for side calls)
+and its branch point, ``branch_message`` (how many of the parent's messages it keeps) and
+``branch_token`` (how many of the parent's tokens its prompt shares, token for token).
+
 Calls that are not part of the episode (a CLI's title generation: see
 agentrl/gateway/anthropic_api.py ``is_side_call``) are recorded apart, one segment each in
 ``side``: they neither extend nor fork the episode, and are not trained.
@@ -81,6 +86,28 @@ class Segment(TokenTrajectory):
     tools: list[dict]
     messages: list[dict] = field(default_factory=list)  # normalized, assistant replies included
     prompt_messages: int = 0  # how many of `messages` the first call's prompt held
+    parent: int | None = None  # the segment it branched from (index in the session's segments)
+    branch_message: int = 0  # the parent's messages it keeps
+    branch_token: int = 0  # the parent's tokens its prompt shares
+
+    def branch_from(self, parents: list[Segment]) -> None:
+        """Set ``parent`` and the branch point: the segment of ``parents`` that shares the
+        longest message prefix with this one's prompt (the latest on a tie), and the
+        tokens the two share from the start."""
+        best, keep = None, -1
+        for index, other in enumerate(parents):
+            shared = _common_prefix(other.messages, self.messages[: self.prompt_messages])
+            if shared >= keep:
+                best, keep = index, shared
+        if best is None:
+            return
+        self.parent, self.branch_message = best, keep
+        self.branch_token = _common_prefix(parents[best].input_ids, self.input_ids)
+
+    @property
+    def policy_tokens(self) -> int:
+        """The model's own tokens (loss mask 1)."""
+        return sum(self.loss_mask)
 
     @classmethod
     def from_prompt(cls, prompt_ids: list[int], tools: list[dict], messages: list[dict]) -> Segment:
@@ -96,7 +123,10 @@ class Segment(TokenTrajectory):
 
     def as_dict(self) -> dict[str, Any]:
         return {"token_ids": list(self.input_ids), "loss_mask": list(self.loss_mask),
-                "log_probs": list(self.rollout_log_probs), "prompt_length": self.prompt_length}
+                "log_probs": list(self.rollout_log_probs),
+                "weight_versions": list(self.weight_versions), "prompt_length": self.prompt_length,
+                "parent": self.parent, "branch_message": self.branch_message,
+                "branch_token": self.branch_token}
 
 
 @dataclass
@@ -148,6 +178,7 @@ class Session:
                            "(a new segment starts): %s", self.session_id, self.calls,
                            fork["difference"])
         segment = self._new_segment(renderer, normalized, tools)
+        segment.branch_from(self.segments)
         self.segments.append(segment)
         return segment
 
@@ -182,6 +213,12 @@ def first_difference(recorded: list[dict], recorded_tools: list[dict], sent: lis
     else:
         text = f"message {index} differs: recorded {_short(old)}, sent {_short(new)}"
     return {"message": index, "recorded": old, "sent": new, "difference": text}
+
+
+def _common_prefix(a: list, b: list) -> int:
+    """How many leading items ``a`` and ``b`` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
 
 
 def _short(message: dict | None, limit: int = 200) -> str:

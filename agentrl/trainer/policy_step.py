@@ -4,6 +4,10 @@
     -> teacher log-probs (on-policy distillation) -> values
     -> KL-in-reward + advantage (driver, agentrl.algos) -> update_critic -> update_actor
 
+Agent mode's episodes of several rows (segment_rows.py) get filler rows up to a whole
+number of mini-batches first, taken out again at the end, and ``actor.segment_weighting:
+episode`` weighs each episode the same, after the advantages.
+
 `policy_step` runs the stages above on the worker groups of the step's `StepContext`
 (step_context.py), each inside the trainer's `stage` (timed, watched for hangs), and is the same for the sync and the
 off-policy trainers (they differ in where the batch comes from and when weights sync). The
@@ -19,6 +23,7 @@ from agentrl.algos import apply_kl_penalty, compute_advantage, distill_metrics
 from agentrl.protocol import DataProto
 from agentrl.trainer.balance import balance_batch
 from agentrl.trainer.metrics import compute_rollout_logprob_gap
+from agentrl.trainer.segment_rows import drop_fillers, fill_rows, weight_episodes
 from agentrl.trainer.step_context import StepContext
 
 
@@ -59,6 +64,7 @@ def policy_step(
     itself when `sync_weights` (the off-policy trainer syncs when its producer allows).
     The step trace (`ctx.trace`, trainer.trace) is given the workers' update spans."""
     models, stage = ctx.models, ctx.stage
+    data = fill_rows(data, ctx.row_multiple)  # agent mode's segment rows (segment_rows.py)
     if ctx.trainer_cfg.balance_batch:
         data, balance_metrics = balance_batch(data, ctx.n_workers)
         metrics |= balance_metrics
@@ -85,6 +91,8 @@ def policy_step(
     with stage("adv", timing):
         n = int(ctx.rollout.n)
         metrics |= rewards_and_advantages(data, ctx.algorithm, n, ctx.kl_ctrl)
+        if ctx.segment_weighting == "episode":
+            weight_episodes(data)
     if models.critic is not None:
         with stage("update_critic", timing):
             metrics |= models.critic.update_critic(data).meta_info["metrics"]
@@ -98,4 +106,4 @@ def policy_step(
         if fuse:
             data = data.union(out.select(batch_keys=["old_log_probs"], meta_info_keys=[]))
             metrics |= compute_rollout_logprob_gap(data)
-    return data
+    return drop_fillers(data)

@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from agentrl.trainer.segment_rows import row_multiple
 from agentrl.trainer.tracing import StepTrace
 from agentrl.trainer.watchdog import Watchdog
 
@@ -61,6 +62,8 @@ class StepContext:
     n_workers: int  # ranks (trainer.balance_batch evens tokens across them)
     total_training_steps: int
     fuse_old_log_prob: bool = False  # actor.fuse_old_log_prob, with one PPO epoch
+    segment_weighting: str = "token"  # actor.segment_weighting (segment_rows.py)
+    row_multiple: int = 1  # the global mini-batch in rows: agent mode's filler rows fill to it
 
     @classmethod
     def of(cls, config: DictConfig, models: Models, *, reward_fn: Any, kl_ctrl: Any,
@@ -72,7 +75,13 @@ class StepContext:
                    reward_fn=reward_fn, kl_ctrl=kl_ctrl, trace=trace, watchdog=watchdog,
                    stage=stage, n_workers=n_workers,
                    total_training_steps=total_training_steps,
-                   fuse_old_log_prob=fused_old_log_prob(config.actor_rollout_ref.actor))  # fmt: skip
+                   fuse_old_log_prob=fused_old_log_prob(config.actor_rollout_ref.actor),
+                   segment_weighting=str(config.actor_rollout_ref.actor.segment_weighting),
+                   row_multiple=row_multiple(
+                       config.actor_rollout_ref.actor.ppo_mini_batch_size,
+                       config.actor_rollout_ref.rollout.n,
+                       config.critic.ppo_mini_batch_size if models.critic is not None else None,
+                   ))  # fmt: skip
 
 
 def fused_old_log_prob(actor: DictConfig) -> bool:

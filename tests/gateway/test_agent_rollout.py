@@ -113,3 +113,57 @@ def test_the_agents_limit_kills_are_summed(tiny_tokenizer):
     assert out.meta_info["metrics"]["agent/limit_kills"] == 3.0
     assert [s.get("limit_kills") for s in out.non_tensor_batch["reward_scores"]] == [
         2, 1, 0, None]
+
+
+async def rewriting_agent(task, client):
+    """Two calls, then one that drops them for a fresh question: a second segment."""
+    messages = list(task["raw_prompt"])
+    reply = await client.chat.completions.create(model="policy", messages=messages)
+    messages += [reply.choices[0].message, {"role": "user", "content": "Go on."}]
+    await client.chat.completions.create(model="policy", messages=messages)
+    fresh = [{"role": "user", "content": task["raw_prompt"][0]["content"] + " Once more."}]
+    await client.chat.completions.create(model="policy", messages=fresh)
+    return 1.0 if "conv-0" in task["raw_prompt"][0]["content"] else 0.0
+
+
+def _rewriting_rollout(tiny_tokenizer, *overrides):
+    scripts = {k: ["ab<|im_end|>", "ab<|im_end|>"] for k in range(2)}
+    backend = ConversationScriptBackend(tiny_tokenizer, scripts)
+    config = rollout_config("n=2", *overrides)
+    return AgentRollout(config, tiny_tokenizer, backend, rewriting_agent), backend
+
+
+def test_every_segment_of_a_rewritten_session_is_a_row_of_its_episode(tiny_tokenizer):
+    rollout, backend = _rewriting_rollout(tiny_tokenizer)
+    out = asyncio.run(rollout.agenerate_sequences(prompts_batch(2, uid=['p0', 'p1'])))
+    assert len(out) == 8  # 2 prompts x n=2 episodes x 2 segments
+    metrics = out.meta_info["metrics"]
+    assert metrics["agent/segments"] == 8 and metrics["rollout/agent_rewrites"] == 4
+    assert metrics["rollout/requests"] == 4  # per episode, not per row
+    recorded = sum(len(ids) for calls in backend.outputs.values() for ids in calls)
+    assert metrics["agent/tokens_recorded"] == metrics["agent/tokens_trained"] == recorded
+    episodes = list(out.non_tensor_batch["episode_id"])
+    rows = list(out.non_tensor_batch["episode_row"])
+    assert len(set(episodes)) == 4 and sorted(rows) == [0, 0, 0, 0, 1, 1, 1, 1]
+    # the earlier segment (the two calls before the rewrite) trains with loss mask 1
+    uids = list(out.non_tensor_batch["uid"])
+    for i in range(8):
+        mask = out.batch["response_mask"][i].bool()
+        trained = out.batch["responses"][i][mask].tolist()
+        reward = float(out.batch["rm_scores"][i].sum())
+        if rows[i] == 0:  # the last segment: one call, the reward
+            assert len(trained) == len(tiny_tokenizer.encode("ab<|im_end|>"))
+        else:  # the earlier one: both calls, no reward of its own
+            assert len(trained) == 2 * len(tiny_tokenizer.encode("ab<|im_end|>"))
+            assert reward == 0.0
+        partner = next(j for j in range(8) if episodes[j] == episodes[i] and j != i)
+        assert uids[partner] == uids[i]
+    assert sorted(float(out.batch["rm_scores"][i].sum()) for i in range(8)) == [0.0] * 6 + [1.0] * 2
+
+
+def test_agent_segments_last_trains_only_the_last_segment(tiny_tokenizer):
+    rollout, backend = _rewriting_rollout(tiny_tokenizer, "agent_segments=last")
+    out = asyncio.run(rollout.agenerate_sequences(prompts_batch(2)))
+    assert len(out) == 4 and set(out.non_tensor_batch["episode_row"]) == {0}
+    metrics = out.meta_info["metrics"]
+    assert metrics["agent/tokens_trained"] == metrics["agent/tokens_recorded"] / 3
