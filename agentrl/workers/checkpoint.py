@@ -173,6 +173,7 @@ def export_hf(
     tokenizer: Any = None,
     bucket_bytes: int | None = None,
     writer: bool | None = None,
+    untie: bool = False,
 ) -> Path:
     """Gather the full weights and write a Hugging Face model directory from rank 0.
 
@@ -182,14 +183,17 @@ def export_hf(
     ``save_pretrained`` writes the whole state dict (checkpoint exports: custom code too).
     ``writer`` (with ``bucket_bytes`` only) says whether this rank writes, to its own
     ``path``; None -> rank 0. Every rank gathers anyway, so several ranks may write (one
-    copy per node for the servers there).
+    copy per node for the servers there). ``untie`` (streamed only): a tied model is written
+    with an output layer of its own, ``lm_head.weight`` a copy of the embeddings and
+    ``tie_word_embeddings: false`` (servers that cannot update a tied one in place,
+    agentrl/rollout/backends/untie.py); the model itself stays tied.
     """
     path = Path(path)
     if bucket_bytes is not None:
         writer = rank() == 0 if writer is None else writer
-        return _export_streamed(path, model, tokenizer, bucket_bytes, writer)
-    if writer is not None:
-        raise ValueError("export_hf: writer needs bucket_bytes (the streamed export)")
+        return _export_streamed(path, model, tokenizer, bucket_bytes, writer, untie)
+    if writer is not None or untie:
+        raise ValueError("export_hf: writer and untie need bucket_bytes (the streamed export)")
     weights = full_state_dict(model, rank0_only=True)  # LoRA: merged into the base weights
     if rank() == 0:
         path.mkdir(parents=True, exist_ok=True)
@@ -204,17 +208,22 @@ def export_hf(
 
 
 def _export_streamed(
-    path: Path, model: torch.nn.Module, tokenizer: Any, bucket_bytes: int, writer: bool
-) -> Path:
+    path: Path, model: torch.nn.Module, tokenizer: Any, bucket_bytes: int, writer: bool,
+    untie: bool,
+) -> Path:  # fmt: skip
     import json
 
     from safetensors.torch import save_file
 
+    from agentrl.rollout.backends.untie import untie_config_file, untied_tensors
     from agentrl.workers.fsdp import iter_full_weights
 
+    untie = untie and bool(getattr(base_model(model).config, "tie_word_embeddings", False))
     if writer:
         path.mkdir(parents=True, exist_ok=True)
         base_model(model).config.save_pretrained(path)
+        if untie:
+            untie_config_file(path / "config.json")
         generation_config = getattr(base_model(model), "generation_config", None)
         if generation_config is not None:
             generation_config.save_pretrained(path)
@@ -225,6 +234,8 @@ def _export_streamed(
         if writer:
             shard = path / f"model-{i + 1:05d}.safetensors.partial"
             tensors = {k: v.detach().to("cpu").contiguous() for k, v in bucket.items()}
+            if untie:  # the embeddings as updated, as the output layer too
+                tensors = untied_tensors(tensors)
             save_file(tensors, str(shard), metadata={"format": "pt"})
             files.append(shard)
             total += sum(t.numel() * t.element_size() for t in tensors.values())

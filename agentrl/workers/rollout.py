@@ -26,6 +26,9 @@ of its name; agentrl/rollout/backends/registry.py):
   rank's own GPUs) each rank that launched servers tells its own, reading the copy in
   ``rollout.weights_dir`` (a directory every node mounts, written once) or, when that is
   null, its node's (written by the node's first rank): ``rollout_servers.plan_disk_sync``.
+  For servers that cannot update a tied output layer in place (the plugin's
+  ``updates_tied_output``: vLLM's CPU build), a tied model is written untied, its
+  ``lm_head.weight`` a copy of the updated embeddings (agentrl/rollout/backends/untie.py).
 - ``transfer`` (``vllm`` with ``rollout.weight_transfer`` ``nccl`` or ``ipc``, GPUs only):
   the backend's own collective (``backend.weight_transfer``,
   agentrl/rollout/backends/vllm_transfer.py): every rank gathers each weight once, in the
@@ -90,6 +93,8 @@ class HybridRollout:
         servers = None
         if backend_plugin(rollout_cfg.name).launches_servers and not rollout_cfg.server_urls:
             servers = launch_rank_servers(rollout_cfg, config.model.path, tokenizer)
+        # servers that keep a stale tied output layer are sent an untied one (untie.py)
+        self.untie_output = not backend_plugin(rollout_cfg.name).updates_tied_output(rollout_cfg)
         self.disk_sync: DiskSync | None = None  # how weights reach servers by disk
         self.weights_dir: Path | None = None
         try:
@@ -192,7 +197,8 @@ class HybridRollout:
         sync = self.disk_sync
         target = sync.directory / f"step_{version}"
         # a collective; a writer writes one shard per bucket, never holding the whole model
-        export_hf(target, model, bucket_bytes=self._bucket_bytes(), writer=sync.writes)
+        export_hf(target, model, bucket_bytes=self._bucket_bytes(), writer=sync.writes,
+                  untie=self.untie_output)  # fmt: skip
         verified = 0
         probe = self._probe(model) if verify else None  # a collective forward
         if sync.sends:

@@ -177,6 +177,7 @@ class ServerLauncher:
         self.model_flag = model_flag
         self.health_path = health_path
         self.servers: list[ServerProcess] = []
+        self.remove_on_stop: list[Path] = []  # what the servers read, made for them alone
 
     @property
     def urls(self) -> list[str]:
@@ -225,6 +226,9 @@ class ServerLauncher:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 server.process.wait(timeout=5)
         self.servers = []
+        for path in self.remove_on_stop:
+            shutil.rmtree(path, ignore_errors=True)
+        self.remove_on_stop = []
 
     def __enter__(self) -> ServerLauncher:
         self.start()

@@ -59,6 +59,14 @@ class BackendPlugin:
         """What is wrong in ``rollout`` for this engine (each a sentence naming the key)."""
         return []
 
+    def updates_tied_output(self, rollout: Mapping[str, Any]) -> bool:
+        """Whether this engine's servers, reloading the input embeddings, update a tied
+        output layer with them. One that does not (vLLM's CPU build keeps a prepacked copy)
+        is launched on a copy of a tied model with an output layer of its own, and every
+        directory the trainer writes for it holds ``lm_head.weight`` (untie.py); servers at
+        ``server_urls``, started by the user, are refused by the config check instead."""
+        return True
+
     def create(self, rollout: Mapping[str, Any], model_path: str | None, tokenizer: Any, *,
                model: Any = None, seed: int | None = None,
                gpus: Sequence[str] | None = None) -> Any:  # fmt: skip

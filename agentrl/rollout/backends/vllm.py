@@ -63,6 +63,7 @@ from agentrl.rollout.backends.servers import (
     ServerBackend,
     client_options,
 )
+from agentrl.rollout.backends.untie import is_tied, write_untied_copy
 from agentrl.rollout.backends.vllm_checksums import (
     compare_checksums,
     expected_checksums,
@@ -274,6 +275,13 @@ class VLLMPlugin(BackendPlugin):
         # the value itself: registry.backend_problems, against weight_transfers
         return transfer_problems(None, rollout.get("weight_transfer_kwargs"))
 
+    def updates_tied_output(self, rollout: Mapping[str, Any]) -> bool:
+        """On GPUs a tied ``lm_head`` is the embeddings' own parameter; the CPU build
+        prepacks it at load and keeps that copy when the embeddings are reloaded."""
+        import torch
+
+        return torch.cuda.is_available()
+
     def create(self, rollout: Mapping[str, Any], model_path: str | None, tokenizer: Any, *,
                model: Any = None, seed: int | None = None,
                gpus: Sequence[str] | None = None) -> Any:  # fmt: skip
@@ -332,10 +340,15 @@ class VLLMPlugin(BackendPlugin):
                 server_args["weight_transfer_config"] = json.dumps({"backend": method})
                 if method == "ipc":  # the handles come pickled over HTTP
                     server_env.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-        return gpu_server_launcher(rollout, model_path,
-                                   ("-m", "vllm.entrypoints.openai.api_server"), server_args,
-                                   env=server_env, host=host, gpus=gpus, model_flag="--model",
-                                   health_path="/health")  # fmt: skip
+        launcher = gpu_server_launcher(rollout, model_path,
+                                       ("-m", "vllm.entrypoints.openai.api_server"),
+                                       server_args, env=server_env, host=host, gpus=gpus,
+                                       model_flag="--model", health_path="/health")  # fmt: skip
+        if not on_gpu and is_tied(model_path):  # updates_tied_output: served untied
+            served = write_untied_copy(model_path, launcher.log_dir / "untied_model")
+            launcher.model_path = str(served)
+            launcher.remove_on_stop.append(served)
+        return launcher
 
 
 def check_cpu_head_size(model_path: str) -> None:

@@ -327,25 +327,25 @@ def test_abort_ends_a_generation(vllm_server, varied_model_dir):
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_two_grpo_steps_through_vllm_sync_and_verify_weights(tmp_path):
-    from agentrl.models.tiny import make_tiny_model
+def test_three_grpo_steps_of_a_tied_model_through_vllm_every_sync_verified(tmp_path):
+    """The smoke's tied model: vLLM's CPU build keeps a stale tied output layer (the probe
+    test above), so the servers run an untied copy and every synced directory holds
+    lm_head.weight (untie.py); the probe verifies all three syncs."""
     from agentrl.smoke import run_smoke
 
     python = vllm_python()
-    # an output layer of its own: vLLM's CPU build does not reload a tied one (the probe
-    # test above), so verification would rightly stop a run of the tied model
-    make_tiny_model(tmp_path / "model", size="tiny", seed=0, tie_word_embeddings=False)
-    history = run_smoke(tmp_path, steps=2, seed=0, overrides=[
+    history = run_smoke(tmp_path, steps=3, seed=0, overrides=[
         "actor_rollout_ref.rollout.name=vllm",
         f"actor_rollout_ref.rollout.server_python={python}",
         "actor_rollout_ref.rollout.launch_timeout=300",
+        "actor_rollout_ref.rollout.verify_weights=every_sync",
     ])
-    assert [round(m["rollout/weights_verified"]) for m in history] == [1, 1]
+    assert [round(m["rollout/weights_verified"]) for m in history] == [1, 1, 1]
     for m in history:
         assert m["rollout/requests"] == 16 and m["actor/grad_norm"] > 0
         assert m["timing/weight_sync_s"] > 0
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["step"] for line in lines] == [1, 2]
+    assert [json.loads(line)["step"] for line in lines] == [1, 2, 3]
 
 
 @pytest.mark.vllm
