@@ -19,6 +19,9 @@ runs, so `agentrl --help` stays fast and one command's heavy imports never slow 
     agentrl env prepare SPEC --out DIR [--size N] [--test-size M] [--seed S]
     agentrl doctor
     agentrl COMMAND --help
+
+A command refuses bad input (a config key, a path, an option's value) before it starts any
+work: one message on stderr, exit status 2, no traceback (`--debug` shows it).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("agentrl.sft_cli", "supervised fine-tuning on multi-turn tool conversations"),
     "quickstart": ("agentrl.quickstart",
                    "the main job: SFT + GRPO a small model to use a calculator on CPU, with a "
-                   "before/after report"),
+                   "before/after report (other tasks: --task, see its --help)"),
     "generate": ("agentrl.generate",
                  "roll out a dataset with tools and interactions (no training), write jsonl"),
     "export": ("agentrl.trainer.export",
@@ -52,7 +55,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gateway": ("agentrl.gateway.cli",
                 "an OpenAI-compatible endpoint in front of the policy that records every call"),
     "env": ("agentrl.environments.cli",
-            "prepare a reasoning-gym or TextArena environment as the data and configs of a run"),
+            "prepare another library's environment (reasoning-gym, TextArena, OpenEnv, "
+            "verifiers) as the data and configs of a run"),
     "doctor": ("agentrl.doctor",
                "list the optional parts (node, agent CLIs, bwrap, vLLM env, Chromium, env packages)"),
     "retriever": ("envs.retriever.cli", "serve a BM25 (or dense) retrieval index, Search-R1 API"),

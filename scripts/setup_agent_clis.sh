@@ -3,7 +3,7 @@
 # `harness`): Claude Code and the Codex CLI from npm, at the versions these docs were tested
 # with, into a folder of their own (default .agent-clis/; both ship native binaries, ~660 MB).
 # Needs node >= 18 and npm. Safe to re-run: an install of the same versions is kept.
-#   AGENTRL_AGENT_CLIS=.agent-clis               where they go
+#   AGENTRL_AGENT_CLIS=.agent-clis               where they go (relative: to the repository)
 #   AGENTRL_CLAUDE_CODE_SPEC=@anthropic-ai/claude-code@2.1.197
 #   AGENTRL_CODEX_SPEC=@openai/codex@0.171.0
 # Prints the two lines to export so that agentrl and the tests find them.
@@ -25,5 +25,9 @@ else
   npm install --silent --no-audit --no-fund --prefix "$DIR" "$CLAUDE_SPEC" "$CODEX_SPEC" >&2
   echo "$CLAUDE_SPEC $CODEX_SPEC" > "$MARKER"
 fi
-echo "export AGENTRL_CLAUDE_BIN=$PWD/$DIR/node_modules/.bin/claude"
-echo "export AGENTRL_CODEX_BIN=$PWD/$DIR/node_modules/.bin/codex"
+case "$DIR" in
+  /*) ABS=$DIR ;;
+  *) ABS=$PWD/$DIR ;;
+esac
+echo "export AGENTRL_CLAUDE_BIN=$ABS/node_modules/.bin/claude"
+echo "export AGENTRL_CODEX_BIN=$ABS/node_modules/.bin/codex"
