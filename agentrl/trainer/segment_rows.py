@@ -45,10 +45,9 @@ def fill_rows(data: DataProto, multiple: int) -> DataProto:
     if "episode_row" not in data.non_tensor_batch:
         return data
     missing = -len(data) % multiple
-    flags = np.zeros(len(data) + missing, dtype=bool)
-    flags[len(data):] = True
+    flags = to_object_array([False] * len(data) + [True] * missing, FILLER_KEY)
     if missing == 0:
-        data.non_tensor_batch[FILLER_KEY] = flags[: len(data)]
+        data.non_tensor_batch[FILLER_KEY] = flags
         return data
     filler = data[np.zeros(missing, dtype=np.int64)]
     for key in _ZEROED:

@@ -67,3 +67,24 @@ def test_agent_mode_runs_async_with_partial_episodes_and_bounded_staleness(
     # every prompt of the data order trained once, n episodes each
     assert Counter(r["uid"] for r in rows) == {f"{b}-{i}": n for b in range(1, steps + 1)
                                                for i in range(batch)}
+
+
+REWRITING_AGENT = Path(__file__).parent.parent / "fixtures" / "rewriting_agent.py"
+
+
+@pytest.mark.slow
+def test_a_rewritten_history_trains_both_segments(make_config):
+    history = run_train(make_config(
+        f"actor_rollout_ref.rollout.agent_function={REWRITING_AGENT}:run",
+        "actor_rollout_ref.rollout.agent_timeout=60",
+        "actor_rollout_ref.rollout.multi_turn.enable=false", "data.max_response_length=64",
+        "actor_rollout_ref.actor.segment_weighting=episode",
+        "data.shuffle=false", "trainer.total_training_steps=1",
+    ))  # fmt: skip
+    metrics = history[0]
+    episodes = metrics["rollout/requests"]
+    assert metrics["agent/segments"] == 2 * episodes  # each session forked once
+    assert metrics["rollout/agent_rewrites"] == episodes
+    # every policy token of both segments trained once
+    assert metrics["agent/tokens_trained"] == metrics["agent/tokens_recorded"] > 0
+    assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] >= 0
