@@ -163,8 +163,8 @@ def untied_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def vllm_server(varied_model_dir):
-    """One vLLM server of the varied (tied) tiny model, launched by the plugin: (its backend,
-    the rollout config)."""
+    """One vLLM server of the varied (tied) tiny model, launched by the plugin (on CPU on an
+    untied copy, untie.py): (its backend, the rollout config)."""
     python = vllm_python()
     rollout = _rollout(f"actor_rollout_ref.rollout.server_python={python}",
                        "actor_rollout_ref.rollout.launch_timeout=300",
@@ -224,8 +224,11 @@ def _probe(model) -> Probe:
 @pytest.mark.vllm
 def test_a_stale_tied_output_layer_is_caught_by_the_probe(vllm_server, varied_model_dir,
                                                            tmp_path):  # fmt: skip
-    """vLLM 0.32's CPU build prepacks the output layer; reloading weights refreshes the tied
-    embeddings but not that copy. No checksum shows it; the probe's log-probs do."""
+    """vLLM 0.32's CPU build prepacks the output layer; reloading the embeddings does not
+    refresh it. The fixture's tied model is served untied (untie.py), so a directory without
+    lm_head.weight (the tied model as save_pretrained writes it) leaves the output layer as
+    it was: the stale layer a tied server would keep. No checksum shows it on CPU (the layer
+    is prepacked); the probe's log-probs do."""
     backend, _ = vllm_server
     trained = AutoModelForCausalLM.from_pretrained(varied_model_dir)
     with torch.no_grad():
