@@ -15,7 +15,7 @@ from typing import Any
 
 _LAZY = {
     "AsyncRolloutEngine": "agentrl.rollout.engine",
-    "BatchContext": "agentrl.rollout.engine",
+    "BatchContext": "agentrl.rollout.batch_context",
     "AsyncRolloutRequest": "agentrl.rollout.request",
     "FinishReason": "agentrl.rollout.request",
     "RequestState": "agentrl.rollout.request",

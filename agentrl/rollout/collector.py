@@ -2,9 +2,10 @@
 DataProto with its metrics and timing, and the per-config facts every producer of
 trajectories shares (sampling parameters, a request's response budget, the chat renderer).
 
-The in-process engine (`AsyncRolloutEngine`), the sharded engine's driver
-(`ShardedRolloutEngine`) and agent mode (`AgentRollout`) all finish their trajectories
-through a `TrajectoryCollector`; none builds an engine only to collect.
+The in-process engine (`AsyncRolloutEngine`, a `TrajectoryCollector` itself: its callers
+collect through it), the sharded engine's driver (`ShardedRolloutEngine`) and agent mode
+(`AgentRollout`) all finish their trajectories through a `TrajectoryCollector`; none builds
+an engine only to collect.
 
     collector = TrajectoryCollector(RolloutConfig.from_config(rollout_section), tokenizer,
                                     chat_template_kwargs)
@@ -33,7 +34,7 @@ class TrajectoryCollector:
         if not isinstance(config, RolloutConfig):
             raise TypeError("TrajectoryCollector takes a RolloutConfig (RolloutConfig."
                             f"from_config(rollout_section)), got {type(config).__name__}")
-        self.config = config
+        self.settings = config
         self.tokenizer = tokenizer
         self.renderer = ChatRenderer(tokenizer, dict(chat_template_kwargs or {}))
         pad = tokenizer.pad_token_id
@@ -41,7 +42,7 @@ class TrajectoryCollector:
 
     def sampling_params(self, validate: bool) -> tuple[int, dict[str, Any]]:
         """`(n, sampling params)` from the config (val_kwargs when validating)."""
-        source = self.config.val_kwargs if validate else self.config.sampling
+        source = self.settings.val_kwargs if validate else self.settings.sampling
         greedy = not source.do_sample or source.temperature == 0
         params: dict[str, Any] = {
             "temperature": 0.0 if greedy else float(source.temperature),
@@ -52,14 +53,15 @@ class TrajectoryCollector:
         }
         if self.tokenizer.eos_token_id is not None:
             params["stop_token_ids"] = [self.tokenizer.eos_token_id]
-        if self.config.ignore_eos:
+        if self.settings.ignore_eos:
             params["ignore_eos"] = True
         return int(source.n), params
 
     def response_budget(self, req: AsyncRolloutRequest) -> tuple[int, str]:
         """Response tokens this request may use and the name of the binding limit."""
-        response_length = self.config.response_length
-        max_model_len = self.config.max_model_len or (self.config.prompt_length + response_length)
+        response_length = self.settings.response_length
+        settings = self.settings
+        max_model_len = settings.max_model_len or (settings.prompt_length + response_length)
         by_model_len = max_model_len - req.prompt_length
         if response_length <= by_model_len:
             return response_length, "response_length"
@@ -68,8 +70,8 @@ class TrajectoryCollector:
     def padded_rows(self, keys: list[tuple[int, int]]) -> PaddedRows:
         """The output's padded rows for these (batch_data_id, rollout_offset) keys, in this
         config's shapes; their padding starts filling now (`collect` takes them)."""
-        return PaddedRows(keys, self.config.prompt_length, self.config.response_length,
-                          self.pad_token_id, bool(self.config.calculate_log_probs))  # fmt: skip
+        return PaddedRows(keys, self.settings.prompt_length, self.settings.response_length,
+                          self.pad_token_id, bool(self.settings.calculate_log_probs))  # fmt: skip
 
     def collect(
         self,
@@ -83,10 +85,10 @@ class TrajectoryCollector:
         out = build_output(
             requests,
             batch,
-            prompt_length=self.config.prompt_length,
-            response_length=self.config.response_length,
+            prompt_length=self.settings.prompt_length,
+            response_length=self.settings.response_length,
             pad_token_id=self.pad_token_id,
-            with_log_probs=self.config.calculate_log_probs,
+            with_log_probs=self.settings.calculate_log_probs,
             rows=rows,
         )
         out.meta_info["metrics"] = request_metrics(requests)
