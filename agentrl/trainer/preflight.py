@@ -8,12 +8,16 @@ exit status 2 (agentrl/trainer/main.py):
 
 - ``trainer.device=cuda`` where torch sees no CUDA device (unless ``ray_init.address``
   names a cluster, whose GPU nodes may join later: docs/scale.md);
+- ``actor_rollout_ref.model.path`` (and ``data.tokenizer``) given as a local path that is no
+  model directory (a hub id, ``org/name``, is left to the loader);
+- a local ``trainer.default_local_dir`` this process cannot make or write;
 - ``data.train_files`` and ``data.val_files`` exist and are parquet files with the
   ``data.prompt_key`` column and, when the reward is computed from the rows (no learned
   reward model, no agent function: agentrl/reward/base.py), the ``data.reward_fn_key``
   column and ``reward_model`` with ``ground_truth`` in the first rows; with the built-in
   scorers (no ``custom_reward_function.path``), every ``data_source`` of those rows must have
-  one (agentrl/reward/score). Only the schema and the first ``SAMPLE_ROWS`` rows are read;
+  one (agentrl/reward/score); the training files hold at least ``data.train_batch_size``
+  rows. Only the schema, the row counts and the first ``SAMPLE_ROWS`` rows are read;
 - the classes of ``multi_turn.tool_config_path`` and ``multi_turn.interaction_config_path``
   import (a missing module named as one, with the YAML file and the line of the
   ``class_name``), and ``custom_reward_function.path`` and ``rollout.agent_function`` load.
@@ -49,9 +53,48 @@ def run_input_problems(config: DictConfig) -> list[str]:
     """Every problem of the run's inputs that can be found without a model (see the module
     docstring); empty when there is none."""
     problems = device_problems(config)
+    problems += model_problems(config)
     problems += plugin_problems(config)  # first: importing a tool may register a data source
     problems += data_problems(config)
+    problems += output_problems(config)
     return problems
+
+
+def _is_local(path: str) -> bool:
+    """A path on this machine, not a hub id (``org/name``): absolute, ``./``, ``~`` or
+    existing."""
+    return path.startswith(("/", ".", "~")) or Path(path).exists()
+
+
+def model_problems(config: DictConfig) -> list[str]:
+    """A policy model or tokenizer named by a local path that is no Hugging Face model
+    directory (a hub id, ``org/name``, is left to the loader)."""
+    problems = []
+    for key, value in (("actor_rollout_ref.model.path", config.actor_rollout_ref.model.path),
+                       ("data.tokenizer", config.data.tokenizer)):
+        if value and _is_local(str(value)):
+            path = Path(os.path.expanduser(str(value)))
+            if not path.is_dir():
+                problems.append(f"{key}: {value} is not a directory (a Hugging Face model "
+                                "directory, or a hub id org/name)")
+            elif key != "data.tokenizer" and not (path / "config.json").is_file():
+                problems.append(f"{key}: {value} has no config.json (not a Hugging Face "
+                                "model directory)")
+    return problems
+
+
+def output_problems(config: DictConfig) -> list[str]:
+    """A local ``trainer.default_local_dir`` this process cannot make or write."""
+    from agentrl.utils.out_dir import check_writable_dir
+
+    where = config.trainer.default_local_dir
+    if not where or "://" in str(where):
+        return []
+    try:
+        check_writable_dir(Path(os.path.expanduser(str(where))), "trainer.default_local_dir")
+    except ValueError as err:
+        return [str(err)]
+    return []
 
 
 def device_problems(config: DictConfig) -> list[str]:
@@ -122,12 +165,29 @@ def uses_builtin_scorers(config: DictConfig) -> bool:
 
 
 def data_problems(config: DictConfig) -> list[str]:
-    """Missing data files, and columns the config or the reward needs that they lack."""
+    """Missing data files, columns the config or the reward needs that they lack, and
+    training files with fewer rows than one batch."""
     problems = []
     for key in ("data.train_files", "data.val_files"):
         for path in _files(config.data[key.split(".", 1)[1]]):
             problems += _file_problems(key, path, config)
+    if not problems:
+        problems += _batch_problems(config)
     return problems
+
+
+def _batch_problems(config: DictConfig) -> list[str]:
+    """Training rows (all files, before any filtering) fewer than one batch: the loader
+    drops the last partial batch, so such a run has no step."""
+    import pyarrow.parquet as pq
+
+    paths = _files(config.data.train_files)
+    rows = sum(pq.ParquetFile(path).metadata.num_rows for path in paths)
+    batch = int(config.data.train_batch_size)
+    if paths and rows < batch:
+        return [f"data.train_files: {rows} rows, fewer than one batch of {batch} "
+                "(data.train_batch_size); add rows or lower it"]
+    return []
 
 
 def _files(value: Any) -> list[Path]:

@@ -186,3 +186,29 @@ def test_an_agent_function_that_does_not_load(nothing_heavy, train_args, capsys,
     assert _problem(capsys, train_args(f"{key}={sync}:run")) == (
         f"{key}: rollout.agent_function '{sync}:run' must be an async function "
         "(async def run(task, client))")
+
+
+def test_a_model_path_that_is_no_model_directory(nothing_heavy, train_args, capsys, tmp_path):
+    key = "actor_rollout_ref.model.path"
+    assert _problem(capsys, train_args(f"{key}={tmp_path / 'gone'}")) == (
+        f"{key}: {tmp_path / 'gone'} is not a directory (a Hugging Face model directory, or a "
+        "hub id org/name)")
+    assert _problem(capsys, train_args(f"{key}={tmp_path}")) == (
+        f"{key}: {tmp_path} has no config.json (not a Hugging Face model directory)")
+
+
+def test_fewer_training_rows_than_one_batch(nothing_heavy, train_args, capsys, trainer_data):
+    import pyarrow.parquet as pq
+
+    rows = pq.ParquetFile(trainer_data["train"]).metadata.num_rows
+    assert _problem(capsys, train_args(f"data.train_batch_size={rows + 2}",
+                                       "actor_rollout_ref.actor.ppo_mini_batch_size=1")) == (
+        f"data.train_files: {rows} rows, fewer than one batch of {rows + 2} "
+        "(data.train_batch_size); add rows or lower it")
+
+
+def test_a_checkpoint_place_it_cannot_write(nothing_heavy, train_args, capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    assert _problem(capsys, train_args(f"trainer.default_local_dir={tmp_path / 'file' / 'c'}")) == (
+        f"trainer.default_local_dir {tmp_path / 'file' / 'c'} is under {tmp_path / 'file'}, "
+        "which is a file, not a directory")
