@@ -58,7 +58,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
             "prepare another library's environment (reasoning-gym, TextArena, OpenEnv, "
             "verifiers) as the data and configs of a run"),
     "doctor": ("agentrl.doctor",
-               "list the optional parts (node, agent CLIs, bwrap, vLLM env, Chromium, env packages)"),
+               "list the optional parts (node, agent CLIs, bwrap, episode cgroups, vLLM env, "
+               "Chromium, env packages)"),
     "retriever": ("envs.retriever.cli", "serve a BM25 (or dense) retrieval index, Search-R1 API"),
     "sandbox": ("envs.sandbox.cli", "serve a resource-limited Python sandbox, SandboxFusion API"),
 }

@@ -10,7 +10,8 @@ part serves one feature:
   and bubblewrap, their sandbox, and the cgroups that limit a whole episode;
 - the vLLM environment ``.venv-vllm`` (``rollout.name=vllm`` on CPU, tests marked ``vllm``);
 - Chromium, for the report's browser test (tests/report/test_browser.py);
-- the environment packages reasoning-gym, textarena, verifiers (``agentrl env prepare``).
+- the environment packages reasoning-gym, textarena, openenv-core, verifiers (``agentrl env
+  prepare``).
 
 It always exits 0: a missing part is information, not an error.
 """
@@ -38,8 +39,9 @@ logger = logging.getLogger(__name__)
 
 VERSION_TIMEOUT_S = 20
 CHROMIUM = Path("/usr/bin/chromium")
+# distribution -> module: one per kind of agentrl.environments.spec.SPEC_FORMS
 ENV_PACKAGES = {"reasoning-gym": "reasoning_gym", "textarena": "textarena",
-                "verifiers": "verifiers"}
+                "openenv-core": "openenv", "verifiers": "verifiers"}
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def _vllm() -> Part:
 
 
 def _package(distribution: str, module: str) -> Part:
-    install = f"pip install {distribution} (or the agentrl extra that names it)"
+    install = f"pip install {distribution} (or the agentrl extra that names it: envs)"
     try:
         version = importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:

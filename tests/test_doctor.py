@@ -22,7 +22,7 @@ def test_found_and_missing_parts_are_listed_and_it_exits_0(tmp_path, monkeypatch
     parts = {p.name: p for p in collect()}
     assert list(parts) == ["node", "claude", "codex", "bubblewrap", "episode cgroups",
                            "vllm environment", "chromium", "reasoning-gym", "textarena",
-                           "verifiers"]
+                           "openenv-core", "verifiers"]
     assert not parts["episode cgroups"].found
     assert parts["episode cgroups"].detail == "no memory and pids cgroup controllers are mounted"
     assert parts["claude"].found and parts["claude"].detail.startswith("2.1.197 (Claude Code)")
@@ -36,3 +36,10 @@ def test_found_and_missing_parts_are_listed_and_it_exits_0(tmp_path, monkeypatch
     assert "claude" in out and "found" in out and "2.1.197" in out
     assert "codex" in out and "missing" in out and "install: bash scripts/setup_agent_clis.sh" in out
     assert out.count("install:") == sum(not p.found for p in parts.values())
+
+
+def test_every_environment_kind_env_prepare_accepts_has_its_package_listed():
+    from agentrl.doctor import ENV_PACKAGES
+    from agentrl.environments.spec import SPEC_FORMS
+
+    assert set(ENV_PACKAGES.values()) == set(SPEC_FORMS)
