@@ -20,7 +20,9 @@ def _config(fuse=False, **trainer):
     return OmegaConf.create({
         "trainer": {"balance_batch": False, "critic_warmup": 0, **trainer},
         "actor_rollout_ref": {"rollout": {"n": 2},
-                              "actor": {"ppo_epochs": 1, "fuse_old_log_prob": fuse}}, "data": {},
+                              "actor": {"ppo_epochs": 1, "fuse_old_log_prob": fuse,
+                                        "segment_weighting": "token", "ppo_mini_batch_size": 2}},
+        "critic": {"ppo_mini_batch_size": 2}, "data": {},
         "algorithm": {"adv_estimator": "grpo", "gamma": 1.0, "lam": 1.0, "kl_penalty": "kl",
                       "norm_adv_by_std_in_grpo": True},
     })  # fmt: skip
