@@ -218,8 +218,11 @@ CONVENTIONS: dict[str, tuple[str, Callable[[tuple[str, ...]], bool]]] = {
                       "agentrl/reward/score, called with solution_str and ground_truth",
                       lambda p: {"solution_str", "ground_truth"} <= set(p)),
     "prepare": ("an environment adapter: environments/prepare.py calls "
-                "agentrl.environments.<kind>.prepare(name, size, test_size, seed, answer_tag)",
+                "agentrl.environments.<kind>.prepare(name, size, test_size, seed, answer_tag, "
+                "*, allow_shared_prompts)",
                 lambda p: p[1:] == ("size", "test_size", "seed", "answer_tag")),
+    "system_prompt": ("an environment adapter's system prompt, asking for the answer inside "
+                      "<answer_tag></answer_tag>", lambda p: p[:1] == ("answer_tag",)),
     "make_rows": ("an environment adapter's verl rows of one split",
                   lambda p: "split" in p),
     "interaction_config": ("an environment adapter's interaction YAML (what its prepare "

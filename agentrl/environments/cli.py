@@ -5,9 +5,11 @@
     agentrl env prepare openenv:my_env.server.app --out data/my_env --size 100
     agentrl env prepare verifiers:my-env --out data/my_env --size 500
 
-It writes DIR/train.parquet and DIR/test.parquet (verl rows that share no item; an
-environment with too few distinct items is refused, saying how many it has) and the
-interaction and tool configs when the environment needs them, then prints the
+It writes DIR/train.parquet and DIR/test.parquet (verl rows that share no item, so no
+prompt; an environment with too few distinct items is refused, saying how many it has; a
+game whose prompt is the same for every seed, its setup hidden, as GuessTheNumber-v0's, is
+refused unless --allow-shared-prompts, with which train and test share that prompt but no
+game) and the interaction and tool configs when the environment needs them, then prints the
 `agentrl train` overrides that use them (docs/environments.md). An environment it cannot
 prepare is one line on stderr naming why, exit status 2 (a message of several lines, such
 as a child server's traceback, is cut to its first line and its last: `one_line`).
@@ -47,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prep.add_argument("--answer-tag", default=ANSWER_TAG,
                       help="the tag the final answer or move goes in: a tag name, as in "
                            "<TAG></TAG> (default answer)")
+    prep.add_argument("--allow-shared-prompts", action="store_true",
+                      help="prepare a game whose prompt is the same for every seed, its setup "
+                           "hidden (GuessTheNumber, Mastermind, Bandit, Minesweeper): train "
+                           "and test then share the prompt but no game (refused without it)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         prepared = prepare_environment(args.spec, args.out, size=args.size,
                                        test_size=args.test_size, seed=args.seed,
-                                       answer_tag=args.answer_tag)  # fmt: skip
+                                       answer_tag=args.answer_tag,
+                                       allow_shared_prompts=args.allow_shared_prompts)  # fmt: skip
     except (ValueError, ImportError, OSError) as err:  # OSError: --out failed while writing
         sys.stderr.write(f"agentrl env prepare: {err if debug_enabled() else one_line(err)}\n")
         return 2

@@ -7,11 +7,14 @@ episode: a session reset with its own seed, its first observation as the prompt 
 system prompt that asks for the action inside ``<answer></answer>``),
 ``interaction_kwargs = {"name": "openenv", "seed"}``, and ``data_source = openenv/<name>``
 (the server's ``/metadata`` name; scored by the sum of the step rewards). Train and test
-share no episode, as for TextArena (`agentrl.environments.split`): an episode is its first
-observation and the session's state after the reset (``/state`` less ``episode_id`` and
-``step_count``: the setup an environment keeps there), and a seed whose episode an earlier
-row has is skipped; an environment whose every seed looks the same (it ignores its seed, or
-keeps its setup where the client cannot see it) is refused.
+share no prompt, as for TextArena (`agentrl.environments.split`): a seed whose first
+observation an earlier row has is skipped, so an environment whose first observation is
+the same for every seed is refused, naming ``allow_shared_prompts``
+(``--allow-shared-prompts``). With it an episode is its first observation and the session's
+state after the reset (``/state`` less ``episode_id`` and ``step_count``: the setup an
+environment keeps there, such as the number to guess), and train and test share no episode
+but share their prompt; an environment whose every seed looks the same (it ignores its
+seed, or keeps its setup where the client cannot see it) is refused either way.
 
 How the model's move becomes an action, and the observation a user turn, is read from the
 server's ``/schema`` and written into ``interaction.yaml`` (``action_field``,
@@ -72,8 +75,9 @@ def episode_key(first_text: str, state: Any) -> str:
 
 
 def _episode(base_url: str, name: str, seed: int,
-             observation_field: str | None) -> tuple[tuple[int, str], str]:
-    """(seed, first observation's text) of a session reset with ``seed``, and its key."""
+             observation_field: str | None) -> tuple[tuple[int, str], str, str]:
+    """((seed, first observation's text), that text, the episode's key) of a session reset
+    with ``seed``."""
     client, first = open_episode(base_url, seed, TIMEOUT)
     try:
         if first.done:
@@ -82,7 +86,7 @@ def _episode(base_url: str, name: str, seed: int,
         state = client.state()
     finally:
         client.close()
-    return (seed, text), episode_key(text, state)
+    return (seed, text), text, episode_key(text, state)
 
 
 def make_rows(name: str, episodes: list[tuple[int, str]], split: str,
@@ -112,9 +116,11 @@ def interaction_config(server: str, action_field: str | None, observation_field:
     }]}  # fmt: skip
 
 
-def prepare(target: str, size: int, test_size: int, seed: int,
-            answer_tag: str = ANSWER_TAG) -> tuple[list[dict], list[dict], dict[str, Any]]:
-    """(train rows, test rows, {"interaction": config}): no episode in both, none twice."""
+def prepare(target: str, size: int, test_size: int, seed: int, answer_tag: str = ANSWER_TAG, *,
+            allow_shared_prompts: bool = False
+            ) -> tuple[list[dict], list[dict], dict[str, Any]]:
+    """(train rows, test rows, {"interaction": config}): no prompt in both, none twice (with
+    `allow_shared_prompts`: no episode in both, none twice)."""
     if seed < 0:
         raise ValueError("--seed must be >= 0 (OpenEnv seeds are)")
     require_openenv(f"openenv:{target}")
@@ -128,7 +134,7 @@ def prepare(target: str, size: int, test_size: int, seed: int,
         system = system_prompt(answer_tag, schemas["action"], action_field)
         episodes = draw_disjoint(
             f"openenv:{target}", lambda s: _episode(base_url, name, s, observation_field),
-            size, test_size, seed)
+            size, test_size, seed, allow_shared_prompts=allow_shared_prompts)
         train, test = (make_rows(name, e, split, system)
                        for e, split in zip(episodes, ("train", "test"), strict=True))
     except (RuntimeError, OSError, httpx.HTTPError) as err:  # no server, or one that fails

@@ -1,6 +1,7 @@
 """`prepare_environment(SPEC, DIR)`: the files a run needs, and the overrides that use them.
 
-    DIR/train.parquet, DIR/test.parquet     verl rows, disjoint
+    DIR/train.parquet, DIR/test.parquet     verl rows that share no prompt (with
+                                            allow_shared_prompts: no game)
     DIR/interaction.yaml                    when the environment talks back over turns
 
 Nothing is written unless every file can be: the sizes and the answer tag (a tag name:
@@ -40,8 +41,9 @@ class Prepared:
 
 
 def _adapter(kind: str) -> Any:
-    """The module of a SPEC_FORMS kind: its `prepare(name, size, test_size, seed, answer_tag)`
-    returns (train rows, test rows, {config name: content})."""
+    """The module of a SPEC_FORMS kind: its `prepare(name, size, test_size, seed, answer_tag,
+    *, allow_shared_prompts)` returns (train rows, test rows, {config name: content}), no
+    prompt in both (with allow_shared_prompts, no game: its prompt and hidden setup)."""
     return importlib.import_module(f"agentrl.environments.{kind}")
 
 
@@ -77,8 +79,12 @@ def prepare_environment(
     test_size: int = 200,
     seed: int = 0,
     answer_tag: str = ANSWER_TAG,
+    allow_shared_prompts: bool = False,
 ) -> Prepared:
-    """Write the environment `spec` names into `out_dir` (see the module docstring)."""
+    """Write the environment `spec` names into `out_dir` (see the module docstring).
+    `allow_shared_prompts`: prepare a game whose prompt is the same for every seed (its
+    setup hidden), whose train and test rows then share the prompt but no game; without it
+    such a game is refused."""
     parsed = parse_spec(spec)
     if size < 1 or test_size < 1:
         raise ValueError(f"--size and --test-size must be >= 1, got {size} and {test_size}")
@@ -86,7 +92,7 @@ def prepare_environment(
     out = Path(out_dir).expanduser()
     check_writable_out_dir(out)
     train, test, configs = _adapter(parsed.kind).prepare(
-        parsed.name, size, test_size, seed, answer_tag
+        parsed.name, size, test_size, seed, answer_tag, allow_shared_prompts=allow_shared_prompts
     )
     written: dict[str, Path] = {}
     train_path = write_parquet(train, out / "train.parquet")

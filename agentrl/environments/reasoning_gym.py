@@ -143,9 +143,11 @@ def _ground_truth(item: dict[str, Any]) -> str | None:
     return None if answer is None else str(answer)
 
 
-def prepare(task: str, size: int, test_size: int, seed: int,
-            answer_tag: str = ANSWER_TAG) -> tuple[list[dict], list[dict], dict[str, Any]]:
-    """(train rows, test rows, no extra files): disjoint by question."""
+def prepare(task: str, size: int, test_size: int, seed: int, answer_tag: str = ANSWER_TAG, *,
+            allow_shared_prompts: bool = False
+            ) -> tuple[list[dict], list[dict], dict[str, Any]]:
+    """(train rows, test rows, no extra files): disjoint by question, so by prompt
+    (`allow_shared_prompts`, for games whose prompt hides their setup, changes nothing)."""
     items = load_items(task, test_size + size, seed)
     test, train = items[:test_size], items[test_size:]
     return (make_rows(task, train, "train", answer_tag),

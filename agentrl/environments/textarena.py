@@ -6,14 +6,18 @@ observation as the prompt (under a system prompt that asks for the move inside
 TextArena interaction (`agentrl.interactions.textarena`) replays the same game, and
 `data_source = textarena/ENV_ID` (scored by the game's own reward).
 
-Train and test share no game (`agentrl.environments.split`): train seeds from the seed,
-test seeds from TEST_SEED_OFFSET on, and a seed whose game an earlier row already has is
-skipped. A game is its first observation and its setup at reset (the state's
-`game_state`: GuessTheNumber's number, Mastermind's code, which the prompt does not show),
-plus the seed for a game that lays its setup at the first move from its seeded stream
-(Minesweeper's mines). A game that ignores its seed (Countdown-v0, Cryptarithm-v0,
-PegJump-v0, TowerOfHanoi-v0 and their variants: one puzzle each) is refused, and one with
-fewer games than asked for (GuessTheNumber-v0 has 20) says how many it has.
+Train and test share no prompt (`agentrl.environments.split`): train seeds from the seed,
+test seeds from TEST_SEED_OFFSET on, and a seed whose first observation an earlier row
+already has is skipped. A game whose first observation is the same for every seed
+(Bandit, GuessTheNumber, Mastermind, Minesweeper and their variants: the odds, the number,
+the code, the mines are hidden) is therefore refused, naming `allow_shared_prompts`
+(`--allow-shared-prompts`); with it a game is its first observation and its setup at reset
+(the state's `game_state`: GuessTheNumber's number, Mastermind's code), plus the seed for a
+game that lays its setup at the first move from its seeded stream (Minesweeper's mines),
+and train and test share no game but share their prompt. A game that ignores its seed
+(Countdown-v0, Cryptarithm-v0, PegJump-v0, TowerOfHanoi-v0 and their variants: one puzzle
+each) is refused either way, and one with fewer games than asked for (GuessTheNumber-v0 has
+20) says how many it has.
 """
 
 from __future__ import annotations
@@ -82,13 +86,14 @@ def game_key(game: Any, first: str, seed: int) -> str:
     return f"{first}\n{setup}{later}"
 
 
-def _game(env_id: str, seed: int) -> tuple[tuple[int, str], str]:
+def _game(env_id: str, seed: int) -> tuple[tuple[int, str], str, str]:
+    """((seed, first observation), its prompt, its game) of the game `seed`."""
     from agentrl.interactions.textarena import make_game
 
     game, first = make_game(env_id, seed)
     key = game_key(game, first, seed)
     game.close()
-    return (seed, first), key
+    return (seed, first), first, key
 
 
 def interaction_config(answer_tag: str = ANSWER_TAG) -> dict[str, Any]:
@@ -100,14 +105,16 @@ def interaction_config(answer_tag: str = ANSWER_TAG) -> dict[str, Any]:
     }]}  # fmt: skip
 
 
-def prepare(env_id: str, size: int, test_size: int, seed: int,
-            answer_tag: str = ANSWER_TAG) -> tuple[list[dict], list[dict], dict[str, Any]]:
-    """(train rows, test rows, {"interaction": config}): no game in both, none twice."""
+def prepare(env_id: str, size: int, test_size: int, seed: int, answer_tag: str = ANSWER_TAG, *,
+            allow_shared_prompts: bool = False
+            ) -> tuple[list[dict], list[dict], dict[str, Any]]:
+    """(train rows, test rows, {"interaction": config}): no prompt in both, none twice (with
+    `allow_shared_prompts`: no game in both, none twice)."""
     if env_id.endswith("-raw"):  # refused before a game is made: some take seconds to make
         raise ValueError(f"textarena:{env_id}: a -raw id gives the game's messages unrendered "
                          "(a list, not text): use the id without -raw")
     train, test = draw_disjoint(f"textarena:{env_id}", lambda s: _game(env_id, s), size,
-                                test_size, seed)
+                                test_size, seed, allow_shared_prompts=allow_shared_prompts)
     rows = {split: [row(env_id, s, first, split, index, answer_tag)
                     for index, (s, first) in enumerate(games)]
             for split, games in (("train", train), ("test", test))}  # fmt: skip

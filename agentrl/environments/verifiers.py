@@ -158,9 +158,11 @@ def check_kind(env_id: str, env: Any) -> None:
                          "env_response runs them, and agentrl runs tool calls itself")
 
 
-def prepare(env_id: str, size: int, test_size: int, seed: int,
-            answer_tag: str = ANSWER_TAG) -> tuple[list[dict], list[dict], dict[str, Any]]:
-    """(train rows, test rows, {"interaction": ..., "tools": ...}): disjoint by prompt."""
+def prepare(env_id: str, size: int, test_size: int, seed: int, answer_tag: str = ANSWER_TAG, *,
+            allow_shared_prompts: bool = False
+            ) -> tuple[list[dict], list[dict], dict[str, Any]]:
+    """(train rows, test rows, {"interaction": ..., "tools": ...}): disjoint by prompt
+    (`allow_shared_prompts`, for games whose prompt hides their setup, changes nothing)."""
     env = load_quietly(env_id)
     check_kind(env_id, env)
     has_eval = env.build_eval_dataset() is not None

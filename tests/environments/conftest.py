@@ -3,6 +3,7 @@ sizes: the split test (tests/environments/test_split.py) checks that train and t
 item, the reasoning-gym sweep scores the same rows, so no task is made twice.
 
     every_id("textarena")   # {spec: (train rows, test rows) or the refusal's message}
+    prepare_ids("openenv", ["openenv_guess_env"], allow_shared_prompts=True)
 
 The ids are the ones the CLI takes: every reasoning-gym task (`reasoning_gym.factory.DATASETS`),
 every TextArena id (`ENV_REGISTRY`, refused ones included), and the verifiers environments and
@@ -50,7 +51,9 @@ def accepted_ids(kind: str) -> list[str]:
     return list(VERIFIERS_ENVS if kind == "verifiers" else OPENENV_SERVERS)
 
 
-def _prepare_every(kind: str) -> dict[str, tuple[list, list] | str]:
+def prepare_ids(kind: str, names: list[str], **options) -> dict[str, tuple[list, list] | str]:
+    """{KIND:NAME: (train rows, test rows) or the refusal's message} for `names` of `kind`,
+    at SIZES (`options`: the adapter's keyword options, allow_shared_prompts)."""
     from agentrl.environments.prepare import _adapter
 
     pytest.importorskip({"openenv": "openenv.core"}.get(kind, kind))
@@ -65,11 +68,12 @@ def _prepare_every(kind: str) -> dict[str, tuple[list, list] | str]:
 
             patch.setattr(nltk, "download", lambda name, *args, **kwargs: nltk.data.find(
                 f"corpora/{name}"))
-        for name in accepted_ids(kind):
+        for name in names:
             seed = TEXTARENA_SEEDS.get(name, 0) if kind == "textarena" else 0
             try:
                 with redirect_stdout(io.StringIO()):  # RushHour prints its attempts
-                    train, test, _ = _adapter(kind).prepare(name, size, test_size, seed)
+                    train, test, _ = _adapter(kind).prepare(name, size, test_size, seed,
+                                                            **options)
             except ValueError as err:
                 out[f"{kind}:{name}"] = str(err)
             else:
@@ -80,4 +84,4 @@ def _prepare_every(kind: str) -> dict[str, tuple[list, list] | str]:
 @pytest.fixture(scope="session")
 def every_id() -> Callable[[str], dict[str, tuple[list, list] | str]]:
     """`every_id(kind)`: each accepted id of `kind` prepared (once a session) or refused."""
-    return functools.cache(_prepare_every)
+    return functools.cache(lambda kind: prepare_ids(kind, accepted_ids(kind)))

@@ -15,8 +15,15 @@ from agentrl.cli import main
 def test_prepare_prints_the_overrides_that_use_the_files(tmp_path, capsys):
     pytest.importorskip("textarena")
     out = tmp_path / "guess"
-    assert main(["env", "prepare", "textarena:GuessTheNumber-v0", "--out", str(out),
-                 "--size", "2", "--test-size", "2", "--seed", "7"]) == 0
+    args = ["env", "prepare", "textarena:GuessTheNumber-v0", "--out", str(out), "--size", "2",
+            "--test-size", "2", "--seed", "7"]
+    assert main(args) == 2  # its prompt is the same for every seed: refused, naming the flag
+    err = capsys.readouterr().err
+    assert err.startswith("agentrl env prepare: textarena:GuessTheNumber-v0: its prompt does "
+                          "not change with the seed (")
+    assert err.count("\n") == 1 and "pass --allow-shared-prompts" in err
+    assert not out.exists()
+    assert main([*args, "--allow-shared-prompts"]) == 0
     printed = capsys.readouterr().out
     assert f"data.train_files={out / 'train.parquet'}" in printed
     assert f"interaction_config_path={out / 'interaction.yaml'}" in printed

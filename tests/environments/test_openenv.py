@@ -1,6 +1,8 @@
 """OpenEnv episodes as verl rows, from a running server (URL) or an installed server app
 (MODULE, started and stopped here): one reset per seed, train and test seeds apart, the
-action and observation fields read from the server's schema."""
+action and observation fields read from the server's schema. The test server's first
+observation is the same for every seed (its number is hidden): it is refused unless
+allow_shared_prompts, with which train and test share no number."""
 
 from __future__ import annotations
 
@@ -33,7 +35,10 @@ def url(on_path):
 
 
 def test_rows_from_a_running_server(url):
-    train, test, extra = prepare(url, 3, 2, seed=4, answer_tag="move")
+    with pytest.raises(ValueError, match=f"openenv:{url}: its prompt does not change with the "
+                                         "seed .*pass --allow-shared-prompts"):
+        prepare(url, 3, 2, seed=4, answer_tag="move")
+    train, test, extra = prepare(url, 3, 2, seed=4, answer_tag="move", allow_shared_prompts=True)
     assert [r["extra_info"]["interaction_kwargs"] for r in train] == [
         {"name": "openenv", "seed": s} for s in (4, 5, 6)]
     assert [r["extra_info"]["seed"] for r in test] == [TEST_SEED_OFFSET + 4, TEST_SEED_OFFSET + 5]
@@ -58,7 +63,7 @@ def test_rows_from_a_module_whose_server_is_started_and_stopped(on_path, monkeyp
         return started[-1]
 
     monkeypatch.setattr(adapter, "start_server", recording)
-    train, test, extra = prepare("openenv_guess_env", 2, 1, seed=0)
+    train, test, extra = prepare("openenv_guess_env", 2, 1, seed=0, allow_shared_prompts=True)
     assert len(train) == 2 and len(test) == 1
     assert extra["interaction"]["interaction"][0]["config"]["server"] == "openenv_guess_env"
     assert started[0].process.poll() is not None  # stopped once the rows were read

@@ -84,7 +84,7 @@ def test_a_textarena_game_is_played_over_turns(tmp_path, tiny_model_dir, tiny_to
                                                player, score):
     pytest.importorskip("textarena")
     prepared = prepare_environment("textarena:GuessTheNumber-v0", tmp_path / "ta", size=3,
-                                   test_size=4, seed=0)
+                                   test_size=4, seed=0, allow_shared_prompts=True)
     interaction = yaml.safe_load(prepared.configs["interaction"].read_text())
     assert interaction["interaction"][0]["name"] == "textarena"
     test = pd.read_parquet(prepared.test)
@@ -117,7 +117,7 @@ def test_an_openenv_server_is_played_and_a_broken_episode_fails_alone(tmp_path, 
     monkeypatch.syspath_prepend(str(env_dir))
     monkeypatch.setenv("PYTHONPATH", str(env_dir))
     prepared = prepare_environment("openenv:openenv_guess_env", tmp_path / "oe", size=2,
-                                   test_size=6, seed=0)
+                                   test_size=6, seed=0, allow_shared_prompts=True)
     test = pd.read_parquet(prepared.test)
     assert set(test["data_source"]) == {"openenv/GuessEnvironment"}
     started = []

@@ -1,5 +1,6 @@
-"""TextArena episodes as verl rows: one game per seed, train and test seeds apart and no game
-in both (a hidden setup counts), the interaction config that replays them."""
+"""TextArena episodes as verl rows: one game per seed, train and test seeds apart and no
+prompt in both (with allow_shared_prompts no game: a hidden setup counts), the interaction
+config that replays them."""
 
 from __future__ import annotations
 
@@ -27,14 +28,14 @@ def test_each_row_is_the_first_observation_of_its_seeded_game():
 
 
 def test_train_and_test_seeds_are_disjoint_and_the_config_names_the_interaction():
-    train, test, extra = prepare("GuessTheNumber-v0", 3, 2, seed=10)
+    train, test, extra = prepare("Blackjack-v0", 3, 2, seed=10)
     seeds = [r["extra_info"]["seed"] for r in train], [r["extra_info"]["seed"] for r in test]
     assert seeds == ([10, 11, 12], [TEST_SEED_OFFSET + 10, TEST_SEED_OFFSET + 11])
     assert extra == {"interaction": interaction_config()}
     entry = extra["interaction"]["interaction"][0]
     assert entry["class_name"] == "agentrl.interactions.textarena.TextArenaInteraction"
     with pytest.raises(ValueError, match="below 1000000"):
-        prepare("GuessTheNumber-v0", 10, 1, seed=TEST_SEED_OFFSET - 5)
+        prepare("Blackjack-v0", 10, 1, seed=TEST_SEED_OFFSET - 5)
 
 
 def _number(env_id, seed):
@@ -42,10 +43,13 @@ def _number(env_id, seed):
     return game.env.state.game_state["game_number"]
 
 
-def test_games_with_one_prompt_are_told_apart_by_their_hidden_setup():
-    """GuessTheNumber shows every seed the same prompt: its number tells its games apart, and
-    a seed whose number an earlier row has is skipped."""
-    train, test, _ = prepare("GuessTheNumber-v0", 3, 2, seed=2)
+def test_games_with_one_prompt_are_refused_or_with_the_flag_told_apart_by_their_setup():
+    """GuessTheNumber shows every seed the same prompt: refused, naming the flag; with it its
+    number tells its games apart, and a seed whose number an earlier row has is skipped."""
+    with pytest.raises(ValueError, match=r"GuessTheNumber-v0: its prompt does not change with "
+                                         r"the seed .*pass --allow-shared-prompts"):
+        prepare("GuessTheNumber-v0", 3, 2, seed=2)
+    train, test, _ = prepare("GuessTheNumber-v0", 3, 2, seed=2, allow_shared_prompts=True)
     numbers = {s: _number("GuessTheNumber-v0", s)
                for s in (2, 3, 4, 5, *(TEST_SEED_OFFSET + t for t in (2, 3, 4)))}
     # seed 4 draws seed 3's number, test seed 1_000_002 seed 2's: both skipped
@@ -56,7 +60,7 @@ def test_games_with_one_prompt_are_told_apart_by_their_hidden_setup():
     assert len({r["prompt"][1]["content"] for r in train + test}) == 1
     with pytest.raises(ValueError, match=r"textarena:GuessTheNumber-v0: \d+ seeds gave 20 "
                                          r"distinct items.*ask for at most 20 in all"):
-        prepare("GuessTheNumber-v0", 20, 1, seed=0)
+        prepare("GuessTheNumber-v0", 20, 1, seed=0, allow_shared_prompts=True)
 
 
 def test_a_game_that_lays_its_setup_at_the_first_move_is_one_game_per_seed():
