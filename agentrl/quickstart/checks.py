@@ -86,8 +86,8 @@ def check_rollout(s: QuickstartSettings) -> None:
 
 def check_rl_config(out_dir: Path, s: QuickstartSettings) -> None:
     """The RL stage's config, built from the paths the stages will write, must validate
-    (ConfigError naming the keys); a CUDA device asked for must exist, and a custom reward
-    or agent function an override names must load."""
+    (ConfigError naming the keys); a CUDA device asked for must exist, a custom reward or
+    agent function an override names must load, and the RL prompts fill one batch."""
     from agentrl.config import ConfigError
     from agentrl.trainer.preflight import device_problems, function_problems
 
@@ -97,7 +97,12 @@ def check_rl_config(out_dir: Path, s: QuickstartSettings) -> None:
     tools = data_dir / "tools.yaml" if TASKS[s.task].tool_name else None
     val = data_dir / "val.parquet" if s.val_rows > 0 else None
     cfg = rl_config(out_dir / "model_sft", data, tools, out_dir / "rl", s, val)
-    if problems := device_problems(cfg) + function_problems(cfg):
+    problems = device_problems(cfg) + function_problems(cfg)
+    batch = int(cfg.data.train_batch_size)
+    if s.steps > 0 and s.n_train < batch:  # the loader would have no full batch
+        problems.append(f"--n-train {s.n_train} is fewer than one batch of {batch} "
+                        "(data.train_batch_size); more --n-train, or lower it")
+    if problems:
         raise ConfigError(problems)
 
 

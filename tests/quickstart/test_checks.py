@@ -59,6 +59,11 @@ def test_the_rl_config_is_checked_before_any_stage(tmp_path, no_stage):
         check_run(tmp_path / "a", QuickstartSettings(overrides=("nosuch.key=1",)))
     with pytest.raises(ConfigError, match="trainer.mode is 'bogus'"):
         run_quickstart(tmp_path / "b", QuickstartSettings(overrides=("trainer.mode=bogus",)))
+    with pytest.raises(ConfigError, match=r"--n-train 8 is fewer than one batch of 16 \(data"):
+        check_run(tmp_path / "d", QuickstartSettings(n_train=8))
+    check_run(tmp_path / "e", QuickstartSettings(n_train=8, steps=0))  # no RL, no batch
+    check_run(tmp_path / "f", QuickstartSettings(n_train=8, overrides=(
+        "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4")))
     with pytest.raises(ConfigError, match="trainer.device is cuda but torch finds no CUDA"):
         check_run(tmp_path / "c", QuickstartSettings(overrides=("trainer.device=cuda",)))
     for task in ("calculator", "search", "retool", "reasoning_gym", "blackjack"):

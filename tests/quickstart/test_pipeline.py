@@ -153,7 +153,7 @@ def test_a_run_stopped_mid_way_still_reports_what_it_has(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pipeline, "evaluate_model", broken_evaluation)
     out = tmp_path / "qs"
-    settings = QuickstartSettings(sft_steps=2, sft_check=0, sft_examples=8, n_train=8, n_test=4)
+    settings = QuickstartSettings(sft_steps=2, sft_check=0, sft_examples=8, n_train=16, n_test=4)
     with pytest.raises(RuntimeError, match="evaluation crashed"):
         run_quickstart(out, settings)
     report = json.loads((out / "report.json").read_text())
@@ -336,7 +336,7 @@ def test_sft_that_hits_its_cap_before_the_skill_check_stops_the_run_with_status_
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["--out-dir", str(out), "--sft-steps", "2", "--sft-examples", "400",
-                              "--n-train", "8", "--n-test", "4", "--steps", "1", "--no-control"])
+                              "--n-train", "16", "--n-test", "4", "--steps", "1", "--no-control"])
     assert run(args) == 3
     err = capsys.readouterr().err
     assert f"{out}: stopped after the sft stage, which missed its target" in err
