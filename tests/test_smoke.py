@@ -11,6 +11,7 @@ import pytest
 from agentrl.cli import main
 from agentrl.smoke import smoke_compute_score
 from agentrl.tools import load_tools
+from agentrl.utils.command import DEBUG_ENV
 
 
 def test_smoke_run_trains_through_the_whole_stack(tmp_path):
@@ -61,6 +62,7 @@ def test_a_bad_input_is_one_message_and_exit_2_before_anything_is_written(
 
     monkeypatch.setattr(smoke, "make_tiny_model", started)
     monkeypatch.setattr(smoke, "run_train", started)
+    monkeypatch.setenv(DEBUG_ENV, "")  # a leaked --debug would print tracebacks
     out = tmp_path / "smoke"
     assert main(["smoke", "--out-dir", str(out), *argv]) == 2
     err = capsys.readouterr().err

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.cli import main
+from agentrl.utils.command import DEBUG_ENV
 
 
 def test_prepare_prints_the_overrides_that_use_the_files(tmp_path, capsys):
@@ -141,8 +142,10 @@ def test_a_missing_nltk_corpus_is_named_not_taken_for_an_unknown_id(tmp_path, ca
     assert "has no game" not in err and "ENV_REGISTRY" not in err
 
 
-def test_a_server_app_that_does_not_import_is_one_line_naming_the_cause(tmp_path, capsys):
+def test_a_server_app_that_does_not_import_is_one_line_naming_the_cause(tmp_path, capsys,
+                                                                        monkeypatch):
     pytest.importorskip("openenv.core")
+    monkeypatch.setenv(DEBUG_ENV, "")  # --debug keeps the whole message
     out = tmp_path / "oe"
     assert _prepare("openenv:no_such_pkg.server.app", "--out", str(out)) == 2
     err = capsys.readouterr().err

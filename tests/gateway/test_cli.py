@@ -11,6 +11,7 @@ import pytest
 
 import agentrl.gateway.cli as gateway_cli
 from agentrl.cli import main
+from agentrl.utils.command import DEBUG_ENV
 
 
 @pytest.fixture
@@ -19,6 +20,7 @@ def no_serving(monkeypatch):
         raise AssertionError("the backend loaded before the checks refused")
 
     monkeypatch.setattr(gateway_cli, "serve", served)
+    monkeypatch.setenv(DEBUG_ENV, "")  # a leaked --debug would print tracebacks
 
 
 def _refused(capsys, *argv: str) -> str:

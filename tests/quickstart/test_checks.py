@@ -11,6 +11,7 @@ from agentrl.config import ConfigError
 from agentrl.quickstart import run_quickstart
 from agentrl.quickstart.checks import check_run, setting_problems
 from agentrl.quickstart.settings import QuickstartSettings, settings_for
+from agentrl.utils.command import DEBUG_ENV
 
 
 @pytest.fixture
@@ -26,6 +27,7 @@ def no_stage(monkeypatch):
     monkeypatch.setattr(tiny, "make_tiny_model", started)
     monkeypatch.setattr(sft, "run_sft", started)
     monkeypatch.setattr(trainer, "run_train", started)
+    monkeypatch.setenv(DEBUG_ENV, "")  # a leaked --debug would print tracebacks
 
 
 def test_settings_out_of_range_are_named_by_their_flags():

@@ -26,7 +26,7 @@ def nothing_heavy(monkeypatch):
     monkeypatch.setattr(ppo_trainer, "load_tokenizer", loaded)
     monkeypatch.setattr(worker_setup, "start_workers", loaded)
     monkeypatch.setattr(worker_setup, "create_loaders", loaded)
-    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    monkeypatch.setenv(DEBUG_ENV, "")  # off, and unset again after the test (--debug sets it)
 
 
 @pytest.fixture
