@@ -67,7 +67,8 @@ def _context(**changes):
     config = OmegaConf.create({
         "algorithm": {"adv_estimator": "grpo"}, "data": {"train_batch_size": 4},
         "actor_rollout_ref": {"rollout": {"temperature": 0.7},
-                              "actor": {"ppo_epochs": 1, "fuse_old_log_prob": True}},
+                              "actor": {"ppo_epochs": 1, "fuse_old_log_prob": True,
+                                        "segment_weighting": "episode"}},
         "trainer": {"seed": 1},
     })  # fmt: skip
     fields = dict(reward_fn="reward", kl_ctrl=None, trace="trace", watchdog="watchdog",
@@ -83,6 +84,7 @@ def test_the_context_holds_the_sections_the_stages_read():
     assert ctx.trainer_cfg.seed == 1 and ctx.n_workers == 2
     assert ctx.models.actor_rollout == "actor" and ctx.total_training_steps == 3
     assert ctx.fuse_old_log_prob  # actor.fuse_old_log_prob with one PPO epoch
+    assert ctx.segment_weighting == "episode"  # actor.segment_weighting
     assert not hasattr(ctx, "config") and not hasattr(ctx, "trainer")
 
 
