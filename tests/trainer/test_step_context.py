@@ -66,9 +66,10 @@ def test_no_function_of_the_trainer_package_takes_the_trainer():
 def _context(**changes):
     config = OmegaConf.create({
         "algorithm": {"adv_estimator": "grpo"}, "data": {"train_batch_size": 4},
-        "actor_rollout_ref": {"rollout": {"temperature": 0.7},
+        "actor_rollout_ref": {"rollout": {"temperature": 0.7, "n": 2},
                               "actor": {"ppo_epochs": 1, "fuse_old_log_prob": True,
-                                        "segment_weighting": "episode"}},
+                                        "segment_weighting": "episode",
+                                        "ppo_mini_batch_size": 2}},
         "trainer": {"seed": 1},
     })  # fmt: skip
     fields = dict(reward_fn="reward", kl_ctrl=None, trace="trace", watchdog="watchdog",
@@ -85,6 +86,7 @@ def test_the_context_holds_the_sections_the_stages_read():
     assert ctx.models.actor_rollout == "actor" and ctx.total_training_steps == 3
     assert ctx.fuse_old_log_prob  # actor.fuse_old_log_prob with one PPO epoch
     assert ctx.segment_weighting == "episode"  # actor.segment_weighting
+    assert ctx.row_multiple == 4  # the global mini-batch in rows: 2 prompts x n = 2
     assert not hasattr(ctx, "config") and not hasattr(ctx, "trainer")
 
 
