@@ -33,6 +33,17 @@ def cli_binary(env_var: str, name: str) -> str:
 
 
 @pytest.fixture
+def tmp_path():
+    """A short folder per test, in place of pytest's own: an episode's gateway socket lives
+    in the episode folder the tests make under it, and a unix socket's path holds at most
+    107 bytes (pytest's tmp_path under an xdist worker, /tmp/pytest-of-USER/pytest-N/
+    popen-gwK/TEST_NAME0/, leaves too little of them)."""
+    path = Path(tempfile.mkdtemp(prefix="ar-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
 def bwrap() -> str:
     path = find_bwrap()
     if path is None:

@@ -118,7 +118,8 @@ def image() -> str:
 def _spec(folder: Path, image: str, limits: EpisodeLimits = NO_LIMITS, **kw) -> SandboxSpec:
     (folder / "work").mkdir(parents=True, exist_ok=True)
     return SandboxSpec(kind="container", workdir=folder / "work", writable=same_place(folder),
-                       image=image, limits=limits, name=f"agentrl-test-{folder.name}",
+                       image=image, limits=limits,
+                       name=f"agentrl-test-{folder.parent.name}-{folder.name}",  # unique per test
                        watched=(folder,), **kw)
 
 
@@ -215,7 +216,7 @@ def test_a_fork_bomb_and_a_memory_hog_end_their_runs_not_the_others(tmp_path, im
     assert (hogged.stopped, hogged.limit) == ("limit", "memory")
     assert bomb_s < 20 and hog_s < 20  # not the 60 s budget, nor the sleeps
     assert (calm_run.stopped, calm_run.returncode, calm_run.stdout) == ("exit", 0, "calm\n")
-    assert _containers("agentrl-test-") == []
+    assert [c for c in _containers(f"agentrl-test-{tmp_path.name}-")] == []  # this test's
 
 
 def test_a_daemonized_tree_dies_with_its_container_at_the_budget(tmp_path, image):
