@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib
 import logging
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import yaml
 from agentrl.environments.spec import parse_spec
 from agentrl.utils.answer_tags import ANSWER_TAG
 from agentrl.utils.jsonl import write_parquet
+from agentrl.utils.out_dir import check_writable_dir
 
 logger = logging.getLogger(__name__)
 
@@ -55,22 +55,6 @@ def check_answer_tag(tag: str) -> None:
                          "letters, digits, _, - or . (the answer goes inside <TAG></TAG>)")
 
 
-def check_writable_out_dir(out: Path) -> None:
-    """ValueError unless `out` is, or can be made as, a directory this process can write."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a directory")
-    existing = out
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"--out {out} is under {existing}, which is a file, not a directory")
-    try:
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as err:
-        raise ValueError(f"--out {out}: cannot write in {existing} ({err.strerror or err})") from err
-
-
 def prepare_environment(
     spec: str,
     out_dir: str | Path,
@@ -90,7 +74,7 @@ def prepare_environment(
         raise ValueError(f"--size and --test-size must be >= 1, got {size} and {test_size}")
     check_answer_tag(answer_tag)
     out = Path(out_dir).expanduser()
-    check_writable_out_dir(out)
+    check_writable_dir(out, "--out")
     train, test, configs = _adapter(parsed.kind).prepare(
         parsed.name, size, test_size, seed, answer_tag, allow_shared_prompts=allow_shared_prompts
     )
@@ -114,4 +98,4 @@ def prepare_environment(
     return Prepared(train_path, test_path, written, overrides)
 
 
-__all__ = ["Prepared", "check_answer_tag", "check_writable_out_dir", "prepare_environment"]
+__all__ = ["Prepared", "check_answer_tag", "prepare_environment"]
