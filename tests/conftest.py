@@ -127,3 +127,4 @@ def make_config(tiny_model_dir, trainer_data, tmp_path):
         ])  # fmt: skip
 
     return make
+
