@@ -12,8 +12,10 @@ import shutil
 import socket
 import tempfile
 import threading
+import types
 from pathlib import Path
 
+import httpx
 import pytest
 
 from agentrl.agents.sandbox import find_bwrap
@@ -151,3 +153,15 @@ def assert_contained(text: str) -> None:
     assert SECRET not in text and HIDDEN not in text
     assert "[build-system]" not in text and "[project]" not in text  # the checkout's file
     assert "No such file or directory" in text
+
+
+def run_harness_episode(harness, task: dict, options) -> dict:
+    """One episode of `harness` on `task`, its model client pointed at no gateway (the
+    fake CLIs of these tests never call it)."""
+    from agentrl.agents.harness import run_episode
+
+    async def main():
+        async with httpx.AsyncClient() as http:
+            client = types.SimpleNamespace(_client=http, base_url="http://g/sessions/s/v1")
+            return await run_episode(harness, task, client, options)
+    return asyncio.run(main())

@@ -8,16 +8,15 @@ from __future__ import annotations
 import asyncio
 import sys
 import textwrap
-import types
 from pathlib import Path
 
-import httpx
 import pytest
 
 from agentrl.agents.cage import Sandbox, SandboxSpec, sandbox_class
 from agentrl.agents.container import ContainerSandbox
-from agentrl.agents.harness import AgentOptions, Harness, run_episode
+from agentrl.agents.harness import AgentOptions, Harness
 from agentrl.agents.sandbox import BwrapSandbox, UncagedSandbox
+from tests.agents.conftest import run_harness_episode
 
 USER_BOX = '''
 import shutil
@@ -77,14 +76,6 @@ def _harness(tmp_path: Path, script: str) -> Harness:
                    final_text=lambda out: out)
 
 
-def _run(harness: Harness, task: dict, options: AgentOptions) -> dict:
-    async def main():
-        async with httpx.AsyncClient() as http:
-            client = types.SimpleNamespace(_client=http, base_url="http://g/sessions/s/v1")
-            return await run_episode(harness, task, client, options)
-    return asyncio.run(main())
-
-
 def test_a_users_sandbox_class_runs_the_episode_through_the_interface(tmp_path, monkeypatch):
     (tmp_path / "my_boxes.py").write_text(textwrap.dedent(USER_BOX))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -94,7 +85,7 @@ def test_a_users_sandbox_class_runs_the_episode_through_the_interface(tmp_path, 
                                     root=str(tmp_path / "ep"))
     task = {"raw_prompt": [{"role": "user", "content": "do it"}],
             "extra_info": {"files": {"in.txt": "x"}, "check": "grep -qx 'do it' prompt.txt"}}
-    result = _run(harness, task, options)
+    result = run_harness_episode(harness, task, options)
     assert (result["cli_exit"], result["check_exit"], result["score"]) == (0, 0, 1.0)
     calls = sys.modules["my_boxes"].CALLS
     episode = calls[0][1]

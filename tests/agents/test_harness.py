@@ -6,18 +6,16 @@ the check runs over a copy of the workspace with the check's files written in.""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import shutil
 import tempfile
-import types
 from pathlib import Path
 
-import httpx
 import pytest
 
-from agentrl.agents.harness import AgentOptions, Harness, find_binary, run_episode
+from agentrl.agents.harness import AgentOptions, Harness, find_binary
+from tests.agents.conftest import run_harness_episode
 
 
 def _harness(tmp_path: Path, script: str) -> Harness:
@@ -31,14 +29,6 @@ def _harness(tmp_path: Path, script: str) -> Harness:
                    prepare_home=lambda home: None, final_text=lambda out: out)
 
 
-def _run(harness: Harness, task: dict, options: AgentOptions) -> dict:
-    async def main():
-        async with httpx.AsyncClient() as http:
-            client = types.SimpleNamespace(_client=http, base_url="http://g/sessions/s/v1")
-            return await run_episode(harness, task, client, options)
-    return asyncio.run(main())
-
-
 def test_the_check_scores_the_workspace_and_the_folder_goes(tmp_path, monkeypatch):
     harness = _harness(tmp_path, 'echo "$1" > prompt.txt; echo "$FAKE_URL" > url.txt\n')
     root = tmp_path / "episodes"
@@ -50,11 +40,11 @@ def test_the_check_scores_the_workspace_and_the_folder_goes(tmp_path, monkeypatc
     task = {"raw_prompt": [{"role": "user", "content": "do it"}],
             "extra_info": {"files": {"in.txt": "x"},
                            "check": "grep -qx 'do it' prompt.txt && grep -q '127.0.0.1:[0-9]' url.txt"}}
-    assert _run(harness, task, options) == {"turns": 0, "stopped": "exit", "cli_exit": 0,
+    assert run_harness_episode(harness, task, options) == {"turns": 0, "stopped": "exit", "cli_exit": 0,
                                             "check_exit": 0, "score": 1.0, "limit": None,
                                             "limit_kills": 0}
     task["extra_info"]["check"] = "false"
-    assert _run(harness, task, options)["score"] == 0.0
+    assert run_harness_episode(harness, task, options)["score"] == 0.0
     assert list(root.iterdir()) == []
 
 
@@ -64,11 +54,11 @@ def test_without_a_check_the_tasks_scorer_reads_the_final_text(tmp_path):
                            root=str(tmp_path / "ep"))
     task = {"raw_prompt": [{"role": "user", "content": "6*7?"}],
             "data_source": "agentrl/arithmetic", "reward_model": {"ground_truth": "42"}}
-    assert _run(harness, task, options)["score"] == 1.0
+    assert run_harness_episode(harness, task, options)["score"] == 1.0
     task["reward_model"] = {"ground_truth": "41"}
-    assert _run(harness, task, options)["score"] == 0.0
+    assert run_harness_episode(harness, task, options)["score"] == 0.0
     with pytest.raises(ValueError, match="neither extra_info.check nor"):
-        _run(harness, {"raw_prompt": task["raw_prompt"]}, options)
+        run_harness_episode(harness, {"raw_prompt": task["raw_prompt"]}, options)
 
 
 def test_the_wall_clock_budget_kills_the_cli_and_the_row_may_shorten_it(tmp_path):
@@ -77,7 +67,7 @@ def test_the_wall_clock_budget_kills_the_cli_and_the_row_may_shorten_it(tmp_path
                            root=str(tmp_path / "ep"))
     task = {"raw_prompt": [{"role": "user", "content": "x"}],
             "extra_info": {"check": "test -f started", "agent": {"timeout_s": 1}}}
-    result = _run(harness, task, options)
+    result = run_harness_episode(harness, task, options)
     assert result["stopped"] == "timeout" and result["cli_exit"] is None
     assert result["score"] == 1.0
 
@@ -103,7 +93,7 @@ def test_options_and_missing_pieces_are_named(tmp_path, monkeypatch):
     bwrapped = AgentOptions(binary=str(tmp_path / "fake-cli"), sandbox="bwrap",
                             root=str(tmp_path / "ep"))
     with pytest.raises(FileNotFoundError, match="AGENTRL_AGENT_SANDBOX=none"):
-        _run(harness, {"raw_prompt": [{"role": "user", "content": "x"}]}, bwrapped)
+        run_harness_episode(harness, {"raw_prompt": [{"role": "user", "content": "x"}]}, bwrapped)
 
 
 def test_in_the_cage_the_cli_sees_no_home_and_no_check_files(tmp_path, bwrap):
@@ -124,7 +114,7 @@ echo "print('planted')" > test_calc.py
                            "check": 'python3 test_calc.py > ran.txt; case "$PWD" in '
                                     '*/workspace) exit 0;; esac; exit 1'}}
     try:
-        result = _run(harness, task, options)
+        result = run_harness_episode(harness, task, options)
     finally:
         os.unlink(secret)
     assert (result["cli_exit"], result["check_exit"], result["score"]) == (0, 0, 1.0)
@@ -142,7 +132,7 @@ def test_a_rows_missing_ro_bind_is_named(tmp_path, bwrap):
     task = {"raw_prompt": [{"role": "user", "content": "x"}],
             "extra_info": {"check": "true", "agent": {"ro_binds": ["/no/such/data"]}}}
     with pytest.raises(FileNotFoundError, match="ro_binds: '/no/such/data' does not exist"):
-        _run(harness, task, options)
+        run_harness_episode(harness, task, options)
     task["extra_info"]["agent"] = {"interpreters": ["no-such-interpreter"]}
     with pytest.raises(FileNotFoundError, match="interpreters: 'no-such-interpreter'"):
-        _run(harness, task, options)
+        run_harness_episode(harness, task, options)
