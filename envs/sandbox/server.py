@@ -35,6 +35,7 @@ from envs.sandbox.config import SandboxConfig
 from envs.sandbox.isolation import check_required, probe_isolation
 from envs.sandbox.runner import QueueFullError, RunResult, SandboxRunner
 from envs.sandbox.spec import CODE_FILE, Isolation
+from envs.sandbox.uid_range import claim_uid_range
 
 logger = logging.getLogger(__name__)
 
@@ -141,8 +142,8 @@ def _response(result: RunResult, isolation: Isolation) -> dict:
 
 def create_app(config: SandboxConfig | None = None, isolation: Isolation | None = None) -> FastAPI:
     """The FastAPI app. Probes the machine's isolation (well under a second) unless given."""
-    config = (config or SandboxConfig()).validate()
-    clean_up_after_crashed_servers(config)
+    config, uids = claim_uid_range((config or SandboxConfig()).validate())
+    clean_up_after_crashed_servers(config)  # only this server's uids: the claim holds them
     isolation = isolation or probe_isolation(config)
     check_required(config, isolation)
     runner = SandboxRunner(config, isolation)
@@ -151,6 +152,8 @@ def create_app(config: SandboxConfig | None = None, isolation: Isolation | None 
     async def lifespan(_: FastAPI):
         yield
         runner.close()
+        if uids is not None:
+            uids.release()
 
     app = FastAPI(title="agentrl sandbox", description="SandboxFusion-compatible Python runner",
                   lifespan=lifespan)

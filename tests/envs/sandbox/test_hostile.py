@@ -55,6 +55,7 @@ class Server:
         while True:
             try:
                 self.health = httpx.get(f"{self.url}/health", timeout=1).json()
+                self.uid_base = self.health["limits"]["uid_base"]  # the range it claimed
                 return
             except httpx.TransportError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -14,28 +14,40 @@ import pytest
 from envs.sandbox.config import SandboxConfig
 from envs.sandbox.isolation import probe_isolation
 from envs.sandbox.runner import SandboxRunner
+from envs.sandbox.uid_range import claim_uid_range
 
-UID_BASE = 1_600_000
+UIDS = {"base": 1_600_000}  # the range this module's runners hold (the uids fixture claims it)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def uids():
+    """Claim a uid range as the server does: a sandbox server of another test running at the
+    same time (pytest-xdist) ends its stragglers by uid and must not own these."""
+    config, held = claim_uid_range(SandboxConfig(uid_base=UIDS["base"], max_concurrent=2))
+    UIDS["base"] = config.uid_base
+    yield config.uid_base
+    if held is not None:
+        held.release()
 
 
 def _config(**overrides) -> SandboxConfig:
-    return SandboxConfig(uid_base=UID_BASE, max_concurrent=2, **overrides).validate()
+    return SandboxConfig(uid_base=UIDS["base"], max_concurrent=2, **overrides).validate()
 
 
 @pytest.fixture(scope="module")
-def full():
+def full(uids):
     config = _config(max_output_bytes=4096)
     return config, probe_isolation(config)
 
 
 @pytest.fixture(scope="module")
-def no_pid_namespace():
+def no_pid_namespace(uids):
     config = _config(pid_namespace=False)
     return config, probe_isolation(config)
 
 
 @pytest.fixture(scope="module")
-def no_namespaces():
+def no_namespaces(uids):
     config = _config(network_namespace=False, pid_namespace=False, mount_namespace=False)
     return config, probe_isolation(config)
 
@@ -49,7 +61,7 @@ def _sandbox_processes() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["uids"]):
         uids = proc.info["uids"]
-        if uids is not None and UID_BASE <= uids.real < UID_BASE + 2:
+        if uids is not None and UIDS["base"] <= uids.real < UIDS["base"] + 2:
             found.append(proc)
     return found
 
