@@ -128,3 +128,12 @@ def make_config(tiny_model_dir, trainer_data, tmp_path):
 
     return make
 
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """End-to-end tests (marked slow, vllm or harness) first, each group still in the order
+    pytest-randomly gave (it shuffles before this hook runs). Under pytest-xdist a
+    minutes-long test then starts early while quick tests fill the other worker, instead of
+    starting last and running alone at the end."""
+    items.sort(key=lambda item: not any(item.get_closest_marker(name)
+                                        for name in ("slow", "vllm", "harness")))
