@@ -98,7 +98,7 @@ JS = r"""
   if (!data.order.length) { return; }
   var sourceSel = $("f-source"), stepSel = $("f-step"), outcomeSel = $("f-outcome");
   var minIn = $("f-min"), maxIn = $("f-max"), list = $("traj-list"), detail = $("traj-detail");
-  var count = $("f-count"), selected = null;
+  var count = $("f-count"), orderSel = $("f-order"), selected = null;
   data.order.forEach(function (name) {
     var o = el("option", null, data.sources[name].label); o.value = name; sourceSel.appendChild(o);
   });
@@ -112,7 +112,18 @@ JS = r"""
       var o = el("option", null, "step " + s); o.value = String(s); stepSel.appendChild(o);
     });
   }
+  function gapOf(r) {
+    var g = r.extra ? r.extra.logprob_gap_max : undefined;
+    return typeof g === "number" ? g : -Infinity;
+  }
   function filtered() {
+    var rows = matching();
+    if (orderSel && orderSel.value === "gap") {
+      rows = rows.slice().sort(function (a, b) { return gapOf(b) - gapOf(a); });
+    }
+    return rows;
+  }
+  function matching() {
     var step = stepSel.value, outcome = outcomeSel.value;
     var lo = minIn.value === "" ? -Infinity : Number(minIn.value);
     var hi = maxIn.value === "" ? Infinity : Number(maxIn.value);
@@ -215,7 +226,9 @@ JS = r"""
     detail.appendChild(renderTokens(r));
   }
   sourceSel.addEventListener("change", function () { fillSteps(); renderList(); });
-  [stepSel, outcomeSel].forEach(function (s) { s.addEventListener("change", renderList); });
+  [stepSel, outcomeSel, orderSel].forEach(function (s) {
+    if (s) { s.addEventListener("change", renderList); }
+  });
   [minIn, maxIn].forEach(function (s) { s.addEventListener("input", renderList); });
   fillSteps();
   renderList();

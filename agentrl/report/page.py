@@ -234,6 +234,8 @@ def _viewer_section(
         "</select></label>"
         '<label>reward from <input id="f-min" type="number" step="any"></label>'
         '<label>to <input id="f-max" type="number" step="any"></label>'
+        '<label>order <select id="f-order"><option value="dumped">as dumped</option>'
+        '<option value="gap">largest train/inference gap first</option></select></label>'
         '<span id="f-count"></span></div>'
         '<div class="viewer"><ol id="traj-list"></ol><div id="traj-detail"></div></div>'
         "</section>"

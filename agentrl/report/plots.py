@@ -41,6 +41,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 EVAL_LABELS = {"eval_sft": "after SFT", "eval_rl": "after GRPO", "control": "SFT-only control"}
 EVAL_COLOURS = {"eval_sft": "tab:blue", "eval_rl": "tab:orange", "control": "tab:grey"}
 VAL_TOOL_RATE = "val-aux/rollout/tool_call_rate"
+GAP = "training/rollout_log_probs_diff"  # the train/inference gap metrics' prefix
 # Stages the trainer times after a step, outside timing_s/step (ppo_trainer._after_step).
 AFTER_STEP = ("timing_s/testing", "timing_s/save_checkpoint")
 
@@ -416,6 +417,15 @@ def training_plots(rows: list[dict[str, Any]], evaluation: dict[str, Any]) -> li
              ("KL", ["actor/ppo_kl", "actor/kl_loss"], "KL", False)],
             "share of clipped ratios (actor/pg_clipfrac), and KL(old || new) of the update "
             "(actor/ppo_kl) and the KL loss (actor/kl_loss)",
+        ),
+        _panels(
+            rows, "logprob_gap", "Train/inference gap",
+            [("log-prob gap of the trained tokens", [f"{GAP}_p50", f"{GAP}_p99", f"{GAP}_max"],
+              "|rollout - trainer| log-prob", False)],
+            "per step, the median, 99th percentile and largest |rollout log-prob - trainer "
+            "log-prob| over the trained tokens (training/rollout_log_probs_diff_*): the gap the "
+            "rollout correction works on; the viewer's order \"largest train/inference gap "
+            "first\" lists the trajectories it comes from",
         ),
         _timing(rows),
     ]  # fmt: skip

@@ -8,8 +8,10 @@ A row: ``step``, ``uid``, ``input`` and ``output`` (decoded), ``score`` (the tot
 ``response_ids`` (no padding), ``loss_mask`` (aligned with response_ids: 1 on model tokens,
 0 on tool and user turns), ``response_tokens`` (each response id decoded on its own, so the
 report needs no tokenizer), ``messages``, ``num_turns``, ``tool_calls`` ({tool: calls}),
-``finish_reason`` and ``policy_versions`` (the policy versions that wrote its model tokens;
-[] when the rollout reported none).
+``finish_reason``, ``policy_versions`` (the policy versions that wrote its model tokens;
+[] when the rollout reported none) and ``logprob_gap_max``: the largest |rollout log-prob -
+trainer log-prob| over its trained tokens (absent when the batch lacks either; the report's
+viewer orders trajectories by it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def dump_trajectories(directory: Path, data: DataProto, step: int, tokenizer: An
     """Append ``data``'s rows to ``directory/{step}.jsonl`` (see the module docstring)."""
     directory.mkdir(parents=True, exist_ok=True)
     scores = data.batch["token_level_scores"].sum(-1).tolist()  # (B,)
+    gaps = logprob_gap_max(data)
     columns = data.non_tensor_batch
     absent = [None] * len(data)
     with (directory / f"{step}.jsonl").open("a", encoding="utf-8") as f:
@@ -55,7 +58,20 @@ def dump_trajectories(directory: Path, data: DataProto, step: int, tokenizer: An
                 "finish_reason": columns.get("finish_reason", absent)[i],
                 "policy_versions": policy_versions(data, i),
             }
+            if gaps is not None:
+                row["logprob_gap_max"] = gaps[i]
             f.write(json.dumps(row, default=_json_default) + "\n")
+
+
+def logprob_gap_max(data: DataProto) -> list[float] | None:
+    """Per row, the largest |rollout log-prob - trainer log-prob| over its trained tokens
+    (0.0 for a row with none); None when the batch lacks either log-prob."""
+    keys = data.batch.keys()
+    if "rollout_log_probs" not in keys or "old_log_probs" not in keys:
+        return None
+    gap = (data.batch["rollout_log_probs"].float() - data.batch["old_log_probs"].float()).abs()
+    gap = torch.where(data.batch["response_mask"].bool(), gap, torch.zeros_like(gap))
+    return [round(v, 6) for v in gap.max(dim=-1).values.tolist()]
 
 
 def policy_versions(data: DataProto, i: int) -> list[int]:

@@ -143,8 +143,9 @@ def failure_metrics(data: Any, reward_fn_key: str = DATA_SOURCE_KEY) -> dict[str
 def compute_rollout_logprob_gap(data: Any) -> dict[str, float]:
     """How far the engine's log-probs are from the trainer's (``old_log_probs``), over the
     model's own tokens (``response_mask``): verl's ``training/rollout_probs_diff_*`` (in
-    probability) and ``training/rollout_log_probs_diff_*`` (in log-probability). Empty
-    when the batch lacks either (the engine was not asked for log-probs)."""
+    probability) and ``training/rollout_log_probs_diff_*`` (in log-probability), the latter
+    also as its median and 99th percentile over the step's trained tokens (``_p50``,
+    ``_p99``). Empty when the batch lacks either (the engine was not asked for log-probs)."""
     keys = data.batch.keys()
     if "rollout_log_probs" not in keys or "old_log_probs" not in keys:
         return {}
@@ -155,12 +156,15 @@ def compute_rollout_logprob_gap(data: Any) -> dict[str, float]:
     trainer = data.batch["old_log_probs"].float()[mask]
     probs = (rollout.exp() - trainer.exp()).abs()
     logs = (rollout - trainer).abs()
+    p50, p99 = np.quantile(logs.double().cpu().numpy(), [0.5, 0.99]).tolist()
     return {
         "training/rollout_probs_diff_max": probs.max().item(),
         "training/rollout_probs_diff_mean": probs.mean().item(),
         "training/rollout_probs_diff_std": probs.std(unbiased=False).item(),
         "training/rollout_log_probs_diff_max": logs.max().item(),
         "training/rollout_log_probs_diff_mean": logs.mean().item(),
+        "training/rollout_log_probs_diff_p50": p50,
+        "training/rollout_log_probs_diff_p99": p99,
     }
 
 

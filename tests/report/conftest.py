@@ -29,6 +29,7 @@ EXPECTED_PLOTS = [
     "length_turns",
     "entropy",
     "clip_kl",
+    "logprob_gap",
     "timing",
 ]
 
@@ -71,6 +72,7 @@ def dump_row(
         "num_turns": 4,
         "tool_calls": {"calculator": 1},
         "finish_reason": "stop",
+        "logprob_gap_max": round(0.01 * (k + 1) * step, 4),
     }
 
 
@@ -86,6 +88,9 @@ def metrics_rows(steps: int = 3) -> list[dict[str, Any]]:
             "rollout/assistant_turns/mean": 1.5,
             "actor/entropy": 2.0 - 0.1 * step, "actor/pg_clipfrac": 0.0, "actor/ppo_kl": 0.001,
             "timing_s/gen": 1.5, "timing_s/update_actor": 0.5, "timing_s/step": 2.1,
+            "training/rollout_log_probs_diff_p50": 0.001 * step,
+            "training/rollout_log_probs_diff_p99": 0.01 * step,
+            "training/rollout_log_probs_diff_max": 0.04 * step,
         })  # fmt: skip
     rows[-1]["val-core/agentrl/arithmetic/acc/mean@1"] = 0.5
     return rows

@@ -107,6 +107,16 @@ def test_dump_rows_carry_tokens_masks_and_messages_and_the_report_shows_them(
         assert row["tool_calls"] == {"calculator": 1} and row["num_turns"] == 4
         assert row["acc"] == float(row["score"] >= 1.0) and row["request_state"] == "completed"
 
+    # the scripted engine reports -0.5 per token: each row's largest gap over its trained
+    # tokens, and the step's largest over all rows is the metric's max
+    metrics = [json.loads(line) for line in (scripted_run / "metrics.jsonl").read_text().splitlines()]
+    step = next(m for m in metrics if m.get("step") == 1 and "training/rollout_log_probs_diff_max" in m)
+    assert all(row["logprob_gap_max"] > 0 for row in rows)
+    assert max(row["logprob_gap_max"] for row in rows) == pytest.approx(
+        step["training/rollout_log_probs_diff_max"], abs=1e-5)
+    assert (0 < step["training/rollout_log_probs_diff_p50"]
+            <= step["training/rollout_log_probs_diff_p99"] <= step["training/rollout_log_probs_diff_max"])
+
     assert main(["report", str(scripted_run)]) == 0
     page = (scripted_run / "report.html").read_text(encoding="utf-8")
     data = json.loads(re.search(r'id="report-data">(.*?)</script>', page, re.S).group(1))
@@ -115,3 +125,4 @@ def test_dump_rows_carry_tokens_masks_and_messages_and_the_report_shows_them(
     assert [r["mask"] for r in records] == [r["loss_mask"] for r in rows]
     assert all(r["tool_calls"] == 1 for r in records)
     assert 'id="plot-reward"' in page and 'id="plot-tool_calls"' in page
+    assert 'id="plot-logprob_gap"' in page and '<option value="gap">' in page

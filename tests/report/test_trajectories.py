@@ -15,7 +15,8 @@ def test_a_trainer_dump_row_becomes_a_record(synthetic):
     assert record["tool_calls"] == 1 and record["turns"] == 4 and record["state"] == "completed"
     assert record["tokens"] == synthetic.TOKENS and record["mask"] == synthetic.MASK
     assert record["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"expression": "12*3"}
-    assert record["extra"] == {"acc": 1.0, "format_bonus": 0.05}
+    # the row's own train/inference gap is shown, and the viewer's "gap" order sorts by it
+    assert record["extra"] == {"acc": 1.0, "format_bonus": 0.05, "logprob_gap_max": 0.04}
     assert to_record(synthetic.dump_row(2, 0, acc=0.0), "rollouts", None)["correct"] is False
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -136,6 +137,11 @@ def test_rollout_logprob_gap_over_the_models_tokens_only():
     assert gap["training/rollout_probs_diff_mean"] == pytest.approx(0.2 / 4)
     assert gap["training/rollout_log_probs_diff_max"] == pytest.approx(abs(
         torch.log(torch.tensor(0.5 / 0.4)).item()))
+    # the trained tokens' gaps, sorted: 0, 0, log(0.9/0.8), log(0.5/0.4)
+    small, large = np.log(0.9 / 0.8), np.log(0.5 / 0.4)
+    assert gap["training/rollout_log_probs_diff_p50"] == pytest.approx(small / 2, rel=1e-5)
+    assert gap["training/rollout_log_probs_diff_p99"] == pytest.approx(
+        small + 0.97 * (large - small), rel=1e-5)
     assert compute_rollout_logprob_gap(data.select(batch_keys=["old_log_probs",
                                                                "response_mask"])) == {}
 
