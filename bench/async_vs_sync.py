@@ -137,6 +137,16 @@ def table(result: dict[str, Any], modes: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
+def summary(results: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, Any]:
+    """``{mode}_steps_per_min`` (means over the seeds) and ``async_over_sync``."""
+    mean = {mode: sum(r[mode]["steps_per_min"] for r in results) / len(results)
+            for mode in modes}
+    line: dict[str, Any] = {f"{mode}_steps_per_min": round(mean[mode], 3) for mode in modes}
+    if "sync" in mean and "async" in mean:
+        line["async_over_sync"] = round(mean["async"] / mean["sync"], 3)
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -159,11 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                    for seed in args.seeds]
     for result in results:
         print(table(result, modes) + "\n")
-    mean = {mode: sum(r[mode]["steps_per_min"] for r in results) / len(results)
-            for mode in modes}
-    line = {f"{mode}_steps_per_min": round(mean[mode], 3) for mode in modes}
-    if "sync" in mean and "async" in mean:
-        line["async_over_sync"] = round(mean["async"] / mean["sync"], 3)
+    line = summary(results, modes)
     line["slowed"] = slowed_record
     line["overrides"] = list(args.override)
     line["seeds"] = results
