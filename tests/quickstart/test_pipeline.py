@@ -279,24 +279,34 @@ def _vllm_python() -> str:
 @pytest.mark.slow
 def test_the_vllm_variant_trains_on_a_vllm_server_whose_weights_are_verified(tmp_path):
     """`agentrl quickstart --rollout vllm` on small budgets: two GRPO steps on a vLLM
-    server launched from its own interpreter, every sync verified on the server, the
-    evaluations on the hf engine, the trained model exported and evaluated. 30 SFT steps
-    teach no arithmetic, so every reward is 0 and GRPO alone would not move the weights: an
-    entropy bonus does, so the second step samples from weights the server must have
-    reloaded (learning itself is what bench/quickstart_seeds.py --rollout vllm measures)."""
+    server launched from its own interpreter, every sync verified on the server (checksums
+    and the probe), the evaluations on the hf engine, the trained model exported and
+    evaluated. The model is the tiny one with its output layer TIED (the variant's own
+    `untied` default is checked above, without a server): vLLM's CPU build keeps a stale
+    tied output layer after a reload (tests/rollout/backends/test_vllm.py's probe test),
+    so its servers run an untied copy and every directory synced to them holds
+    lm_head.weight (untie.py) while the trainer's model stays tied; the probe would fail
+    the second sync, and the sampled log-probs would differ from the trainer's, if that
+    path served a stale layer. 10 SFT steps teach no arithmetic, so every reward is 0 and
+    GRPO alone would not move the weights: an entropy bonus does, so the second step
+    samples from weights the server must have reloaded (learning itself is what
+    bench/quickstart_seeds.py --rollout vllm measures)."""
     from safetensors.torch import load_file
 
     out = tmp_path / "qs"
     settings = settings_for(
-        "calculator", rollout="vllm", server_python=_vllm_python(), steps=2, sft_steps=30,
-        sft_check=0, sft_examples=256, n_train=64, n_test=8, control=False,
+        "calculator", rollout="vllm", server_python=_vllm_python(), untied=False, steps=2,
+        sft_steps=10, sft_check=0, sft_examples=64, n_train=16, n_test=4, control=False,
         overrides=("actor_rollout_ref.rollout.launch_timeout=600",
-                   "actor_rollout_ref.actor.entropy_coeff=0.01"),
+                   "actor_rollout_ref.actor.entropy_coeff=0.01",
+                   # 4 prompts x 4 samples a step, 2 optimizer steps each (the recipe's 16 x 8)
+                   "data.train_batch_size=4", "actor_rollout_ref.rollout.n=4",
+                   "actor_rollout_ref.actor.ppo_mini_batch_size=2"),
     )  # fmt: skip
     report = run_quickstart(out, settings)
     init = json.loads((out / "model_init" / "config.json").read_text())
     assert init["hidden_size"] // init["num_attention_heads"] == 32
-    assert init["tie_word_embeddings"] is False
+    assert init["tie_word_embeddings"] is True
     logged = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
     # step 0: the validation before training (the quickstart's val_freq), then the two steps
     assert logged[0]["step"] == 0 and any(k.startswith("val-core/") for k in logged[0])
@@ -305,7 +315,7 @@ def test_the_vllm_variant_trains_on_a_vllm_server_whose_weights_are_verified(tmp
     for m in metrics:  # the server held every tensor the trainer sent, after every update
         assert m["rollout/weights_verified"] == 1
         assert m["timing/weight_sync_s"] > 0 and m["actor/grad_norm"] > 0
-        assert m["rollout/requests"] >= 16 * 8  # a step's 16 prompts x 8, multi-turn
+        assert m["rollout/requests"] >= 4 * 4  # a step's 4 prompts x 4, multi-turn
         # vLLM sampled from the weights the trainer scores with (fp32 both: 3e-8 and 6e-9
         # apart in probability here, at most 2e-5 over a full 25-step run); at step 2 those
         # are the weights step 1 trained and synced
@@ -313,12 +323,17 @@ def test_the_vllm_variant_trains_on_a_vllm_server_whose_weights_are_verified(tmp
     assert "name: vllm" in (out / "rl" / "config.yaml").read_text()
     # GRPO changed the weights it exported, and the evaluations ran on both models
     sft = load_file(out / "model_sft" / "model.safetensors")
-    rl = load_file(rl_model_dir(load_config(RECIPE_CONFIG, [f"trainer.default_local_dir={out / 'rl'}"]))
-                   / "model.safetensors")  # fmt: skip
-    assert "lm_head.weight" in rl
-    # each Adam step moves a parameter with a gradient by about the lr (3e-4)
+    rl_dir = rl_model_dir(load_config(RECIPE_CONFIG, [f"trainer.default_local_dir={out / 'rl'}"]))
+    rl = load_file(rl_dir / "model.safetensors")
+    # the trainer's model stayed tied (only the servers' directories were untied)
+    embeddings = "model.embed_tokens.weight"
+    assert json.loads((rl_dir / "config.json").read_text())["tie_word_embeddings"] is True
+    assert rl[embeddings].equal(rl.get("lm_head.weight", rl[embeddings]))
+    # each Adam step moves a parameter with a gradient by about the lr (1.5e-4; 4 steps),
+    # the embeddings (the tied output layer) among them
     assert max((sft[k] - rl[k]).abs().max().item() for k in sft) > 2e-4
-    assert report["eval_sft"]["trajectories"] == report["eval_rl"]["trajectories"] == 8
+    assert (sft[embeddings] - rl[embeddings]).abs().max().item() > 2e-4
+    assert report["eval_sft"]["trajectories"] == report["eval_rl"]["trajectories"] == 4
     assert set(report["timing_s"]) == {
         "model", "data", "sft", "eval_sft", "rl", "eval_rl", "report", "total"
     }  # fmt: skip
