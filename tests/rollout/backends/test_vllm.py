@@ -14,6 +14,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -138,6 +139,9 @@ def test_the_launcher_runs_vllms_server_module_with_its_flags(tiny_model_dir):
 
 # ---------------------------------------------------------------- real vLLM servers
 
+# The tests on the module's servers (`vllm_servers`) are marked xdist_group("vllm"): one
+# xdist worker runs them all (--dist loadgroup), so the servers start once.
+
 
 def vllm_python() -> str:
     python = os.environ.get("AGENTRL_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
@@ -150,35 +154,51 @@ def vllm_python() -> str:
 
 
 @pytest.fixture(scope="module")
-def untied_model_dir(tmp_path_factory) -> Path:
-    """The tiny model with an output layer of its own, its matrices sharpened as the varied
-    model's (vLLM's CPU build does not reload a tied output layer: see the probe test)."""
-    from agentrl.models.tiny import make_tiny_model
+def vllm_servers(varied_model_dir, tiny_model_dir):
+    """The module's real vLLM servers, started at once (a CPU server takes tens of seconds
+    to start, mostly imports; started together they share that wait), every test of the
+    module on them:
 
-    out = make_tiny_model(tmp_path_factory.mktemp("untied"), size="tiny", seed=0,
-                          tie_word_embeddings=False)  # fmt: skip
-    model = AutoModelForCausalLM.from_pretrained(out)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() == 2:
-                param.mul_(6.0)
-    model.save_pretrained(out)
-    return out
+    - `both`: two servers of the varied (tied) tiny model, launched by the plugin as a run
+      launches them (on CPU on an untied copy, untie.py), and its client of both. The
+      failover test kills the second; every other test talks to the first alone through
+      `first` (a client of it) and leaves it holding the weights it was launched with.
+    - `plain`: a server of the tiny model started without --enable-scale-out (the refusal
+      test's)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from contextlib import ExitStack
 
+    from agentrl.rollout.backends.launcher import ServerLauncher
 
-@pytest.fixture(scope="module")
-def vllm_server(varied_model_dir):
-    """One vLLM server of the varied (tied) tiny model, launched by the plugin (on CPU on an
-    untied copy, untie.py): (its backend, the rollout config)."""
     python = vllm_python()
     rollout = _rollout(f"actor_rollout_ref.rollout.server_python={python}",
-                       "actor_rollout_ref.rollout.launch_timeout=300",
+                       "actor_rollout_ref.rollout.num_servers=2",
+                       "actor_rollout_ref.rollout.launch_timeout=400",
                        "actor_rollout_ref.rollout.request_timeout=120",
+                       "actor_rollout_ref.rollout.server_cooldown_s=600",
                        "actor_rollout_ref.rollout.max_model_len=4096")
     tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
-    backend = backend_plugin("vllm").create(rollout, str(varied_model_dir), tokenizer)
-    yield backend, rollout
-    asyncio.run(backend.aclose())
+    plain = ServerLauncher(tiny_model_dir, 1, command=[
+        python, "-m", "vllm.entrypoints.openai.api_server"], model_flag="--model",
+        health_path="/health", ready_timeout=400,
+        server_args={"dtype": "float32", "enforce_eager": True, "max_model_len": 512},
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"})  # fmt: skip
+    with ThreadPoolExecutor(1) as pool, ExitStack() as stack:  # a failure stops all at once
+        stack.callback(plain.stop)
+        plain_ready = pool.submit(plain.start)
+        both = backend_plugin("vllm").create(rollout, str(varied_model_dir), tokenizer)
+        stack.callback(lambda: asyncio.run(both.aclose()))
+        plain_ready.result()
+        first = backend_plugin("vllm").client(rollout, both.server_urls[:1], tokenizer)
+        stack.callback(lambda: asyncio.run(first.aclose()))
+        yield SimpleNamespace(first=first, both=both, rollout=rollout, plain=plain)
+
+
+@pytest.fixture
+def vllm_server(vllm_servers):
+    """A client of one vLLM server of the varied tiny model: (its backend, the rollout
+    config)."""
+    return vllm_servers.first, vllm_servers.rollout
 
 
 def _prompts(tokenizer) -> list[list[int]]:
@@ -187,6 +207,7 @@ def _prompts(tokenizer) -> list[list[int]]:
 
 
 @pytest.mark.vllm
+@pytest.mark.xdist_group("vllm")
 def test_greedy_ids_and_log_probs_equal_the_hf_engine(vllm_server, varied_model_dir):
     from agentrl.rollout.backends.hf import HFBackend
 
@@ -227,6 +248,7 @@ def _probe(model) -> Probe:
 
 
 @pytest.mark.vllm
+@pytest.mark.xdist_group("vllm")
 def test_a_stale_tied_output_layer_is_caught_by_the_probe(vllm_server, varied_model_dir,
                                                            tmp_path):  # fmt: skip
     """vLLM 0.32's CPU build prepacks the output layer; reloading the embeddings does not
@@ -243,10 +265,12 @@ def test_a_stale_tied_output_layer_is_caught_by_the_probe(vllm_server, varied_mo
 
     async def run():
         await backend.update_weights(str(tmp_path / "step_1"), weight_version="1")
-        checksums_only = await backend.verify_weights(str(tmp_path / "step_1"))
-        with pytest.raises(WeightMismatchError) as err:
-            await backend.verify_weights(str(tmp_path / "step_1"), _probe(trained))
-        await backend.update_weights(str(varied_model_dir), weight_version="2")  # as it was
+        try:
+            checksums_only = await backend.verify_weights(str(tmp_path / "step_1"))
+            with pytest.raises(WeightMismatchError) as err:
+                await backend.verify_weights(str(tmp_path / "step_1"), _probe(trained))
+        finally:  # as it was launched, for the module's other tests
+            await backend.update_weights(str(varied_model_dir), weight_version="2")
         return checksums_only, str(err.value)
 
     checksums_only, message = asyncio.run(run())
@@ -256,18 +280,22 @@ def test_a_stale_tied_output_layer_is_caught_by_the_probe(vllm_server, varied_mo
 
 
 @pytest.mark.vllm
+@pytest.mark.xdist_group("vllm")
 def test_weights_sync_from_disk_are_verified_and_a_corrupt_server_is_named(
-        untied_model_dir, tmp_path):  # fmt: skip
-    python = vllm_python()
-    rollout = _rollout(f"actor_rollout_ref.rollout.server_python={python}",
-                       "actor_rollout_ref.rollout.launch_timeout=300",
-                       "actor_rollout_ref.rollout.request_timeout=120")
-    tokenizer = AutoTokenizer.from_pretrained(untied_model_dir)
-    backend = backend_plugin("vllm").create(rollout, str(untied_model_dir), tokenizer)
-    trained = AutoModelForCausalLM.from_pretrained(untied_model_dir)
+        vllm_server, varied_model_dir, tmp_path):  # fmt: skip
+    """An untied model trained from the one the server was launched with (its untied copy,
+    lm_head.weight included) is synced, verified with the probe and sampled from; then the
+    server loads other weights behind the client's back and verification names it."""
+    from agentrl.rollout.backends.untie import write_untied_copy
+
+    backend, _ = vllm_server
+    tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
+    as_served = write_untied_copy(varied_model_dir, tmp_path / "as_served")
+    trained = AutoModelForCausalLM.from_pretrained(as_served)
+    assert not trained.config.tie_word_embeddings
     generator = torch.Generator().manual_seed(0)  # the same trained weights in any test order
     with torch.no_grad():
-        for param in trained.parameters():
+        for param in trained.parameters():  # the output layer apart from the embeddings
             param.add_(0.01 * torch.randn(param.shape, generator=generator))
     good = tmp_path / "step_1"
     trained.save_pretrained(good)
@@ -275,6 +303,7 @@ def test_weights_sync_from_disk_are_verified_and_a_corrupt_server_is_named(
     shutil.copytree(good, bad)
     [shard] = sorted(bad.glob("*.safetensors"))
     tensors = load_file(shard)
+    assert "lm_head.weight" in tensors
     tensors["model.layers.1.post_attention_layernorm.weight"][2] += 0.5
     save_file(tensors, shard, metadata={"format": "pt"})
     url = backend.server_urls[0]
@@ -282,20 +311,22 @@ def test_weights_sync_from_disk_are_verified_and_a_corrupt_server_is_named(
 
     async def run():
         await backend.update_weights(str(good), weight_version="1")
-        verified = await backend.verify_weights(str(good), _probe(trained))
-        out = await backend.generate(prompt, {"max_new_tokens": 8, "temperature": 0.0,
-                                              "ignore_eos": True}, "sync1-t0-a0")  # fmt: skip
-        # the server loads other weights behind the client's back
-        await backend.api.load_directory(backend._post_control, url, str(bad), "1", True)
-        with pytest.raises(WeightMismatchError) as err:
-            await backend.verify_weights(str(good), _probe(trained))
-        await backend.aclose()
+        try:
+            verified = await backend.verify_weights(str(good), _probe(trained))
+            out = await backend.generate(prompt, {"max_new_tokens": 8, "temperature": 0.0,
+                                                  "ignore_eos": True}, "sync1-t0-a0")  # fmt: skip
+            # the server loads other weights behind the client's back
+            await backend.api.load_directory(backend._post_control, url, str(bad), "1", True)
+            with pytest.raises(WeightMismatchError) as err:
+                await backend.verify_weights(str(good), _probe(trained))
+        finally:  # as it was launched (the output layer too), for the module's other tests
+            await backend.update_weights(str(as_served), weight_version="2")
         return verified, out, str(err.value)
 
     verified, out, message = asyncio.run(run())
     assert verified == 1 and out.token_weight_versions == [1] * 8
     # the served log-probs are the trained model's, not the original's
-    original = AutoModelForCausalLM.from_pretrained(untied_model_dir)
+    original = AutoModelForCausalLM.from_pretrained(varied_model_dir)
     ids = torch.tensor([prompt + out.output_ids])
     for model, close in ((trained, True), (original, False)):
         with torch.no_grad():
@@ -308,6 +339,7 @@ def test_weights_sync_from_disk_are_verified_and_a_corrupt_server_is_named(
 
 
 @pytest.mark.vllm
+@pytest.mark.xdist_group("vllm")
 def test_abort_ends_a_generation(vllm_server, varied_model_dir):
     """A warm server writes thousands of the tiny model's tokens in well under a second, so
     the request is held first: while the server is paused (mode keep) it is queued, not run;
@@ -334,60 +366,36 @@ def test_abort_ends_a_generation(vllm_server, varied_model_dir):
 
 
 @pytest.mark.vllm
-@pytest.mark.slow
-def test_three_grpo_steps_of_a_tied_model_through_vllm_every_sync_verified(tmp_path):
-    """The smoke's tied model: vLLM's CPU build keeps a stale tied output layer (the probe
-    test above), so the servers run an untied copy and every synced directory holds
-    lm_head.weight (untie.py); the probe verifies all three syncs."""
-    from agentrl.smoke import run_smoke
-
-    python = vllm_python()
-    history = run_smoke(tmp_path, steps=3, seed=0, overrides=[
-        "actor_rollout_ref.rollout.name=vllm",
-        f"actor_rollout_ref.rollout.server_python={python}",
-        "actor_rollout_ref.rollout.launch_timeout=300",
-        "actor_rollout_ref.rollout.verify_weights=every_sync",
-    ])
-    assert [round(m["rollout/weights_verified"]) for m in history] == [1, 1, 1]
-    for m in history:
-        assert m["rollout/requests"] == 16 and m["actor/grad_norm"] > 0
-        assert m["timing/weight_sync_s"] > 0
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["step"] for line in lines] == [1, 2, 3]
-
-
-@pytest.mark.vllm
-@pytest.mark.slow
-def test_three_servers_one_killed_mid_batch_every_trajectory_completes(varied_model_dir):
-    python = vllm_python()
-    rollout = _rollout(f"actor_rollout_ref.rollout.server_python={python}",
-                       "actor_rollout_ref.rollout.num_servers=3",
-                       "actor_rollout_ref.rollout.launch_timeout=400",
-                       "actor_rollout_ref.rollout.request_timeout=120",
-                       "actor_rollout_ref.rollout.server_cooldown_s=600")
+@pytest.mark.xdist_group("vllm")
+def test_a_server_killed_mid_batch_every_trajectory_completes_on_the_other(vllm_servers,
+                                                                         varied_model_dir):  # fmt: skip
+    """Two launched servers, a batch spread over both; the second is paused first, so its
+    share of the batch is surely in flight on it (queued, not finished) when it is killed,
+    and every one of them is resent to the first and completes there."""
+    both = vllm_servers.both
     tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
-    backend = backend_plugin("vllm").create(rollout, str(varied_model_dir), tokenizer)
     prompts = _prompts(tokenizer) * 4
-    victim = backend.server_urls[1]
-    launcher_stop = backend._on_close.__self__  # the ServerLauncher that started them
+    victim = both.server_urls[1]
+    launcher = both._on_close.__self__  # the ServerLauncher that started them
 
     async def run():
-        calls = [asyncio.create_task(backend.generate(
+        await both._post_control(victim, "/pause?mode=keep", {})
+        calls = [asyncio.create_task(both.generate(
             p, {"max_new_tokens": 200, "temperature": 1.0, "ignore_eos": True},
             f"batch{i}-t0-a0")) for i, p in enumerate(prompts)]  # fmt: skip
         await asyncio.sleep(1.5)
-        [server] = [s for s in launcher_stop.servers if s.url == victim]
+        sent_to_victim = both.in_flight[victim]
+        [server] = [s for s in launcher.servers if s.url == victim]
         os.killpg(server.process.pid, signal.SIGKILL)
-        return await asyncio.wait_for(asyncio.gather(*calls), 300)
+        return sent_to_victim, await asyncio.wait_for(asyncio.gather(*calls), 300)
 
-    try:
-        outs = asyncio.run(run())
-        metrics = backend.metrics()
-    finally:
-        asyncio.run(backend.aclose())
+    sent_to_victim, outs = asyncio.run(run())
+    metrics = both.metrics()
+    assert sent_to_victim == 6  # least loaded: half the batch on each server
     assert len(outs) == 12 and all(len(o.output_ids) == 200 for o in outs)
     assert all(o.meta_info["server_url"] != victim for o in outs)
-    assert metrics["rollout/servers_lost"] == 1 and metrics["rollout/servers_alive"] == 2
+    assert metrics["rollout/server_retries"] == 6
+    assert metrics["rollout/servers_lost"] == 1 and metrics["rollout/servers_alive"] == 1
 
 
 @pytest.mark.vllm
@@ -404,21 +412,16 @@ def test_a_server_that_never_becomes_ready_is_named(tiny_model_dir):
 
 
 @pytest.mark.vllm
-@pytest.mark.slow
-def test_a_server_without_scale_out_is_refused_with_the_fix(tiny_model_dir):
-    from agentrl.rollout.backends.launcher import ServerLauncher
-
-    python = vllm_python()
-    launcher = ServerLauncher(tiny_model_dir, 1, command=[
-        python, "-m", "vllm.entrypoints.openai.api_server"], model_flag="--model",
-        health_path="/health", ready_timeout=300,
-        server_args={"dtype": "float32", "enforce_eager": True, "max_model_len": 512},
-        env={"VLLM_CPU_KVCACHE_SPACE": "1"})  # fmt: skip
-    with launcher:
-        rollout = _rollout(f"actor_rollout_ref.rollout.server_urls=[{launcher.urls[0]}]")
+@pytest.mark.xdist_group("vllm")
+def test_a_server_without_scale_out_is_refused_with_the_fix(vllm_servers, tiny_model_dir):
+    plain = vllm_servers.plain  # vLLM's server as its docs start it: no --enable-scale-out
+    try:
+        rollout = _rollout(f"actor_rollout_ref.rollout.server_urls=[{plain.urls[0]}]")
         with pytest.raises(ValueError, match="answers 403 on /inference/v1/generate .*start it "
                                              "with --enable-scale-out"):
             backend_plugin("vllm").create(rollout, str(tiny_model_dir), None)
+    finally:
+        plain.stop()  # no other test needs it
 
 
 class _Recording:
@@ -437,6 +440,7 @@ class _Recording:
 
 
 @pytest.mark.vllm
+@pytest.mark.xdist_group("vllm")
 def test_the_gateway_records_vllms_tokens_exactly(vllm_server, varied_model_dir):
     import httpx
 
