@@ -1,6 +1,11 @@
 """The package works installed from a wheel, not only from a checkout: the built wheel,
 installed into a fresh venv, runs `agentrl quickstart` (which reads its recipe, tool file
-and report assets as package data) from a directory outside the checkout."""
+and report assets as package data) from a directory outside the checkout.
+
+The wheel is built by the setuptools this environment has (the lock pins it; pip's build
+isolation would fetch setuptools and wheel from PyPI on every run) and installed into the
+fresh venv by this environment's pip (`pip --python`): the venv gets no pip of its own,
+whose ensurepip step was most of the test's time."""
 
 from __future__ import annotations
 
@@ -30,13 +35,14 @@ def _run(cmd: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProce
 def test_wheel_installs_into_a_fresh_venv_and_runs_a_command(tmp_path):
     dist = tmp_path / "dist"
     _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(dist), str(ROOT)],
         cwd=tmp_path,
         timeout=300,
-    )
+    )  # fmt: skip
     (wheel,) = dist.glob("agentrl-*.whl")
     fresh = tmp_path / "venv"
-    venv.create(fresh, with_pip=True)
+    venv.create(fresh, with_pip=False)
     python = fresh / "bin" / "python"
     # The dependencies come from this environment's site-packages (a path entry, so its
     # editable-install hook for the checkout is not loaded); agentrl only from the wheel.
@@ -45,7 +51,8 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_a_command(tmp_path):
              cwd=tmp_path, timeout=60).stdout.strip()
     )  # fmt: skip
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    _run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], tmp_path, 300)
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+          str(wheel)], tmp_path, 300)  # fmt: skip
     where = _run(
         [str(python), "-c", "import agentrl, recipes.quickstart as r; print(agentrl.__file__, r.__file__)"],
         cwd=tmp_path,
