@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,6 +178,9 @@ class ServerLauncher:
         self.health_path = health_path
         self.servers: list[ServerProcess] = []
         self.remove_on_stop: list[Path] = []  # what the servers read, made for them alone
+        # run on each server's URL once all are ready, before start() returns (a failure
+        # stops the servers): e.g. vLLM's servers are told they serve policy version 0
+        self.on_ready: list[Callable[[str], None]] = []
 
     @property
     def urls(self) -> list[str]:
@@ -206,6 +209,9 @@ class ServerLauncher:
             for i, port in enumerate(ports):
                 self.servers.append(self._spawn(i, port))
             self._wait_ready()
+            for hook in self.on_ready:
+                for url in self.urls:
+                    hook(url)
         except BaseException:
             self.stop()
             raise

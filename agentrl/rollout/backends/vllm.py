@@ -293,12 +293,6 @@ class VLLMPlugin(BackendPlugin):
                              "(or set actor_rollout_ref.rollout.server_urls)")
         launcher = self.launcher(rollout, model_path, seed=seed, gpus=gpus)
         urls = launcher.start()
-        try:
-            for url in urls:  # the policy before any update is version 0, as in the hf engine
-                _post_sync(url + "/update_weight_version", {"new_version": "0"})
-        except Exception:
-            launcher.stop()
-            raise
         return self.client(rollout, urls, tokenizer, control_urls=None, on_close=launcher.stop)
 
     def client(self, rollout: Mapping[str, Any], urls: Sequence[str], tokenizer: Any,
@@ -344,6 +338,10 @@ class VLLMPlugin(BackendPlugin):
                                        ("-m", "vllm.entrypoints.openai.api_server"),
                                        server_args, env=server_env, host=host, gpus=gpus,
                                        model_flag="--model", health_path="/health")  # fmt: skip
+        # the policy before any update is version 0, as in the hf engine: every launch (the
+        # trainer's, the off-policy producer's) so each token's version is known
+        launcher.on_ready.append(lambda url: _post_sync(url + "/update_weight_version",
+                                                        {"new_version": "0"}))
         if not on_gpu and is_tied(model_path):  # updates_tied_output: served untied
             served = write_untied_copy(model_path, launcher.log_dir / "untied_model")
             launcher.model_path = str(served)

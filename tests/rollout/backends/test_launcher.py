@@ -186,3 +186,36 @@ def test_more_gpus_than_visible_is_an_error(monkeypatch):
         ServerLauncher("/m", 1, gpus_per_server=2)
     with pytest.raises(ValueError, match="need 4 GPUs, but 2 are given"):
         ServerLauncher("/m", 2, gpus_per_server=2, gpus=["0", "1"])
+
+
+# A stand-in server: answers 200 to every GET on the --port it is given.
+OK_SERVER = """
+import http.server, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Ok).serve_forever()
+"""
+
+
+def test_ready_hooks_run_on_every_url_and_a_failing_one_stops_the_servers(tmp_path):
+    seen: list[str] = []
+    launcher = ServerLauncher("/m", 2, command=[sys.executable, "-c", OK_SERVER],
+                              poll_interval=0.05, log_dir=tmp_path)  # fmt: skip
+    launcher.on_ready.append(seen.append)
+    with launcher:
+        assert seen == launcher.urls and len(seen) == 2
+    assert launcher.servers == []
+
+    def refuse(url: str) -> None:
+        raise RuntimeError(f"{url} would not take its version")
+
+    failing = ServerLauncher("/m", 1, command=[sys.executable, "-c", OK_SERVER],
+                             poll_interval=0.05, log_dir=tmp_path / "second")  # fmt: skip
+    failing.on_ready.append(refuse)
+    with pytest.raises(RuntimeError, match="would not take its version"):
+        failing.start()
+    assert failing.servers == []  # stopped, not left running
