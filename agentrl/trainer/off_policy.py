@@ -110,6 +110,15 @@ def server_host(config: DictConfig) -> str:
     return free_address()[0]
 
 
+def verified_metrics(synced: Any) -> dict[str, float]:
+    """``rollout/weights_verified`` of a sync: the most servers a rank verified (each rank's
+    result, or one rank's dict), as the sync mode's update reports it."""
+    results = synced if isinstance(synced, list) else [synced]
+    verified = [float(r["rollout/weights_verified"]) for r in results
+                if isinstance(r, dict) and "rollout/weights_verified" in r]  # fmt: skip
+    return {"rollout/weights_verified": max(verified)} if verified else {}
+
+
 class ProducerBatchSource:
     """The off-policy batch source: servers of its own, a producer that keeps generating on
     them, each step's batch taken from its finished groups, the weights synced after the
@@ -264,8 +273,9 @@ class ProducerBatchSource:
         with ctx.stage("weight_sync", timing):
             if self.mode == "one_step_off":
                 metrics["async/sync_wait_s"] = self._call("wait_idle")
-            ctx.models.actor_rollout.sync_rollout_weights()
+            synced = ctx.models.actor_rollout.sync_rollout_weights()
             self._call("set_version", step)
+        metrics |= verified_metrics(synced)
         if ctx.trace.enabled:  # what the producer did meanwhile, beside the trainer's stages
             ctx.trace.add(self._call("drain_trace"))
         self._feed()

@@ -467,3 +467,48 @@ def test_the_gateway_records_vllms_tokens_exactly(vllm_server, varied_model_dir)
     trained = [t for t, m in zip(trajectory["token_ids"], trajectory["loss_mask"], strict=True)
                if m == 1]
     assert trained == recording.outputs[0] + recording.outputs[1]
+
+
+MULTI_CALL_AGENT = REPO / "tests" / "fixtures" / "multi_call_agent.py"
+
+
+@pytest.mark.vllm
+@pytest.mark.xdist_group("vllm")
+@pytest.mark.parametrize("agent", [False, True], ids=["engine", "agent_mode"])
+def test_async_training_on_vllm_verifies_every_sync_and_versions_every_token(
+        agent, vllm_servers, varied_model_dir, make_config, tmp_path):  # fmt: skip
+    """trainer.mode=async against a vLLM server (the module's first, given as server_urls;
+    the trainer's model is the untied copy it serves): the engine's multi-turn path, and agent
+    mode with episodes of three calls and pauses. Every sync reaches the server while it may
+    hold requests (pause with requests kept, resume) and is verified; every trained token
+    carries the version the server reported, never staler than the bound."""
+    from agentrl.rollout.backends.untie import write_untied_copy
+    from agentrl.trainer import run_train
+
+    as_served = write_untied_copy(varied_model_dir, tmp_path / "as_served")
+    first = vllm_servers.first
+    overrides = [
+        f"actor_rollout_ref.model.path={as_served}", "actor_rollout_ref.rollout.name=vllm",
+        f"actor_rollout_ref.rollout.server_urls=[{first.server_urls[0]}]",
+        "actor_rollout_ref.rollout.request_timeout=120", "trainer.mode=async",
+        "off_policy.max_staleness=1", "trainer.total_training_steps=3", "data.shuffle=false",
+        f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
+    ]  # fmt: skip
+    if agent:
+        overrides += [f"actor_rollout_ref.rollout.agent_function={MULTI_CALL_AGENT}:run",
+                      "actor_rollout_ref.rollout.agent_timeout=120",
+                      "actor_rollout_ref.rollout.multi_turn.enable=false",
+                      "data.max_response_length=64"]  # fmt: skip
+    try:
+        history = run_train(make_config(*overrides))
+    finally:  # as it was launched, for the module's other tests
+        asyncio.run(first.update_weights(str(as_served), weight_version="0"))
+    assert [m["training/global_step"] for m in history] == [1.0, 2.0, 3.0]
+    assert all(m["rollout/weights_verified"] == 1 for m in history)  # every sync verified
+    assert all(m.get("rollout/agent_errors", 0) == 0 for m in history)
+    rows = [json.loads(line) for step in (1, 2, 3)
+            for line in (tmp_path / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 * 2 * 2  # 2 prompts x 2 samples a step
+    assert all(row["policy_versions"] for row in rows)  # the server's versions, every token
+    assert all(0 <= row["step"] - 1 - min(row["policy_versions"]) <= 1 for row in rows)
+    assert max(max(row["policy_versions"]) for row in rows) >= 1  # synced weights served
