@@ -124,21 +124,26 @@ def test_a_short_run_plays_the_game_through_the_interaction(tmp_path):
     from agentrl.quickstart import run_quickstart, settings_for
 
     out = tmp_path / "bj"
-    settings = settings_for("blackjack", sft_steps=60, sft_examples=200, steps=2, n_train=16,
-                            n_test=8, control=False,
-                            overrides=("data.train_batch_size=4", "actor_rollout_ref.rollout.n=4",
-                                       "actor_rollout_ref.actor.ppo_mini_batch_size=4"))
-    # the recipe's batch is 8 x 8; 4 x 4 runs the same stages (plumbing, not learning)
+    # SFT only has to teach the move format (the games below must get past their first
+    # hand): 40 steps of 4 games at 2x the task's lr played valid moves on seeds 0-3
+    # (invalid-move rate <= 0.02 after SFT); 30 steps did not on seed 1 (0.56)
+    settings = settings_for("blackjack", sft_steps=40, sft_batch_size=4, sft_lr=6e-3,
+                            sft_examples=160, steps=2, n_train=8, n_test=4, control=False,
+                            overrides=("data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
+                                       "actor_rollout_ref.actor.ppo_mini_batch_size=2"))
+    # the recipe's batch is 8 x 8; 2 x 2 runs the same stages (plumbing, not learning)
     report = run_quickstart(out, settings)
-    assert report == json.loads((out / "report.json").read_text())
+    written = json.loads((out / "report.json").read_text())
+    # compared as JSON text: a decision band no move fell in is NaN, and NaN != NaN
+    assert json.dumps(report, sort_keys=True) == json.dumps(written, sort_keys=True)
     for key in ("eval_sft", "eval_rl"):
         m = report[key]
-        assert m["trajectories"] == 8 and 0.0 <= m["accuracy"] <= 1.0
+        assert m["trajectories"] == 4 and 0.0 <= m["accuracy"] <= 1.0
         assert {"hit_rate_high", "moves_per_game", "invalid_move_rate"} <= set(m)
         assert set(m["by_first_hand"]) <= {f"first_hand_{b}" for b in ("low", "mid", "high", "21")}
     rows = [json.loads(line) for path in sorted((out / "rl" / "rollouts").glob("*.jsonl"))
             for line in path.read_text().splitlines()]  # fmt: skip
-    assert len(rows) == 2 * 4 * 4
+    assert len(rows) == 2 * 2 * 2
     games = [r for r in rows if any("Hand 2/5" in (m["content"] or "") for m in r["messages"]
                                     if m["role"] == "user")]  # fmt: skip
     assert games, "no rollout got past its first hand: the game did not answer"
