@@ -9,7 +9,8 @@ neither node can hold both ranks (`trainer.nnodes=2 trainer.n_gpus_per_node=1` o
 one gloo rank per node, the rendezvous on rank 0's node). Training is `agentrl smoke` in a
 subprocess with a deadline. Both nodes are stopped whatever happens: SIGTERM to each
 `ray start --block` (which stops its node's processes), then SIGKILL to every process that
-was in its tree. Linux only (reads /proc). About a minute on 2 cores.
+was in its tree. Ray's health checks are shortened (TwoNodeCluster), so that the lost node
+is marked dead within seconds. Linux only (reads /proc). About a minute on 2 cores.
 """
 
 from __future__ import annotations
@@ -116,6 +117,11 @@ class TwoNodeCluster:
         # only for the subprocesses: the token the nodes and the drivers share
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         self.env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
+        # the GCS marks a node whose raylet is gone dead after 3 failed health checks 1 s
+        # apart (Ray's default: 5, 3 s apart), so the resume need not wait 15 s for it; a
+        # slow but live raylet still has each check's 10 s to answer
+        self.env |= {"RAY_health_check_period_ms": "1000",
+                     "RAY_health_check_failure_threshold": "3"}
         self.nodes: dict[str, subprocess.Popen] = {}
 
     def start_node(self, name: str) -> None:
