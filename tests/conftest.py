@@ -98,6 +98,20 @@ def trainer_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"train": train, "test": test, "tools": tool_config}
 
 
+@pytest.fixture(scope="session")
+def short_prompts(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ...]:
+    """Overrides for make_config: trainer_data's 32 problems under the short system prompt,
+    no tool schema rendered into them (~75 prompt tokens instead of ~610). For runs whose
+    reward ignores the prompt (tests/e2e/test_learning.py): a tiny model's update costs
+    about its prompt tokens."""
+    from agentrl.tasks.arithmetic import SHORT_SYSTEM_PROMPT, write_arithmetic_dataset
+
+    out = tmp_path_factory.mktemp("short_prompts")
+    train, _ = write_arithmetic_dataset(out, n_train=32, n_test=4, seed=0,
+                                        system_prompt=SHORT_SYSTEM_PROMPT)  # fmt: skip
+    return f"data.train_files={train}", "actor_rollout_ref.rollout.multi_turn.tool_config_path=null"
+
+
 @pytest.fixture
 def make_config(tiny_model_dir, trainer_data, tmp_path):
     """A GRPO config with 2 prompts x 2 samples per step, multi-turn with the calculator,
