@@ -243,8 +243,10 @@ def check_group(rows: list[dict], tokenizer: Any) -> None:
 
 @pytest.mark.slow
 def test_sync_one_step_off_and_async_train_the_same_trajectories(
-    make_config, tiny_model_dir, tiny_tokenizer, tmp_path
+    make_config, tiny_model_dir, tiny_tokenizer, tmp_path, ray_cluster
 ):
+    # ray_cluster: the off-policy runs find Ray up and put their producers there, instead
+    # of each starting and stopping a Ray of its own
     rows = {mode: train(make_config, mode, tiny_tokenizer, tiny_model_dir, tmp_path / mode)
             for mode in MODES}  # fmt: skip
     expected = {f"{b}-{i}": N for b in range(1, STEPS + 1) for i in range(BATCH)}

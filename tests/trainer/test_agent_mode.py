@@ -39,7 +39,7 @@ def test_two_grpo_steps_in_agent_mode(make_config):
 
 @pytest.mark.slow
 def test_agent_mode_runs_async_with_partial_episodes_and_bounded_staleness(
-    make_config, tmp_path
+    make_config, tmp_path, ray_cluster  # Ray up: the run neither starts nor stops it
 ):
     steps, batch, n = 4, 2, 2
     history = run_train(make_config(
