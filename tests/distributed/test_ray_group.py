@@ -11,14 +11,29 @@ from agentrl.distributed import RayWorkerGroup, ResourcePool, WorkerError, Worke
 from agentrl.distributed.testing import CounterWorker, EchoWorker
 from agentrl.protocol import DataProto
 
-pytestmark = pytest.mark.slow
+# one worker runs the module under xdist: one Ray instance (ray_cluster) instead of two
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray_group")]
 ray = pytest.importorskip("ray")
+# half a CPU per rank: the shared group's pool and a test's own fit the 2-CPU Ray together
+CPUS_PER_RANK = 0.5
 
 
 @pytest.fixture
 def pool(ray_cluster):
-    pool = ResourcePool([2], cpus_per_process=1)
+    pool = ResourcePool([2], cpus_per_process=CPUS_PER_RANK)
     yield pool
+    pool.remove()
+
+
+@pytest.fixture(scope="module")
+def echo_group(ray_cluster):
+    """One EchoWorker group for the tests that leave it usable (one start of its two
+    actor processes instead of one per test)."""
+    pool = ResourcePool([2], cpus_per_process=CPUS_PER_RANK, name_prefix="agentrl_shared")
+    group = RayWorkerGroup(pool, WorkerSpec(EchoWorker, scale=10.0), dist_timeout_s=60,
+                           error_grace_s=30)  # fmt: skip
+    yield group
+    group.shutdown()
     pool.remove()
 
 
@@ -29,36 +44,33 @@ def _batch(n: int) -> DataProto:
     )
 
 
-def test_ranks_get_the_torch_distributed_environment_and_dispatch_by_mode(pool):
-    group = RayWorkerGroup(pool, WorkerSpec(EchoWorker, scale=10.0), dist_timeout_s=60)
-    try:
-        info = group.info()
-        assert [i["rank"] for i in info] == [0, 1]
-        assert {i["world_size"] for i in info} == {2} and {i["backend"] for i in info} == {"gloo"}
-        env0, env1 = info[0]["env"], info[1]["env"]
-        assert (env0["RANK"], env1["RANK"], env0["WORLD_SIZE"]) == ("0", "1", "2")
-        assert (env0["LOCAL_RANK"], env1["LOCAL_RANK"], env1["LOCAL_WORLD_SIZE"]) == ("0", "1", "2")
-        assert (
-            env0["MASTER_ADDR"] == env1["MASTER_ADDR"]
-            and env0["MASTER_PORT"] == env1["MASTER_PORT"]
-        )
-        assert info[0]["pid"] != info[1]["pid"]
-        assert group.node_ids == [ray.get_runtime_context().get_node_id()] * 2
+def test_ranks_get_the_torch_distributed_environment_and_dispatch_by_mode(echo_group):
+    group = echo_group
+    info = group.info()
+    assert [i["rank"] for i in info] == [0, 1]
+    assert {i["world_size"] for i in info} == {2} and {i["backend"] for i in info} == {"gloo"}
+    env0, env1 = info[0]["env"], info[1]["env"]
+    assert (env0["RANK"], env1["RANK"], env0["WORLD_SIZE"]) == ("0", "1", "2")
+    assert (env0["LOCAL_RANK"], env1["LOCAL_RANK"], env1["LOCAL_WORLD_SIZE"]) == ("0", "1", "2")
+    assert (
+        env0["MASTER_ADDR"] == env1["MASTER_ADDR"]
+        and env0["MASTER_PORT"] == env1["MASTER_PORT"]
+    )
+    assert info[0]["pid"] != info[1]["pid"]
+    assert group.node_ids == [ray.get_runtime_context().get_node_id()] * 2
 
-        out = group.scale_batch(_batch(4))
-        assert out.batch["y"].tolist() == [0.0, 10.0, 20.0, 30.0]
-        assert out.batch["rank"].tolist() == [0, 0, 1, 1]
-        assert out.non_tensor_batch["tag"].tolist() == ["0", "1", "2", "3"]
-        assert out.meta_info == {"rank": 0}
-        padded = group.scale_batch_padded(_batch(3))
-        assert padded.batch["y"].tolist() == [0.0, 10.0, 20.0]
-        assert padded.batch["rank"].tolist() == [0, 0, 1]
-        with pytest.raises(ValueError, match="3 samples cannot be split evenly across 2"):
-            group.scale_batch(_batch(3))
-        assert group.all_reduce_sum(1.5) == 3.0  # a real collective across the two actors
-        assert group.add_rank([100, 200]) == [100, 201]
-    finally:
-        group.shutdown()
+    out = group.scale_batch(_batch(4))
+    assert out.batch["y"].tolist() == [0.0, 10.0, 20.0, 30.0]
+    assert out.batch["rank"].tolist() == [0, 0, 1, 1]
+    assert out.non_tensor_batch["tag"].tolist() == ["0", "1", "2", "3"]
+    assert out.meta_info == {"rank": 0}
+    padded = group.scale_batch_padded(_batch(3))
+    assert padded.batch["y"].tolist() == [0.0, 10.0, 20.0]
+    assert padded.batch["rank"].tolist() == [0, 0, 1]
+    with pytest.raises(ValueError, match="3 samples cannot be split evenly across 2"):
+        group.scale_batch(_batch(3))
+    assert group.all_reduce_sum(1.5) == 3.0  # a real collective across the two actors
+    assert group.add_rank([100, 200]) == [100, 201]
 
 
 def test_colocated_roles_run_in_one_process_per_rank(pool):
@@ -92,16 +104,12 @@ def test_a_failed_rank_surfaces_its_traceback_and_peers_in_a_collective_are_stop
     group.shutdown()
 
 
-def test_failures_on_every_rank_keep_the_group_usable(pool):
-    group = RayWorkerGroup(pool, WorkerSpec(EchoWorker), error_grace_s=30)
-    try:
-        with pytest.raises(WorkerError) as caught:
-            group.scale_batch(DataProto.from_dict(tensors={"z": torch.zeros(2)}))
-        assert caught.value.ranks == [0, 1] and not caught.value.stopped
-        assert "KeyError" in str(caught.value)
-        assert group.all_reduce_sum(1.0) == 2.0
-    finally:
-        group.shutdown()
+def test_failures_on_every_rank_keep_the_group_usable(echo_group):
+    with pytest.raises(WorkerError) as caught:
+        echo_group.scale_batch(DataProto.from_dict(tensors={"z": torch.zeros(2)}))
+    assert caught.value.ranks == [0, 1] and not caught.value.stopped
+    assert "KeyError" in str(caught.value)
+    assert echo_group.usable and echo_group.all_reduce_sum(1.0) == 2.0
 
 
 def test_a_crashed_worker_process_is_reported_with_its_node_and_stops_the_group(pool):
