@@ -10,7 +10,8 @@ scripts/setup_vllm_env.sh, the agent CLIs, chromium, bubblewrap, podman): the te
 harness tests run where AGENTRL_CLAUDE_BIN / AGENTRL_CODEX_BIN are set. Each run is one fresh
 `bash scripts/test.sh` with a random test order (its seed is in the JSON line) and the
 workers `AGENTRL_TEST_WORKERS` gives (scripts/test.sh's default when unset). Timings are only
-right on an otherwise idle machine. The run's whole output goes to `--log`; the last stdout
+right on an otherwise idle machine. The run's whole output (with pytest's 30 slowest
+durations) goes to `--log`; the last stdout
 line is JSON: `wall_s`, `wall_min`, `ratio_to_target` (wall / 15 minutes), the pytest counts
 and the order seed. A suite with a failed test exits 1: its time is not a figure.
 """
@@ -46,7 +47,7 @@ def run_suite(checkout: Path, log: Path, seed: int) -> dict:
     if (checkout / ".venv-vllm").is_dir():
         env["AGENTRL_REQUIRE_VLLM"] = "1"
     cmd = ["bash", "scripts/test.sh", "-q", "-p", "no:cacheprovider", "-p", "randomly",
-           f"--randomly-seed={seed}"]  # fmt: skip
+           f"--randomly-seed={seed}", "--durations=30"]  # fmt: skip
     start = time.monotonic()
     with log.open("w") as out:
         done = subprocess.run(cmd, cwd=checkout, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkout", type=Path, default=Path(__file__).resolve().parents[1],
                         help="a set-up clone of the repository (default: this one)")
     parser.add_argument("--log", type=Path, default=None,
-                        help="where pytest's output goes (default: CHECKOUT/test_suite.log)")
+                        help="where pytest's output goes (default: "
+                             "CHECKOUT/test_suite_SEED.log)")
     parser.add_argument("--seed", type=int, default=None,
                         help="pytest-randomly's order seed (default: a new random one)")
     args = parser.parse_args(argv)
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (checkout / "scripts" / "test.sh").is_file():
         parser.error(f"--checkout {checkout}: no scripts/test.sh there")
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    result = run_suite(checkout, args.log or checkout / "test_suite.log", seed)
+    result = run_suite(checkout, args.log or checkout / f"test_suite_{seed}.log", seed)
     print(f"suite: {result['wall_min']} min ({result['ratio_to_target']}x the 15-minute "
           f"target), {result.get('passed', 0)} passed, {result.get('failed', 0)} failed",
           file=sys.stderr)

@@ -35,7 +35,7 @@ def test_a_passing_suite_prints_its_time_and_counts(tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert (result["passed"], result["skipped"], result["randomly_seed"]) == (12, 3, 7)
     assert result["wall_s"] < 60 and result["ratio_to_target"] == round(result["wall_s"] / 900, 3)
-    log = (checkout / "test_suite.log").read_text()
+    log = (checkout / "test_suite_7.log").read_text()
     assert "-p randomly --randomly-seed=7" in log  # the order seed reached pytest
 
 
