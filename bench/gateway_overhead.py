@@ -379,7 +379,7 @@ def load_tokenizer(path: str | None) -> tuple[Any, str]:
     return AutoTokenizer.from_pretrained(path), path
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="replays of each episode")
     parser.add_argument("--turns", type=int, default=4, help="shell-tool calls per episode")
@@ -390,7 +390,7 @@ def main() -> None:
     parser.add_argument("--tokenizer", default=None, help="tokenizer dir (default: tiny model)")
     parser.add_argument("--save-bodies", default=None, help="write the captured bodies here")
     parser.add_argument("--out", default=None, help="also write the JSON line to this file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.runs < 1 or args.turns < 1:
         parser.error("--runs and --turns must be at least 1")
     logging.basicConfig(level=logging.WARNING)

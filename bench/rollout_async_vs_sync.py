@@ -380,26 +380,27 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=["latency", "hf"], default="latency")
     parser.add_argument("--requests", type=int, default=128)
     parser.add_argument("--capacity", type=int, default=32, help="sequences at once")
     add_workload_arguments(parser)
-    parser.add_argument("--model-dir", default=None, help="hf: model dir (default: tiny model)")
+    parser.add_argument("--model-dir", default=None, help="the tokenizer's (hf: and the model's) dir "
+                        "(default: a tiny model built in a temporary dir)")
     parser.add_argument("--engine-workers", "--agent-workers", dest="engine_workers", type=int, default=1,
                         help="latency: run (a) over this many engine processes (Ray actors), "
                              "each with capacity / N of the latency model")
     slowed.add_arguments(parser)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.engine_workers > 1 and args.backend != "latency":
         parser.error("--engine-workers > 1 needs --backend latency")
     slowed.check_arguments(parser, args)
 
     from agentrl.models.tiny import make_tiny_model
 
-    tiny = Path(tempfile.mkdtemp()) / "tiny"
-    args.model_dir = args.model_dir or make_tiny_model(tiny, size="tiny", seed=0)
+    if args.model_dir is None:  # a temporary directory only when one is built
+        args.model_dir = make_tiny_model(Path(tempfile.mkdtemp()) / "tiny", size="tiny", seed=0)
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
     workload = Workload(args)
     tool_turns = len(workload.latency)

@@ -215,7 +215,10 @@ def test_the_off_policy_bench_records_the_slowed_machine_in_its_json(monkeypatch
     seen = {}
 
     def run_seed(out, seed, steps, modes, max_staleness, extra=()):
-        seen["children"] = competitors(os.getpid())
+        # the first run's, with --busy-share: in the others there are none to find, and
+        # competitors() would look for 10 s each time
+        if "children" not in seen:
+            seen["children"] = competitors(os.getpid())
         seen["extra"] = extra
         run = {"steps_per_min": 2.0, "loop_s": 1.0, "gen_s": 0.5, "update_s": 0.5,
                "accuracy": 0.5, "accuracy_stderr": 0.1, "tool_call_rate": 1.0,
@@ -236,14 +239,3 @@ def test_the_off_policy_bench_records_the_slowed_machine_in_its_json(monkeypatch
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert line["overrides"] == ["trainer.trace=false", "trainer.seed=3"]
 
-
-def test_the_rollout_bench_records_the_slowed_machine_in_its_json():
-    done = subprocess.run(
-        [sys.executable, "bench/rollout_async_vs_sync.py", "--requests", "4",
-         "--max-tool-turns", "1", "--tool-median", "0.001", "--tool-cap", "0.01",
-         "--busy-share", "0.1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = json.loads([ln for ln in done.stdout.splitlines() if ln.startswith("{")][-1])
-    assert line["slowed"]["mechanism"] == "busy_share" and line["slowed"]["share"] == 0.1
-    assert line["requests"] == 4 and line["async_s"] > 0
