@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Set up .venv (scripts/setup_env.sh) and run the whole test suite, slow end-to-end tests
-# included. AGENTRL_TEST_WORKERS=auto (or a number) spreads it over pytest-xdist workers; the
-# default, 0, runs it in this one process: under xdist two code-sandbox servers of different
-# workers share their per-run uids and end each other's runs (docs/sandbox.md). Extra
-# arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow" -x`.
+# included, on pytest-xdist workers: AGENTRL_TEST_WORKERS of them (default 2; `auto`: one per
+# core; 0: everything in this one process). The end-to-end tests are scheduled first
+# (tests/conftest.py) and tests that share a module's servers go to one worker
+# (xdist_group). Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow" -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
-exec "${AGENTRL_VENV:-.venv}/bin/python" -m pytest -n "${AGENTRL_TEST_WORKERS:-0}" \
+exec "${AGENTRL_VENV:-.venv}/bin/python" -m pytest -n "${AGENTRL_TEST_WORKERS:-2}" \
   --dist loadgroup "$@"
