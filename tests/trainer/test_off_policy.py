@@ -1,8 +1,8 @@
 """The off-policy modes end to end (trainer.mode one_step_off | async) against agentrl serve
 servers the trainer launches: the reward rises, no trained token is staler than
-off_policy.max_staleness, a run killed with kill -9 and resumed trains every prompt of the data
-order exactly once and leaves no server behind; and the hang watchdog names a stage that
-hangs, with the stack of the coroutine that hangs.
+off_policy.max_staleness (a run killed with kill -9 at random moments and resumed:
+tests/trainer/test_run_checkpoints.py); and the hang watchdog names a stage that hangs, with
+the stack of the coroutine that hangs.
 
 The in-process runs share the module's Ray (the `ray_cluster` fixture): a run that finds Ray
 up puts its producer there and leaves Ray running, so each does not pay Ray's start and
@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -184,69 +180,6 @@ def test_async_dynamic_sampling_drops_uniform_groups_and_fills_each_batch(
     assert all(m["critic/score/mean"] == 0.5 for m in history)  # 1, 0 in every kept group
     _assert_fresh(rows, 1)
     assert len({r["uid"] for r in rows}) == batch * steps  # no prompt trained twice
-
-
-def _serve_pids(model_dir: Path) -> set[int]:
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if "serve_cli" in cmdline and str(model_dir) in cmdline:
-                pids.add(int(entry.name))
-    return pids
-
-
-@pytest.mark.slow
-def test_a_killed_async_run_resumes_and_trains_every_prompt_once(
-    tiny_model_dir, trainer_data, tmp_path
-):
-    model = tmp_path / "model"  # a copy of its own, to find this test's servers by path
-    model.symlink_to(tiny_model_dir, target_is_directory=True)
-    tools = _tool_config(tmp_path / "tools.yaml", f"{FIXTURES / 'jitter_tool.py'}:JitterCalculatorTool")
-    steps, batch, n = 6, 2, 2  # killed after step 3: the resume trains steps 4-6
-    args = [
-        f"actor_rollout_ref.model.path={model}", f"data.train_files={trainer_data['train']}",
-        f"data.train_batch_size={batch}", "data.max_prompt_length=768",
-        "data.max_response_length=24", "trainer.seed=0", f"actor_rollout_ref.rollout.n={n}",
-        "actor_rollout_ref.rollout.multi_turn.enable=true",
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "algorithm.adv_estimator=grpo",
-        f"custom_reward_function.path={EASY_REWARD}", "custom_reward_function.name=compute_score",
-        f"trainer.default_local_dir={tmp_path / 'ckpt'}", "trainer.logger=[console]",
-        "trainer.val_before_train=false", f"trainer.total_training_steps={steps}",
-        "trainer.save_freq=1", "trainer.mode=async", "off_policy.max_staleness=2",
-    ]  # fmt: skip
-    command = [sys.executable, "-m", "agentrl.trainer.main_ppo", *args]
-    env = {**os.environ, "PYTHONPATH": f"{Path.cwd()}:{os.environ.get('PYTHONPATH', '')}"}
-    marker = tmp_path / "ckpt" / "latest_checkpointed_iteration.txt"
-    first = subprocess.Popen([*command, f"trainer.rollout_data_dir={tmp_path / 'run1'}"],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    while not (marker.is_file() and int(marker.read_text() or 0) >= 3):
-        assert first.poll() is None and time.monotonic() < deadline, "run 1 ended early"
-        time.sleep(0.05)
-    servers = _serve_pids(model)
-    assert servers, "the async run serves its rollout from agentrl serve processes"
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    deadline = time.monotonic() + 30
-    while _serve_pids(model) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _serve_pids(model), "a rollout server outlived the killed trainer"
-    saved = int(marker.read_text())
-    assert 3 <= saved < steps
-    second = subprocess.run([*command, f"trainer.rollout_data_dir={tmp_path / 'run2'}"],
-                            env=env, capture_output=True, text=True, timeout=300)
-    assert second.returncode == 0, second.stderr[-3000:]
-    rows = (_rows(tmp_path / "run1", range(1, saved + 1))
-            + _rows(tmp_path / "run2", range(saved + 1, steps + 1)))
-    trained = Counter(r["uid"] for r in rows)
-    expected = {f"{b}-{i}": n for b in range(1, steps + 1) for i in range(batch)}
-    assert trained == expected  # every prompt of the data order once (n samples each)
-    _assert_fresh(rows, 2)
 
 
 def test_the_watchdog_names_a_hanging_stage_and_stops_with_a_checkpoint(

@@ -211,5 +211,8 @@ def test_an_async_run_killed_at_random_moments_trains_every_prompt_once(
             rows += [json.loads(line) for line in (dump / f"{step}.jsonl").read_text().splitlines()]
     trained = Counter(row["uid"] for row in rows)
     assert trained == {f"{b}-{i}": n for b in range(1, steps + 1) for i in range(batch)}
+    # no trained trajectory staler than the bound (the dumped per-token versions)
+    assert all(row["step"] - 1 - min(row["policy_versions"]) <= 1
+               for row in rows if row["policy_versions"])  # fmt: skip
     if agent:
         assert all(row["policy_versions"] for row in rows)  # every call's tokens versioned
