@@ -5,13 +5,14 @@ Two gloo ranks on this machine stand for the ranks of one GPU node: each "GPU" i
 CUDA_VISIBLE_DEVICES (what Ray gives a rank), the servers are real `agentrl serve` processes
 started through a wrapper that records the CUDA_VISIBLE_DEVICES it got and the rank that
 started it, and the weights are synced into them through /update_weights_from_disk. The four
-runs (marked slow) are made once, in turn, by one pair of rank processes (the module fixture
-`runs`: one start-up of the ranks instead of one per test); the placement rules are also
-tested alone.
+runs (marked slow) are made by one pair of rank processes that the module starts once
+(`ranks`) and that run each test's run when it asks: one start-up of the ranks instead of one
+per test. The placement rules are also tested alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -30,96 +31,95 @@ echo "${{CUDA_VISIBLE_DEVICES:-none}} $AGENTRL_PARENT_PID" >> {log}
 exec {python} -m agentrl.rollout.backends.serve_cli "$@"
 """
 
-# one rank: every run in turn (agentrl.testing.workers.launched_servers_rank), the rank's
-# GPUs and file visibility as they were before each run (a run may stand in for them)
+# one rank: a run (agentrl.testing.workers.launched_servers_rank) for each line read, until
+# stdin closes; the rank's GPUs and file visibility as they were before each run (a run may
+# stand in for them)
 RANK = """
 import json, sys
 from agentrl.testing.workers import launched_servers_rank
 from agentrl.workers import rollout_servers
-rank, model_dir, runs = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+rank, model_dir = int(sys.argv[1]), sys.argv[2]
 own = rollout_servers.rank_gpus, rollout_servers._sees
-for run in runs:
+while line := sys.stdin.readline():
+    run = json.loads(line)
     try:
         launched_servers_rank(rank, 2, run["store"], model_dir, run["dir"], run["overrides"],
                               run["fake_gpus"], run["blind"])
     finally:
         rollout_servers.rank_gpus, rollout_servers._sees = own
 """
-RUNS_TIMEOUT_S = 540
+RUN_TIMEOUT_S = 300
 
 
-def _runs(root: Path) -> dict[str, dict]:
-    """Each slow test's run: its config overrides, the GPUs its ranks stand for, whether
-    rank 1 is blind to files rank 0 writes."""
-    own_gpus = {"overrides": [], "fake_gpus": ["3", "5"], "blind": False}
-    return {
-        "own_gpus": own_gpus,
-        "wide_server": {**own_gpus, "overrides": [
-            "actor_rollout_ref.rollout.tensor_model_parallel_size=2"]},
-        "shared_dir": {"overrides": [
-            f"actor_rollout_ref.rollout.weights_dir={root / 'shared_dir' / 'shared' / 'weights'}"],
-            "fake_gpus": None, "blind": False},
-        "blind_dir": {"overrides": [
-            f"actor_rollout_ref.rollout.weights_dir={root / 'blind_dir' / 'local' / 'weights'}"],
-            "fake_gpus": None, "blind": True},
-    }  # fmt: skip
+class Ranks:
+    """Two rank processes that make one run per `run` call. A rank that fails ends the
+    other, as torch.multiprocessing.spawn would, and fails this and every later run with
+    the ranks' stderr."""
 
+    def __init__(self, root: Path, model_dir: Path) -> None:
+        self.root, self.broken = root, ""
+        self.logs = [root / f"rank{r}.stderr" for r in range(2)]
+        self.procs = [subprocess.Popen([sys.executable, "-c", RANK, str(r), str(model_dir)],
+                                       stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                       stderr=self.logs[r].open("w"), text=True)
+                      for r in range(2)]  # fmt: skip
 
-@pytest.fixture(scope="module")
-def runs(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
-    """Run every run of `_runs` in two rank processes; each run's directory (its
-    rank{r}.json, servers.log) by name. A rank that fails ends the other, as
-    torch.multiprocessing.spawn would; the runs it did not finish fail their tests."""
-    root = tmp_path_factory.mktemp("rollout_servers")
-    runs = []
-    for name, run in _runs(root).items():
-        directory = root / name
+    def run(self, name: str, overrides: list[str], fake_gpus: list[str] | None = None,
+            blind: bool = False) -> tuple[Path, list[dict]]:  # fmt: skip
+        """Run `name` with these config overrides, the GPUs its ranks stand for and whether
+        rank 1 is blind to files rank 0 writes; its directory and the two ranks' results."""
+        if self.broken:
+            pytest.fail(self.broken)
+        directory = self.root / name
         directory.mkdir()
         wrapper = directory / "serve.sh"
         wrapper.write_text(WRAPPER.format(log=directory / "servers.log", python=sys.executable))
-        overrides = [
-            "data.max_prompt_length=16",
-            "data.max_response_length=8",
-            "actor_rollout_ref.rollout.name=sglang",
-            f"actor_rollout_ref.rollout.launch_command='sh {wrapper}'",
-            "actor_rollout_ref.rollout.launch_timeout=120",
-            "actor_rollout_ref.rollout.request_timeout=60",
-            "trainer.n_gpus_per_node=2",
-            *run["overrides"],
-        ]
-        runs.append({**run, "overrides": overrides, "dir": str(directory),
-                     "store": str(directory / "store")})  # fmt: skip
-    logs = [root / f"rank{r}.stderr" for r in range(2)]
-    ranks = [subprocess.Popen([sys.executable, "-c", RANK, str(r), str(tiny_model_dir),
-                               json.dumps(runs)], stdout=subprocess.DEVNULL,
-                              stderr=logs[r].open("w"))
-             for r in range(2)]  # fmt: skip
-    deadline = time.monotonic() + RUNS_TIMEOUT_S
-    try:
-        while any(p.poll() is None for p in ranks) and time.monotonic() < deadline:
-            if any(p.poll() not in (None, 0) for p in ranks):
-                break
-            time.sleep(0.2)
-    finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-    failed = {r: p.returncode for r, p in enumerate(ranks) if p.returncode != 0}
-    root.joinpath("failed.json").write_text(json.dumps(
-        {r: logs[r].read_text()[-3000:] for r in failed}))  # fmt: skip
-    return {run["dir"].rsplit("/", 1)[1]: Path(run["dir"]) for run in runs}
+        run = {"dir": str(directory), "store": str(directory / "store"), "fake_gpus": fake_gpus,
+               "blind": blind, "overrides": [
+                   "data.max_prompt_length=16",
+                   "data.max_response_length=8",
+                   "actor_rollout_ref.rollout.name=sglang",
+                   f"actor_rollout_ref.rollout.launch_command='sh {wrapper}'",
+                   "actor_rollout_ref.rollout.launch_timeout=120",
+                   "actor_rollout_ref.rollout.request_timeout=60",
+                   "trainer.n_gpus_per_node=2",
+                   *overrides]}  # fmt: skip
+        files = [directory / f"rank{r}.json" for r in range(2)]
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        with contextlib.suppress(BrokenPipeError):  # a rank died: below
+            for proc in self.procs:
+                proc.stdin.write(json.dumps(run) + "\n")
+                proc.stdin.flush()
+            while not all(f.is_file() for f in files):  # each rank writes its file last
+                if any(p.poll() is not None for p in self.procs) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        results = [json.loads(f.read_text()) if f.is_file() else {} for f in files]
+        if not all(results):  # a rank that raises still writes its file, empty
+            self.close()
+            self.broken = f"the {name} run did not finish; rank stderr: " + repr(
+                [log.read_text()[-3000:] for log in self.logs])
+            pytest.fail(self.broken)
+        return directory, results
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(BrokenPipeError):
+                    proc.stdin.close()  # the rank's loop ends
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
-def _results(runs: dict[str, Path], name: str) -> list[dict]:
-    """The two ranks' results of one run; a run that did not finish fails with the ranks'
-    stderr."""
-    files = [runs[name] / f"rank{r}.json" for r in range(2)]
-    results = [json.loads(f.read_text()) if f.is_file() else {} for f in files]
-    if not all(results):  # a rank that raises still writes its file, empty
-        failed = json.loads((runs[name].parent / "failed.json").read_text())
-        pytest.fail(f"the {name} run did not finish; rank stderr: {failed}")
-    return results
+@pytest.fixture(scope="module")
+def ranks(tiny_model_dir, tmp_path_factory):
+    ranks = Ranks(tmp_path_factory.mktemp("rollout_servers"), tiny_model_dir)
+    yield ranks
+    ranks.close()
 
 
 def _servers(directory: Path) -> list[str]:
@@ -129,9 +129,9 @@ def _servers(directory: Path) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("rollout_servers")
-def test_each_rank_launches_servers_on_its_own_gpu_and_updates_them(runs):
-    results = _results(runs, "own_gpus")
-    assert _servers(runs["own_gpus"]) == ["3", "5"]  # not both on GPU 0
+def test_each_rank_launches_servers_on_its_own_gpu_and_updates_them(ranks):
+    directory, results = ranks.run("own_gpus", [], fake_gpus=["3", "5"])
+    assert _servers(directory) == ["3", "5"]  # not both on GPU 0
     assert len({url for r in results for url in r["urls"]}) == 2  # a server each
     for result in results:
         assert result["sends"]  # each rank updates its own servers ...
@@ -143,9 +143,12 @@ def test_each_rank_launches_servers_on_its_own_gpu_and_updates_them(runs):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("rollout_servers")
-def test_a_server_wider_than_a_rank_spans_its_neighbours_gpus(runs):
-    results = _results(runs, "wide_server")
-    assert _servers(runs["wide_server"]) == ["3,5"]  # one server, on both ranks' GPUs
+def test_a_server_wider_than_a_rank_spans_its_neighbours_gpus(ranks):
+    directory, results = ranks.run(
+        "wide_server", ["actor_rollout_ref.rollout.tensor_model_parallel_size=2"],
+        fake_gpus=["3", "5"],
+    )  # fmt: skip
+    assert _servers(directory) == ["3,5"]  # one server, on both ranks' GPUs
     assert results[0]["urls"] == results[1]["urls"]  # rank 1 uses rank 0's
     assert [r["sends"] for r in results] == [True, False]  # its launcher updates it
     assert results[0]["versions"] == ["1"]
@@ -153,9 +156,9 @@ def test_a_server_wider_than_a_rank_spans_its_neighbours_gpus(runs):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("rollout_servers")
-def test_a_shared_weights_dir_is_written_once_and_read_by_every_rank(runs):
-    results = _results(runs, "shared_dir")
-    shared = runs["shared_dir"] / "shared" / "weights"
+def test_a_shared_weights_dir_is_written_once_and_read_by_every_rank(ranks):
+    shared = ranks.root / "shared_dir" / "shared" / "weights"
+    _, results = ranks.run("shared_dir", [f"actor_rollout_ref.rollout.weights_dir={shared}"])
     assert [r["weights_dir"] for r in results] == [str(shared)] * 2
     assert all(r["versions"] == ["1"] for r in results)
     assert [p.name for p in shared.iterdir()] == ["step_1"]  # kept: not ours to remove
@@ -163,14 +166,16 @@ def test_a_shared_weights_dir_is_written_once_and_read_by_every_rank(runs):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("rollout_servers")
-def test_a_weights_dir_other_nodes_do_not_see_is_refused(runs):
-    results = _results(runs, "blind_dir")
+def test_a_weights_dir_other_nodes_do_not_see_is_refused(ranks):
+    shared = ranks.root / "blind_dir" / "local" / "weights"
+    _, results = ranks.run("blind_dir", [f"actor_rollout_ref.rollout.weights_dir={shared}"],
+                           blind=True)  # fmt: skip
     for result in results:
         assert "actor_rollout_ref.rollout.weights_dir=" in result["error"]
         assert "is not shared: rank(s) [1] cannot see a file rank 0 wrote there" in (
             result["error"]
         )
-    assert list((runs["blind_dir"] / "local" / "weights").iterdir()) == []  # the probe is gone
+    assert list(shared.iterdir()) == []  # the probe is gone
 
 
 def test_an_unwritable_weights_dir_is_refused_with_its_key(tmp_path):
