@@ -144,10 +144,29 @@ def make_config(tiny_model_dir, trainer_data, tmp_path):
 
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """End-to-end tests (marked slow, vllm or harness) first, each group still in the order
     pytest-randomly gave (it shuffles before this hook runs). Under pytest-xdist a
     minutes-long test then starts early while quick tests fill the other worker, instead of
     starting last and running alone at the end."""
     items.sort(key=lambda item: not any(item.get_closest_marker(name)
                                         for name in ("slow", "vllm", "harness")))
+    if getattr(config, "workerinput", None) is not None and config.getvalue("loadgroup"):
+        _group_suffixes(items)
+
+
+def _group_suffixes(items: list[pytest.Item]) -> None:
+    """What pytest-xdist's worker does for `--dist loadgroup` (the `@group` suffix on the
+    node ids of tests marked `xdist_group`, by which the controller sends a group to one
+    worker), done here because xdist 3.8 writes `item._nodeid`, which pytest 9 no longer
+    reads (its node ids live in `item._id`): without it every group is split across workers
+    and each worker builds the group's module fixtures (servers) again."""
+    from _pytest.nodes import coerce_node_id
+
+    for item in items:
+        names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                        for mark in item.iter_markers("xdist_group")})  # fmt: skip
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix):
+            item._id = coerce_node_id(item.nodeid + suffix)
