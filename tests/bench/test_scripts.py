@@ -154,15 +154,15 @@ def test_the_rollout_bench_runs_a_tiny_workload_over_engine_workers(tiny_model_d
 @pytest.mark.slow
 def test_the_update_memory_bench_compares_both_paths_on_a_small_model(capsys):
     update_memory = _bench_module("update_memory")
-    assert update_memory.main(["--rows", "2", "--length", "128", "--repeats", "1"]) == 0
+    assert update_memory.main(["--rows", "2", "--length", "256", "--repeats", "1"]) == 0
     line = _json_line(capsys.readouterr().out)
     assert {"peak_ratio", "time_ratio"} <= set(line)
-    assert line["new"]["tokens"] == line["old"]["tokens"] == 256
-    # 2 x 96 response positions x 151,936 fp32 logits: ~0.11 GiB per copy on the full path,
-    # several of them alive at once (measured: 0.81 GiB peak against 1.02; at 2 x 256 tokens
-    # 1.03 against 1.46): the chunked path saves more than one whole copy
-    copy_gib = 2 * 96 * 151_936 * 4 / 2**30
-    assert line["new"]["peak_rss_gb"] < line["old"]["peak_rss_gb"] - copy_gib
+    assert line["new"]["tokens"] == line["old"]["tokens"] == 512
+    # at 2 x 256 tokens the full path's fp32 logits copies (151,936 a position) are what its
+    # peak is made of (measured 1.03 GiB against 1.46); at 2 x 128 the process's own start-up
+    # peak hid them in a fresh-clone run under xdist (1.50 GiB both): the chunked path saves
+    # more than 0.2 GiB here
+    assert line["new"]["peak_rss_gb"] < line["old"]["peak_rss_gb"] - 0.2
 
 
 @pytest.mark.slow

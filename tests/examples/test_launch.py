@@ -53,7 +53,8 @@ SCRIPT_PATHS = [
 ]
 
 # A `ray` that logs each call with the token it sees; `start --block` runs until stopped;
-# `status` answers the first STATUS_ANSWERS times (all, unset) and then fails: the head is gone.
+# `status` answers the first STATUS_ANSWERS times (all, unset) and then fails: the head is gone
+# (once this node's `ray start` has begun).
 RAY_STUB = r"""#!/usr/bin/env bash
 echo "$* | mode=${RAY_AUTH_MODE:-} token=${RAY_AUTH_TOKEN:-}" >> "$STUB_DIR/ray.log"
 case "$1" in
@@ -61,7 +62,11 @@ case "$1" in
   status)
     n=$(( $(cat "$STUB_DIR/status.count" 2>/dev/null || echo 0) + 1 ))
     echo "$n" > "$STUB_DIR/status.count"
-    [[ -z "${STATUS_ANSWERS:-}" || $n -le $STATUS_ANSWERS ]] ;;
+    [[ -z "${STATUS_ANSWERS:-}" || $n -le $STATUS_ANSWERS ]] && exit 0
+    # the head goes once this node has joined: wait (5 s at most) for its `ray start`, which
+    # runs in the background and may not have begun yet on a busy machine
+    for _ in $(seq 50); do grep -q "^start" "$STUB_DIR/ray.log" && break; sleep 0.1; done
+    exit 1 ;;
 esac
 """
 

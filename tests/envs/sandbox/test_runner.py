@@ -188,7 +188,7 @@ def test_concurrency_cap_queues_runs(full):
 
 def test_cancelled_run_leaves_nothing(full):
     config, isolation = full
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "agentrl-sandbox-*")))
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), f"agentrl-sandbox-{os.getpid()}-*")))
 
     async def cancel_midway():
         task = asyncio.create_task(
@@ -201,7 +201,7 @@ def test_cancelled_run_leaves_nothing(full):
 
     asyncio.run(cancel_midway())
     assert_nothing_left()
-    after = set(glob.glob(os.path.join(tempfile.gettempdir(), "agentrl-sandbox-*")))
+    after = set(glob.glob(os.path.join(tempfile.gettempdir(), f"agentrl-sandbox-{os.getpid()}-*")))
     assert after - before == set()
 
 
