@@ -499,6 +499,9 @@ def test_async_training_on_vllm_verifies_every_sync_and_versions_every_token(
                       "actor_rollout_ref.rollout.agent_timeout=120",
                       "actor_rollout_ref.rollout.multi_turn.enable=false",
                       "data.max_response_length=64"]  # fmt: skip
+    # the policy before training is version 0 (another test of the module may have synced
+    # the server to other versions since its launch)
+    asyncio.run(first.update_weights(str(as_served), weight_version="0"))
     try:
         history = run_train(make_config(*overrides))
     finally:  # as it was launched, for the module's other tests
