@@ -25,6 +25,7 @@ import torch
 
 from agentrl.protocol import DataProto
 from agentrl.rollout.output import model_token_versions
+from agentrl.trainer.metrics import rollout_logprob_gaps
 
 
 def dump_trajectories(directory: Path, data: DataProto, step: int, tokenizer: Any) -> None:
@@ -66,12 +67,8 @@ def dump_trajectories(directory: Path, data: DataProto, step: int, tokenizer: An
 def logprob_gap_max(data: DataProto) -> list[float] | None:
     """Per row, the largest |rollout log-prob - trainer log-prob| over its trained tokens
     (0.0 for a row with none); None when the batch lacks either log-prob."""
-    keys = data.batch.keys()
-    if "rollout_log_probs" not in keys or "old_log_probs" not in keys:
-        return None
-    gap = (data.batch["rollout_log_probs"].float() - data.batch["old_log_probs"].float()).abs()
-    gap = torch.where(data.batch["response_mask"].bool(), gap, torch.zeros_like(gap))
-    return [round(v, 6) for v in gap.max(dim=-1).values.tolist()]
+    gaps = rollout_logprob_gaps(data)
+    return None if gaps is None else [round(v, 6) for v in gaps.max(dim=-1).values.tolist()]
 
 
 def policy_versions(data: DataProto, i: int) -> list[int]:

@@ -140,6 +140,16 @@ def failure_metrics(data: Any, reward_fn_key: str = DATA_SOURCE_KEY) -> dict[str
     return metrics | {f"reward/score_failed/{k}": float(v) for k, v in sorted(failed.items())}
 
 
+def rollout_logprob_gaps(data: Any) -> torch.Tensor | None:
+    """|rollout log-prob - trainer log-prob| per response position (B, R), 0 where the loss
+    mask is 0; None when the batch lacks either log-prob."""
+    keys = data.batch.keys()
+    if "rollout_log_probs" not in keys or "old_log_probs" not in keys:
+        return None
+    gap = (data.batch["rollout_log_probs"].float() - data.batch["old_log_probs"].float()).abs()
+    return torch.where(data.batch["response_mask"].bool(), gap, torch.zeros_like(gap))
+
+
 def compute_rollout_logprob_gap(data: Any) -> dict[str, float]:
     """How far the engine's log-probs are from the trainer's (``old_log_probs``), over the
     model's own tokens (``response_mask``): verl's ``training/rollout_probs_diff_*`` (in
@@ -155,7 +165,7 @@ def compute_rollout_logprob_gap(data: Any) -> dict[str, float]:
     rollout = data.batch["rollout_log_probs"].float()[mask]
     trainer = data.batch["old_log_probs"].float()[mask]
     probs = (rollout.exp() - trainer.exp()).abs()
-    logs = (rollout - trainer).abs()
+    logs = rollout_logprob_gaps(data)[mask]
     p50, p99 = np.quantile(logs.double().cpu().numpy(), [0.5, 0.99]).tolist()
     return {
         "training/rollout_probs_diff_max": probs.max().item(),
