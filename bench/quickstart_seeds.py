@@ -13,6 +13,8 @@ seed. Rows are ordered worst first: the worst seed is the first row, and named l
                                   # GRPO in agent mode: the agent's OpenAI client, the gateway
     python bench/quickstart_seeds.py --seeds 0 1 2 --rollout vllm --server-python .venv-vllm/bin/python
                                   # the GRPO stage on vLLM servers (the tiny model, untied)
+    python bench/quickstart_seeds.py --agent-function examples/agents/calculator_agent.py:run --mode async
+                                  # agent mode trained off-policy (trainer.mode=async)
 
 Each run is the README's main job with its defaults, in `OUT_DIR/seed_N/`. The script
 prints a markdown table (paste it into docs/quickstart.md): greedy held-out accuracy after
@@ -130,9 +132,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def seed_command(task: str, out: Path, seed: int, agent_function: str | None = None,
-                 rollout: str | None = None, server_python: str | None = None) -> list[str]:
+                 rollout: str | None = None, server_python: str | None = None,
+                 mode: str = "sync") -> list[str]:
     """The command that runs one seed of TASK into OUT (its GRPO stage on the `rollout`
-    backend's quickstart variant when given, its servers under `server_python`)."""
+    backend's quickstart variant when given, its servers under `server_python`, in
+    `trainer.mode` MODE)."""
     if task in RECIPE_SCRIPTS:
         cmd = ["bash", str(REPO / RECIPE_SCRIPTS[task]), str(out), "--seed", str(seed)]
     else:
@@ -146,21 +150,25 @@ def seed_command(task: str, out: Path, seed: int, agent_function: str | None = N
     if agent_function:
         cmd += [f"actor_rollout_ref.rollout.agent_function={agent_function}",
                 "actor_rollout_ref.rollout.multi_turn.enable=false"]  # fmt: skip
+    if mode != "sync":
+        cmd += [f"trainer.mode={mode}"]
     return cmd
 
 
 def run_seed(
     out_dir: Path, task: str, seed: int, rerun: bool, agent_function: str | None = None,
-    rollout: str | None = None, server_python: str | None = None,
+    rollout: str | None = None, server_python: str | None = None, mode: str = "sync",
 ) -> dict[str, Any]:
-    prefix = ("agent_" if agent_function else "") + (f"{rollout}_" if rollout else "")
+    prefix = (("agent_" if agent_function else "") + (f"{rollout}_" if rollout else "")
+              + (f"{mode}_" if mode != "sync" else ""))
     name = f"{prefix}seed_{seed}"
     report_path = out_dir / name / "report.json"
     if rerun or not report_path.is_file():
         # The recipe scripts run this interpreter's venv's agentrl.
         env = {**os.environ, "AGENTRL_VENV": str(Path(sys.executable).parent.parent)}
         subprocess.run(
-            seed_command(task, report_path.parent, seed, agent_function, rollout, server_python),
+            seed_command(task, report_path.parent, seed, agent_function, rollout, server_python,
+                         mode),
             check=True, env=env,
         )
     report = json.loads(report_path.read_text())
@@ -320,11 +328,13 @@ def main() -> int:
                         "e.g. vllm")
     parser.add_argument("--server-python", default=None,
                         help="interpreter of the rollout's servers, e.g. .venv-vllm/bin/python")
+    parser.add_argument("--mode", default="sync", choices=("sync", "one_step_off", "async"),
+                        help="the GRPO stage's trainer.mode (runs go to OUT_DIR/[agent_]MODE_seed_N)")
     args = parser.parse_args()
     default = "quickstart_seeds" if args.task == "calculator" else f"{args.task}_seeds"
     out_dir = args.out_dir or Path("outputs") / default
     reports = worst_first({seed: run_seed(out_dir, args.task, seed, args.rerun, args.agent_function,
-                                          args.rollout, args.server_python)
+                                          args.rollout, args.server_python, args.mode)
                           for seed in args.seeds})  # fmt: skip
     worst, first = next(iter(reports.items()))
     sys.stdout.write(

@@ -292,3 +292,14 @@ def test_the_seeds_script_runs_the_vllm_variant_apart_with_its_own_time_target(t
         "PASS end to end < 900 s"]  # fmt: skip
     assert quickstart_seeds.check({2: report}, "calculator")[-1].startswith(
         "FAIL end to end < 300 s")
+
+
+def test_the_seeds_script_trains_agent_mode_off_policy_apart(tmp_path):
+    quickstart_seeds = _bench_module("quickstart_seeds")
+    agent = "examples/agents/calculator_agent.py:run"
+    cmd = quickstart_seeds.seed_command("calculator", tmp_path / "s", 3, agent_function=agent,
+                                        mode="async")  # fmt: skip
+    assert cmd[-3:] == [f"actor_rollout_ref.rollout.agent_function={agent}",
+                        "actor_rollout_ref.rollout.multi_turn.enable=false", "trainer.mode=async"]
+    assert not any(a.startswith("trainer.mode") for a in quickstart_seeds.seed_command(
+        "calculator", tmp_path / "s", 3, agent_function=agent))
