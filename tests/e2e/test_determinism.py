@@ -6,6 +6,7 @@ elsewhere and mini-batches are shuffled; another seed differs."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -21,9 +22,24 @@ from agentrl.tasks.quickstart import CALCULATOR, TaskData, recipe_file
 from agentrl.tools import load_tool_schemas
 from agentrl.trainer import run_train
 from agentrl.trainer.sft import run_sft
+from agentrl.utils.threads import THREADS_ENV
 
 # seconds and a process's peak memory differ by nature
 TIMING = ("timing", "time", "throughput", "latency", "_s/", "wall", "memory", "rss")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fixed_cpu_threads():
+    """A run repeats bit for bit on a fixed number of CPU threads (docs/rollout.md): under
+    `auto` the count follows the free cores, so beside another test process (pytest-xdist)
+    the two runs could sum floats over other thread splits."""
+    previous = os.environ.get(THREADS_ENV)
+    os.environ[THREADS_ENV] = "1"
+    yield
+    if previous is None:
+        os.environ.pop(THREADS_ENV, None)
+    else:
+        os.environ[THREADS_ENV] = previous
 
 
 @pytest.fixture(scope="module")
