@@ -20,6 +20,9 @@ of the session tree is a row of its own (``rollout.agent_segments: last``: the l
 only), and with ``rollout.agent_side_calls: train`` so is every side call; the rows of one
 episode share its ``episode_id`` and the advantage computed on its reward row
 (``episode_row`` 0; agentrl/algos/segments.py), so a GRPO group is still ``n`` episodes.
+Each row's place in its session tree is its ``segment`` column (`segment_tree`: the segment's
+index, ``parent``, branch point, whether it is a side call, the session's counts), which the
+trainer's dumps keep for the open trajectory format (docs/trajectories.md).
 An exception, a timeout, or a function that never calls the model fails only its sample
 (FAILED, zero loss mask, counted in ``rollout/agent_errors``); history rewrites (forks) are
 counted in ``rollout/agent_rewrites`` and ``gateway/forks``, calls outside the episode (a
@@ -64,6 +67,9 @@ TOKENS_RECORDED_KEY = "policy_tokens_recorded"  # its session's policy tokens, i
 SEGMENTS_KEY = "segments"  # its other trained segments, in reward_scores until `collect`
 LIMIT_KILLS_KEY = "limit_kills"  # its runs an episode limit ended (agentrl.agents' dict)
 SEGMENT_SEP = "/seg-"  # a segment row's request id: {episode's request id}/seg-{j}
+# its rows' places in the session tree (`segment_tree`: the reward row's first, then one per
+# SEGMENTS_KEY entry), in reward_scores until `collect` makes them the `segment` column
+SEGMENT_TREE_KEY = "segment_tree"
 
 
 @dataclass
@@ -181,6 +187,8 @@ class AgentRollout:
         response token of each episode's reward row, the metrics per episode, the agent
         counts."""
         rows = self.segment_rows(requests)
+        trees = {r.request_id: (r.reward_scores.pop(SEGMENT_TREE_KEY, None) or [None])[0]
+                 for r in requests + rows}  # fmt: skip
         out = self.collector.collect(requests + rows, batch, wall_s)
         out.meta_info["metrics"] = request_metrics(requests)  # per episode, not per row
         ordered = sorted(requests + rows, key=lambda r: (r.batch_data_id, r.rollout_offset))
@@ -195,6 +203,8 @@ class AgentRollout:
         out.non_tensor_batch["episode_row"] = to_object_array(
             [0 if r.request_id in episodes else int(r.request_id.split(SEGMENT_SEP)[1])
              for r in ordered], "episode_row")  # fmt: skip
+        out.non_tensor_batch["segment"] = to_object_array(
+            [trees[r.request_id] for r in ordered], "segment")
         metrics = out.meta_info["metrics"]
         metrics["agent/segments"] = float(sum(r.reward_scores.get("segments_recorded", 0)
                                               for r in requests))
@@ -220,6 +230,7 @@ class AgentRollout:
         stride = max((r.rollout_offset for r in requests), default=0) + 1
         rows = []
         for request in requests:
+            trees = request.reward_scores.get(SEGMENT_TREE_KEY) or []
             for j, segment in enumerate(request.reward_scores.pop(SEGMENTS_KEY, []), start=1):
                 row = AsyncRolloutRequest(
                     batch_data_id=request.batch_data_id,
@@ -230,6 +241,7 @@ class AgentRollout:
                 )  # fmt: skip
                 row.copy_tokens(segment)
                 row.prompt_length = segment.prompt_length
+                row.reward_scores[SEGMENT_TREE_KEY] = trees[j:j + 1]
                 row.finish(FinishReason.STOP)
                 budget, name = self.collector.response_budget(row)
                 row.finalize(self.collector.renderer, budget, name, "disable")
@@ -278,6 +290,8 @@ class AgentRollout:
                 TOKENS_RECORDED_KEY: sum(s.policy_tokens for s in session.segments + session.side),
                 SEGMENTS_KEY: self._other_rows(session),
             }  # fmt: skip
+            request.reward_scores[SEGMENT_TREE_KEY] = [
+                segment_tree(session, s) for s in [segment, *request.reward_scores[SEGMENTS_KEY]]]
             for recorded in session.segments[:-1] if self.segments == "all" else ():
                 _count_turns(request.metrics, recorded)
             _count_turns(request.metrics, segment)
@@ -310,6 +324,19 @@ class AgentRollout:
         ``agent_side_calls: train``."""
         earlier = session.segments[:-1] if self.segments == "all" else []
         return earlier + (session.side if self.side_calls == "train" else [])
+
+
+def segment_tree(session: Any, segment: Any) -> dict[str, Any]:
+    """A recorded segment's place in its session tree: ``index`` (episode segments 0, 1, ...
+    in the order they started, then the side calls), ``parent``, ``branch_message``,
+    ``branch_token`` (agentrl/gateway/sessions.py), ``side_call``, and the session's
+    ``session_segments`` and ``session_side_calls`` (how many it recorded, trained or not)."""
+    side = all(s is not segment for s in session.segments)
+    index = (len(session.segments) + next(i for i, s in enumerate(session.side) if s is segment)
+             if side else next(i for i, s in enumerate(session.segments) if s is segment))
+    return {"index": index, "parent": segment.parent, "branch_message": segment.branch_message,
+            "branch_token": segment.branch_token, "side_call": side,
+            "session_segments": len(session.segments), "session_side_calls": len(session.side)}
 
 
 def _count_turns(metrics: Any, segment: Any) -> None:
@@ -365,4 +392,4 @@ def load_agent_function(path: str) -> AgentFunction:
 
 
 __all__ = ["AGENT_REWARD_KEY", "LIMIT_KILLS_KEY", "SIDE_CALLS_KEY", "AgentRollout", "EpisodeContext",
-           "agent_client", "in_process_http", "load_agent_function", "sdk_module"]
+           "agent_client", "in_process_http", "load_agent_function", "sdk_module", "segment_tree"]

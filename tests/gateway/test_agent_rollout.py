@@ -167,3 +167,38 @@ def test_agent_segments_last_trains_only_the_last_segment(tiny_tokenizer):
     assert len(out) == 4 and set(out.non_tensor_batch["episode_row"]) == {0}
     metrics = out.meta_info["metrics"]
     assert metrics["agent/tokens_trained"] == metrics["agent/tokens_recorded"] / 3
+
+
+def test_each_row_carries_its_place_in_the_session_tree(tiny_tokenizer):
+    rollout, _ = _rewriting_rollout(tiny_tokenizer)
+    out = asyncio.run(rollout.agenerate_sequences(prompts_batch(2, uid=["p0", "p1"])))
+    trees = list(out.non_tensor_batch["segment"])
+    rows = list(out.non_tensor_batch["episode_row"])
+    for tree, row, i in zip(trees, rows, range(len(out)), strict=True):
+        assert tree["session_segments"] == 2 and tree["session_side_calls"] == 0
+        assert tree["side_call"] is False
+        if row == 0:  # the last segment: a child of the first, which it shares no message with
+            assert tree["index"] == 1 and tree["parent"] == 0 and tree["branch_message"] == 0
+            prompt = out.batch["prompts"][i][out.batch["prompts"][i] != tiny_tokenizer.pad_token_id]
+            # both prompts open with the same user turn's first tokens, then differ
+            assert 0 < tree["branch_token"] < len(prompt)
+        else:
+            assert tree == {"index": 0, "parent": None, "branch_message": 0, "branch_token": 0,
+                            "side_call": False, "session_segments": 2, "session_side_calls": 0}
+    assert all("segment_tree" not in s for s in out.non_tensor_batch["reward_scores"])
+
+
+def test_a_side_call_is_numbered_after_the_episode_segments():
+    from agentrl.gateway.agent_rollout import segment_tree
+    from agentrl.gateway.sessions import Segment, Session
+
+    session = Session("s")
+    session.segments = [Segment.from_prompt([1, 2], [], []), Segment.from_prompt([1, 3], [], [])]
+    session.segments[1].parent, session.segments[1].branch_token = 0, 1
+    session.side = [Segment.from_prompt([9], [], []), Segment.from_prompt([8], [], [])]
+    assert [segment_tree(session, s)["index"] for s in session.segments + session.side] == [
+        0, 1, 2, 3]
+    assert segment_tree(session, session.side[1]) == {
+        "index": 3, "parent": None, "branch_message": 0, "branch_token": 0, "side_call": True,
+        "session_segments": 2, "session_side_calls": 2}
+    assert segment_tree(session, session.segments[1])["parent"] == 0
