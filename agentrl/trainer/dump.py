@@ -11,7 +11,13 @@ report needs no tokenizer), ``messages``, ``num_turns``, ``tool_calls`` ({tool: 
 ``finish_reason``, ``policy_versions`` (the policy versions that wrote its model tokens;
 [] when the rollout reported none) and ``logprob_gap_max``: the largest |rollout log-prob -
 trainer log-prob| over its trained tokens (absent when the batch lacks either; the report's
-viewer orders trajectories by it).
+viewer orders trajectories by it). Per response token, aligned with ``response_ids``:
+``rollout_log_probs`` (the backend's log-prob of each model token, 0.0 elsewhere; absent when
+the rollout returned none) and ``rollout_versions`` (the policy version that wrote each
+token, -1 where none did). Agent mode adds each row's episode and place in its session tree:
+``episode_id``, ``episode_row`` (0 on the row that carries the reward) and ``segment``
+(agentrl/gateway/agent_rollout.py ``segment_tree``), what `agentrl trajectories export`
+needs to rebuild the trees (docs/trajectories.md).
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ import torch
 from agentrl.protocol import DataProto
 from agentrl.rollout.output import model_token_versions
 from agentrl.trainer.metrics import rollout_logprob_gaps
+
+# agent mode's non-tensor columns a row keeps: its episode and place in the session tree
+SESSION_KEYS = ("episode_id", "episode_row", "segment")
 
 
 def dump_trajectories(directory: Path, data: DataProto, step: int, tokenizer: Any) -> None:
@@ -58,6 +67,8 @@ def dump_trajectories(directory: Path, data: DataProto, step: int, tokenizer: An
                 "tool_calls": metrics.get("tool_calls"),
                 "finish_reason": columns.get("finish_reason", absent)[i],
                 "policy_versions": policy_versions(data, i),
+                **token_columns(data, i, len(response)),
+                **{key: columns[key][i] for key in SESSION_KEYS if key in columns},
             }
             if gaps is not None:
                 row["logprob_gap_max"] = gaps[i]
@@ -69,6 +80,13 @@ def logprob_gap_max(data: DataProto) -> list[float] | None:
     (0.0 for a row with none); None when the batch lacks either log-prob."""
     gaps = rollout_logprob_gaps(data)
     return None if gaps is None else [round(v, 6) for v in gaps.max(dim=-1).values.tolist()]
+
+
+def token_columns(data: DataProto, i: int, n_response: int) -> dict[str, list]:
+    """Row ``i``'s per-token ``rollout_log_probs`` and ``rollout_versions``, aligned with its
+    ``n_response`` response ids (each only when the batch has it)."""
+    return {key: data.batch[key][i][:n_response].tolist()
+            for key in ("rollout_log_probs", "rollout_versions") if key in data.batch.keys()}
 
 
 def policy_versions(data: DataProto, i: int) -> list[int]:
@@ -97,4 +115,5 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-__all__ = ["dump_trajectories", "policy_versions", "trajectory_ids"]
+__all__ = ["SESSION_KEYS", "dump_trajectories", "policy_versions", "token_columns",
+           "trajectory_ids"]

@@ -106,6 +106,12 @@ def test_dump_rows_carry_tokens_masks_and_messages_and_the_report_shows_them(
         assert call == {"name": "calculator", "arguments": {"expression": "17*23"}}
         assert row["tool_calls"] == {"calculator": 1} and row["num_turns"] == 4
         assert row["acc"] == float(row["score"] >= 1.0) and row["request_state"] == "completed"
+        # per token, aligned with the response: the engine's log-probs (the script reports
+        # -0.5 per model token) and the versions (-1 where no model wrote the token)
+        assert row["rollout_log_probs"] == [-0.5 if m else 0.0 for m in mask]
+        assert len(row["rollout_versions"]) == len(ids)
+        assert all(v == -1 for v, m in zip(row["rollout_versions"], mask, strict=True) if not m)
+        assert "segment" not in row and "episode_id" not in row  # agent mode's columns only
 
     # the scripted engine reports -0.5 per token: each row's largest gap over its trained
     # tokens, and the step's largest over all rows is the metric's max
