@@ -27,6 +27,7 @@ from agentrl.protocol import DataProto
 from agentrl.trainer.producer import RolloutProducer, TakeStats
 from agentrl.utils.plain_config import plain_config
 from agentrl.utils.trace import Event, TraceRecorder
+from agentrl.workers.rollout_assembly import with_backend_metrics
 
 _CONCURRENCY = 4  # take_batch, stacks, and the control calls at once
 
@@ -84,13 +85,17 @@ class ProducerHost:
     def take_batch(
         self, count: int, policy_version: int, meta_info: dict[str, Any], timeout: float
     ) -> tuple[DataProto, TakeStats] | int:
-        """The next ``count`` fresh groups as one DataProto, with the take's stats; when they
+        """The next ``count`` fresh groups as one DataProto (with the backend's metrics), with
+        the take's stats; when they
         are not ready within ``timeout`` seconds, the number of groups finished so far."""
         taken = self.producer.take(count, policy_version, timeout)
         if taken is None:
             return len(self.producer.finished)
         groups, stats = taken
-        return self.producer.collect(groups, meta_info), stats
+        # with the backend's own counts since the last take (lost and revived servers,
+        # retries, `rollout/servers_alive`), as the in-step rollout reports them
+        return with_backend_metrics(self.producer.collect(groups, meta_info),
+                                    self.rollout.backend), stats
 
     def wait_idle(self) -> float:
         return self.producer.wait_idle()

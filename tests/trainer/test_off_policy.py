@@ -229,3 +229,67 @@ def test_the_watchdog_reports_the_rollout_process_in_async_mode(
                        weights_only=False)
     assert {g["uid"] for g in state["rollout_buffer"]["unfinished"]} == {"1-0", "1-1", "2-0",
                                                                         "2-1"}
+
+
+def _serve_pids(model_dir: Path) -> list[int]:
+    """The `agentrl serve` processes started for ``model_dir`` (a path of this test's own)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "serve_cli" in cmdline and str(model_dir) in cmdline:
+                pids.append(int(entry.name))
+    return sorted(pids)
+
+
+@pytest.mark.slow
+def test_async_training_goes_on_when_a_server_is_killed_mid_run(
+    make_config, tiny_model_dir, tmp_path, ray_cluster
+):
+    """trainer.mode=async on two `agentrl serve` servers the producer launched; one is killed
+    with kill -9 once step 1 has trained (the producer is generating the next steps on both):
+    the run trains every step with a full batch, every prompt once (what the killed server
+    had in flight finishes on the other), every later sync reaches the survivor and is
+    verified, and the step's metrics count the lost server."""
+    import os
+    import signal
+    import threading
+
+    model = tmp_path / "model"  # a path of its own, to find this test's servers
+    model.symlink_to(tiny_model_dir, target_is_directory=True)
+    dumps = tmp_path / "rollouts"
+    killed: list[int] = []
+
+    def kill_one_after_step_1() -> None:
+        deadline = time.monotonic() + 300
+        while not (dumps / "1.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = _serve_pids(model)
+        if len(pids) == 2:
+            os.kill(pids[0], signal.SIGKILL)
+            killed.append(pids[0])
+
+    killer = threading.Thread(target=kill_one_after_step_1, daemon=True)
+    killer.start()
+    steps = 4
+    history = run_train(make_config(
+        f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.num_servers=2",
+        "trainer.mode=async", "off_policy.max_staleness=1", "data.shuffle=false",
+        f"trainer.total_training_steps={steps}", f"trainer.rollout_data_dir={dumps}",
+    ))  # fmt: skip
+    killer.join(timeout=5)
+    assert killed, "the two servers were not found to kill one"
+    assert [m["training/global_step"] for m in history] == [1.0, 2.0, 3.0, 4.0]
+    rows = _rows(dumps, range(1, steps + 1))
+    assert Counter(r["uid"] for r in rows) == {f"{b}-{i}": 2 for b in range(1, steps + 1)
+                                               for i in range(2)}  # fmt: skip
+    # every sync verified on every live server: both before the kill, the survivor after
+    verified = [m["rollout/weights_verified"] for m in history]
+    assert verified[0] == 2 and verified[-1] == 1 and min(verified) >= 1, verified
+    assert sum(m.get("rollout/servers_lost", 0) for m in history) == 1
+    assert history[-1]["rollout/servers_alive"] == 1
+    assert all(r["response_ids"] for r in rows)  # every trajectory completed
+    _assert_fresh(rows, 1)
