@@ -154,6 +154,8 @@ POSITIVE: tuple[str, ...] = (
     "actor_rollout_ref.rollout.n", "actor_rollout_ref.rollout.val_kwargs.n",
     "actor_rollout_ref.rollout.max_concurrent_requests", "actor_rollout_ref.rollout.max_num_seqs",
     "actor_rollout_ref.rollout.num_servers",
+    "actor_rollout_ref.rollout.canary_every_n", "actor_rollout_ref.rollout.canary_count",
+    "actor_rollout_ref.rollout.canary_length", "actor_rollout_ref.rollout.canary_margin",
     "actor_rollout_ref.rollout.multi_turn.max_parallel_calls",
     "actor_rollout_ref.rollout.multi_turn.max_tool_response_length",
     "actor_rollout_ref.rollout.multi_turn.max_concurrent_tool_calls",
@@ -166,6 +168,8 @@ NON_NEGATIVE: dict[str, str] = {
     "algorithm.filter_groups.max_num_gen_batches": "0: no limit",
     "off_policy.max_staleness": "0: only the newest version",
     "trainer.watchdog_s": "0 or null: off",
+    "actor_rollout_ref.rollout.canary_top_k": "0: log-prob gaps only",
+    "actor_rollout_ref.rollout.canary_floor": "0: the calibrated gap alone",
 }
 
 
@@ -464,6 +468,7 @@ def component_choices() -> dict[str, tuple[Any, ...]]:
     from agentrl.algos.kl import KL_CONTROLLERS
     from agentrl.algos.rollout_correction import RATIO_LEVELS
     from agentrl.rollout.backends.base import LOAD_BALANCE
+    from agentrl.rollout.backends.canary import CANARY_MODES, ON_DIVERGENCE
     from agentrl.rollout.backends.verify import VERIFY_MODES
     from agentrl.rollout.check_offload import OFFLOAD_SETTINGS
     from agentrl.rollout.token_check import SANITY_CHECK_MODES
@@ -473,6 +478,8 @@ def component_choices() -> dict[str, tuple[Any, ...]]:
         "actor_rollout_ref.actor.policy_loss.rollout_is": (None, *RATIO_LEVELS),
         "actor_rollout_ref.actor.policy_loss.rollout_rs": (None, *RATIO_LEVELS),
         "actor_rollout_ref.rollout.verify_weights": VERIFY_MODES,
+        "actor_rollout_ref.rollout.canary": CANARY_MODES,
+        "actor_rollout_ref.rollout.on_divergence": ON_DIVERGENCE,
         "actor_rollout_ref.actor.loss_agg_mode": LOSS_AGG_MODES,
         "critic.loss_agg_mode": LOSS_AGG_MODES,
         "algorithm.kl_ctrl.type": KL_CONTROLLERS,

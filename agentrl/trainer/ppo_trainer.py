@@ -87,7 +87,8 @@ class PPOTrainer:
         loaders = worker_setup.create_loaders(config, self.tokenizer)
         self.train_dataloader, self.val_dataloader = loaders.train, loaders.val
         self.total_training_steps = loaders.total_training_steps
-        self.worker_config = worker_setup.worker_config(config, self.total_training_steps)
+        self.worker_config = worker_setup.worker_config(
+            config, self.total_training_steps, worker_setup.default_canary_prompts(config, loaders))
         reward_args = (config.reward_model, config.custom_reward_function, self.tokenizer)
         key = config.data.reward_fn_key
         self.reward_fn = load_reward_manager(*reward_args, reward_fn_key=key, num_examine=0)

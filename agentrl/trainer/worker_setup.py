@@ -54,19 +54,37 @@ def create_loaders(config: DictConfig, tokenizer: Any) -> Loaders:
     return Loaders(train, val, total)
 
 
-def worker_config(config: DictConfig, total_training_steps: int) -> DictConfig:
-    """A read-only copy of `config` with the optimizers' `total_training_steps` set."""
+def worker_config(config: DictConfig, total_training_steps: int,
+                  canary_prompts: list[list[int]] | None = None) -> DictConfig:  # fmt: skip
+    """A read-only copy of `config` with the optimizers' `total_training_steps` set (and
+    the rollout's `canary_prompts`, when given)."""
+    rollout = {} if canary_prompts is None else {"canary_prompts": canary_prompts}
     copy = OmegaConf.merge(
         OmegaConf.to_container(config, resolve=True),
         {
             "actor_rollout_ref": {
-                "actor": {"optim": {"total_training_steps": total_training_steps}}
+                "actor": {"optim": {"total_training_steps": total_training_steps}},
+                "rollout": rollout,
             },
             "critic": {"optim": {"total_training_steps": total_training_steps}},
         },
     )
     OmegaConf.set_readonly(copy, True)
     return copy
+
+
+def default_canary_prompts(config: DictConfig, loaders: Any) -> list[list[int]] | None:
+    """The canary's prompts when ``rollout.canary_prompts`` is null: the first
+    ``canary_count`` validation prompts (training prompts without a validation set) as the
+    rollout's prompt ids (agentrl/workers/canary.py); None when the config gives them or
+    the canary is off."""
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.canary == "off" or rollout.canary_prompts is not None:
+        return None
+    loader = loaders.val if loaders.val is not None else loaders.train
+    dataset = loader.dataset
+    count = min(int(rollout.canary_count), len(dataset))
+    return [[int(t) for t in dataset[i]["raw_prompt_ids"]] for i in range(count)]
 
 
 def with_rollout(worker_cfg: DictConfig, rollout: dict[str, Any]) -> DictConfig:

@@ -313,7 +313,8 @@ class ActorRolloutRefWorker(Worker):
         with self.actor_residency.on_device():
             self.rollout.update_weights(actor.model, self.global_step)
         return {"timing/weight_sync_s": time.perf_counter() - started,
-                "rollout/weights_verified": float(self.rollout.weights_verified)}
+                "rollout/weights_verified": float(self.rollout.weights_verified),
+                **self.rollout.canary_metrics}
 
     @register(Dispatch.ONE_TO_ALL)
     def full_state_dict(self, which: str = "actor") -> dict[str, torch.Tensor]:

@@ -43,7 +43,10 @@ its tensors; servers answer per-tensor checksums and score a probe sequence whos
 must equal the trainer's, agentrl/rollout/backends/verify.py); a mismatch raises
 ``WeightMismatchError`` naming the server and the first tensor that differs, and
 ``weights_verified`` (read by the trainer as ``rollout/weights_verified``) counts the servers
-verified by the last sync.
+verified by the last sync. Then the canary (``rollout.canary``, agentrl/workers/canary.py):
+every server scores fixed sequences against the trainer's log-probs on the weights it sent,
+and a server that diverges (or, with several servers, fails the weight check) is drained,
+sent the weights again and re-admitted once it passes; its metrics are ``canary_metrics``.
 
 On a GPU the engine's memory is released after generation (``rollout.free_cache_engine``)
 and resumed before the next weight sync, so training has the GPU to itself (sleep/wake).
@@ -65,6 +68,7 @@ from agentrl.rollout.backends.registry import backend_plugin, weight_sync_of
 from agentrl.rollout.backends.verify import verify_after_sync
 from agentrl.utils.aio import LoopThread
 from agentrl.utils.plain_config import plain_config
+from agentrl.workers.canary import CanarySettings, CanaryWatch
 from agentrl.workers.fsdp import full_state_dict, iter_full_weights, named_full_weights
 from agentrl.workers.rollout_assembly import build_rollout
 from agentrl.workers.rollout_servers import DiskSync, launch_rank_servers, plan_disk_sync
@@ -129,6 +133,9 @@ class HybridRollout:
         self.weights_verified = 0  # servers the last sync verified (rollout/weights_verified)
         self.transfer: Any = None  # the backend's weight transfer, made at the first sync
         self._syncs = 0
+        self.canary = CanaryWatch(CanarySettings.of(self.rollout_cfg), self.backend, self.loop,
+                                  tokenizer)  # fmt: skip
+        self.canary_metrics: dict[str, float] = {}  # the last sync's rollout/canary/*
         # sleep after generation only where there is device memory to give back
         self.release_after_generation = bool(
             self.rollout_cfg.free_cache_engine and torch.cuda.is_available()
@@ -160,6 +167,7 @@ class HybridRollout:
         version = str(step)
         self._syncs += 1
         verify = verify_after_sync(self.rollout_cfg.verify_weights, self._syncs)
+        self.canary_metrics = {}
         if self.weight_sync == "disk":
             self.weights_verified = self._update_from_disk(model, version, verify)
         elif self.weight_sync == "transfer":
@@ -167,6 +175,7 @@ class HybridRollout:
                 self.transfer = self.backend.weight_transfer(
                     lambda: named_full_weights(model), rank=rank())
             self.weights_verified = self.transfer.send(version, verify=verify)
+            self.canary_metrics = self.canary.after_sync(model, self._syncs, rank() == 0)
             barrier()  # no rank generates before every server has the new weights
         elif self.weight_sync == "tensors":
             verified = True
@@ -177,14 +186,20 @@ class HybridRollout:
                     verified = self.loop.run(self.backend.verify_weights(bucket)) and verified
                 del bucket
             self.weights_verified = int(verify and verified)
+            self.canary_metrics = self.canary.after_sync(model, self._syncs)
         else:
             state = full_state_dict(model)
             self.loop.run(self.backend.update_weights(state))
             verifier = getattr(self.backend, "verify_weights", None)
             self.weights_verified = int(self.loop.run(verifier(state))) if (
                 verify and verifier is not None) else 0
+            self.canary_metrics = self.canary.after_sync(model, self._syncs)
         logger.info("rank %d: rollout weights synced (%s sync, step %s, %d verified)", rank(),
                     self.weight_sync, version, self.weights_verified)  # fmt: skip
+
+    def canary_servers(self) -> list[str]:
+        servers = getattr(self.backend, "canary_servers", None)
+        return list(servers()) if servers is not None else []
 
     def _bucket_bytes(self) -> int:
         return int(self.rollout_cfg.update_weights_bucket_megabytes) << 20
@@ -201,10 +216,16 @@ class HybridRollout:
                   untie=self.untie_output)  # fmt: skip
         verified = 0
         probe = self._probe(model) if verify else None  # a collective forward
+        # with a canary and several servers, a server failing the check is drained, not fatal
+        mismatches: list[Exception] | None = (
+            [] if self.canary.due(self._syncs) and len(self.canary_servers()) > 1 else None)
         if sync.sends:
             self.loop.run(self.backend.update_weights(str(target), weight_version=version))
             if verify:
-                verified = self.loop.run(self.backend.verify_weights(str(target), probe))
+                verified = self.loop.run(self.backend.verify_weights(
+                    str(target), probe, mismatches=mismatches))  # fmt: skip
+        self.canary_metrics = self.canary.after_sync(model, self._syncs, sync.sends,
+                                                     mismatches or ())  # a collective forward
         if sync.writes:
             for old in sync.directory.glob("step_*"):
                 if old != target:

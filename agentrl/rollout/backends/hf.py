@@ -74,6 +74,7 @@ from agentrl.utils.threads import CPUThreads
 
 logger = logging.getLogger(__name__)
 
+IN_PROCESS = "hf (in process)"  # the embedded engine's name in errors and canary warnings
 SERVE_MAX_NUM_SEQS = 4096  # rollout.max_num_seqs null in agentrl serve: every waiting request joins a batch
 
 @dataclass
@@ -225,18 +226,41 @@ class HFBackend:
         """``log p(input_ids[t] | input_ids[:t])`` for every t >= 1, at temperature 1 (what
         SGLang returns as ``input_token_logprobs``): one forward pass, on the engine's
         thread between its batches."""
+        log_probs, _ = await self.score_prompt(input_ids)
+        return log_probs
+
+    async def score_prompt(self, input_ids: list[int], top_k: int = 0
+                           ) -> tuple[list[float], list[dict[int, float]] | None]:  # fmt: skip
+        """`prompt_log_probs` and, ``top_k`` > 0, each position's top-k ({id: log-prob};
+        SGLang's ``input_top_logprobs``); None without."""
         ids = [int(t) for t in input_ids]
         if len(ids) < 2:
-            return []
+            return [], [] if top_k > 0 else None
         return await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._prompt_log_probs, ids)
+            self._executor, self._score_prompt, ids, top_k)
 
-    def _prompt_log_probs(self, ids: list[int]) -> list[float]:
+    def _score_prompt(self, ids: list[int], top_k: int
+                      ) -> tuple[list[float], list[dict[int, float]] | None]:  # fmt: skip
         tokens = torch.tensor([ids], device=self.device)
         with torch.no_grad():
-            logits = self.model(input_ids=tokens).logits[0, :-1].float()
-        picked = torch.log_softmax(logits, dim=-1).gather(-1, tokens[0, 1:, None])
-        return picked.squeeze(-1).tolist()
+            logits = self.model(input_ids=tokens).logits[0, :-1].float()  # (T - 1, V)
+        log_probs = torch.log_softmax(logits, dim=-1)
+        picked = log_probs.gather(-1, tokens[0, 1:, None]).squeeze(-1).tolist()
+        if top_k <= 0:
+            return picked, None
+        values, indices = log_probs.topk(min(top_k, log_probs.shape[-1]), dim=-1)  # (T - 1, k)
+        top = [dict(zip(i, v, strict=True))
+               for i, v in zip(indices.tolist(), values.tolist(), strict=True)]  # fmt: skip
+        return picked, top
+
+    def canary_servers(self) -> list[str]:
+        """What a canary scores (agentrl/workers/canary.py): this one engine."""
+        return [IN_PROCESS]
+
+    async def score_on(self, server: str, input_ids: list[int], top_k: int = 0
+                       ) -> tuple[list[float], list[dict[int, float]] | None]:  # fmt: skip
+        """`score_prompt` (``server`` is `IN_PROCESS`, the only one)."""
+        return await self.score_prompt(input_ids, top_k)
 
     async def abort(self, request_id: str) -> None:
         """Abort a queued or running request: it returns what it has with finish "abort".
@@ -288,9 +312,9 @@ class HFBackend:
         for name, expected in source.items():
             tensor = held.get(name)
             if tensor is None:
-                raise WeightMismatchError("hf (in process)", name, "the model has no such tensor")
+                raise WeightMismatchError(IN_PROCESS, name, "the model has no such tensor")
             if not torch.equal(tensor.cpu(), expected.to(tensor.dtype).cpu()):
-                raise WeightMismatchError("hf (in process)", name)
+                raise WeightMismatchError(IN_PROCESS, name)
         return 1
 
     async def release_memory(self) -> None:

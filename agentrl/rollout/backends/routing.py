@@ -15,6 +15,9 @@
 - A server marked dead is left out of routing until `revive`; the client probes it again
   after a cool-down (agentrl/rollout/backends/sglang.py). `missed_update` records that a
   weight update skipped it, so it may rejoin only holding the current weights.
+- A server `drain`ed (its canary diverged after a weight sync, agentrl/workers/canary.py)
+  gets no new calls until `readmit`, but stays alive: weight updates and the canary still
+  reach it.
 
 The trajectory of a call is read from its id: the rollout engine names each call
 `{request_id}-t{turn}-a{attempt}` (agentrl/rollout/generation.py), the gateway
@@ -55,10 +58,15 @@ class ServerState:
     dead_since: float = 0.0  # clock time it was marked dead
     last_probe: float = 0.0  # clock time of the last probe (while dead)
     missed_update: bool = False  # a weight update skipped it while it was dead
+    drained_reason: str | None = None  # not None: alive, but no new calls (its canary failed)
 
     @property
     def alive(self) -> bool:
         return self.dead_reason is None
+
+    @property
+    def routable(self) -> bool:
+        return self.dead_reason is None and self.drained_reason is None
 
 
 class ServerPool:
@@ -101,7 +109,7 @@ class ServerPool:
         """The server for a call of trajectory `key` (None: no affinity), never one in
         `exclude`; None when no live server is left."""
         excluded = set(exclude)
-        candidates = [u for u in self.server_urls if self.states[u].alive and u not in excluded]
+        candidates = [u for u in self.server_urls if self.states[u].routable and u not in excluded]
         if not candidates:
             return None
         pinned = self._pins.get(key) if key is not None else None
@@ -172,6 +180,32 @@ class ServerPool:
         for url in due:
             self.states[url].last_probe = now
         return due
+
+    def drain(self, url: str, reason: str) -> bool:
+        """No new calls to `url` (alive: control calls still reach it) until `readmit`; True
+        when it was not drained already (then logged)."""
+        state = self.states[url]
+        if state.drained_reason is not None:
+            state.drained_reason = reason
+            return False
+        state.drained_reason = reason
+        routable = len([u for u in self.server_urls if self.states[u].routable])
+        logger.warning("rollout server %s drained: %s; %d of %d servers take calls", url,
+                       reason, routable, len(self.server_urls))  # fmt: skip
+        return True
+
+    def readmit(self, url: str) -> bool:
+        """Route to drained `url` again; True when it was drained (then logged)."""
+        state = self.states[url]
+        if state.drained_reason is None:
+            return False
+        state.drained_reason = None
+        logger.warning("rollout server %s re-admitted: its canary passes", url)
+        return True
+
+    def drained(self) -> list[str]:
+        """The drained URLs, in order."""
+        return [u for u, s in self.states.items() if s.drained_reason is not None]
 
     def skipped_update(self, url: str) -> None:
         """A weight update did not reach `url` (dead): counted, and it must prove the

@@ -16,8 +16,9 @@ client, slime- or verl-style scripts and curl talk to it as to an SGLang server:
 
 Input log-probs (`logprob_start_len` >= 0: SGLang's `input_token_logprobs`, the first
 position's None) are one extra forward pass over the prompt; a distillation teacher asks for
-them. Not served: streaming, top log-probs,
-`input_embeds`, and `/update_weights_from_tensor` (its payload is CUDA IPC handles; use
+them, and the canary after a weight sync asks their top-k too (`top_logprobs_num`: SGLang's
+`input_top_logprobs`, input tokens only). Not served: streaming, top log-probs of output
+tokens, `input_embeds`, and `/update_weights_from_tensor` (its payload is CUDA IPC handles; use
 `/update_weights_from_disk`). Those get a 400 that says so. Errors are
 `{"error": {"message": ...}}` with status 400, as SGLang's.
 

@@ -3,7 +3,7 @@
 
 - ``POST /generate``: one prompt, or a batch (a JSON array back, in order; the first error
   aborts the rest); ``logprob_start_len`` >= 0 adds SGLang's input log-probs (one extra
-  forward pass over the prompt).
+  forward pass over the prompt), and ``top_logprobs_num`` their top-k per position.
 - ``POST /v1/chat/completions``: OpenAI's chat form, text only (an LLM judge's calls).
 
 Errors are ``{"error": {"message": ...}}`` with status 400, as SGLang's.
@@ -66,8 +66,12 @@ def parse_generate_request(body: Any, tokenizer: Any) -> tuple[list[dict[str, An
     if isinstance(start, bool) or not isinstance(start, int) or start < -1:
         raise BadRequest("'logprob_start_len' must be -1 (output log-probs only) or a "
                          "position >= 0 from which input log-probs are returned")
-    if body.get("top_logprobs_num") not in (None, 0):
-        raise BadRequest("top_logprobs_num is not supported by agentrl serve")
+    top_k = body.get("top_logprobs_num") or 0
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise BadRequest("'top_logprobs_num' must be an integer >= 0")
+    if top_k and start < 0:
+        raise BadRequest("agentrl serve gives top_logprobs_num for input tokens only: set "
+                         "'logprob_start_len' >= 0 too")
     text, input_ids = body.get("text"), body.get("input_ids")
     if (text is None) == (input_ids is None):
         raise BadRequest("give exactly one of 'text' or 'input_ids'")
@@ -99,6 +103,7 @@ def parse_generate_request(body: Any, tokenizer: Any) -> tuple[list[dict[str, An
             "return_logprob": bool(lp),
             "return_text_in_logprobs": with_text,
             "logprob_start_len": start if lp else -1,
+            "top_logprobs_num": top_k if lp else 0,
         }
         for p, s, r, lp in zip(prompts, sampling, rids, logprob, strict=True)
     ]
@@ -156,12 +161,16 @@ def add_generation_routes(app: FastAPI, backend: HFBackend, info: dict[str, Any]
         )
         start = item["logprob_start_len"]
         if start >= 0:  # SGLang's input log-probs: [lp, id, text] from `start` (none at 0)
-            ids = item["input_ids"]
-            log_probs = [None, *await backend.prompt_log_probs(ids)]
+            ids, top_k = item["input_ids"], item["top_logprobs_num"]
+            scored, top = await backend.score_prompt(ids, top_k)
+            log_probs = [None, *scored]
             texts = ([tokenizer.decode([t]) for t in ids] if item["return_text_in_logprobs"]
                      else [None] * len(ids))  # fmt: skip
             reply["meta_info"]["input_token_logprobs"] = [
                 [lp, t, x] for lp, t, x in zip(log_probs, ids, texts, strict=True)][start:]
+            if top is not None:  # SGLang's input_top_logprobs: [[lp, id, None], ...] each
+                reply["meta_info"]["input_top_logprobs"] = [
+                    None, *([[lp, t, None] for t, lp in row.items()] for row in top)][start:]
         return reply
 
     @app.post("/generate")

@@ -86,11 +86,19 @@ class ServerAPI:
         """A `GenerationOutput` from the reply (KeyError/ValueError when malformed)."""
         raise NotImplementedError
 
-    def prompt_log_probs_payload(self, input_ids: list[int], request_id: str) -> dict[str, Any]:
+    def prompt_log_probs_payload(self, input_ids: list[int], request_id: str,
+                                 top_k: int = 0) -> dict[str, Any]:  # fmt: skip
+        """The body of a call scoring `input_ids` (and, `top_k` > 0, asking each position's
+        top-k where the engine gives it)."""
         raise NotImplementedError(f"{type(self).__name__} does not score prompts")
 
     def parse_prompt_log_probs(self, body: Any) -> list[float]:
         raise NotImplementedError(f"{type(self).__name__} does not score prompts")
+
+    def parse_prompt_top_log_probs(self, body: Any, top_k: int) -> list[dict[int, float]] | None:
+        """Each scored position's top-k ({token id: log-prob}) in the reply; None when the
+        engine gave none."""
+        return None
 
     def abort_call(self, request_id: str | None) -> tuple[str, dict[str, Any]]:
         """(route, body) aborting `request_id`, or every request for None."""
@@ -206,6 +214,7 @@ class ServerBackend:
         # abort and health polls: short and never retried, whatever the request timeout is
         self._quick = JSONClient(min(_QUICK_TIMEOUT, request_timeout), retry=RetryPolicy(0))
         self._rid_url: dict[str, str] = {}
+        self._calls: dict[str, set[asyncio.Task]] = {u: set() for u in self.server_urls}
         self._background: set[asyncio.Task] = set()
         self._probes: dict[str, asyncio.Task] = {}  # url -> its probe in progress
         self._on_close = on_close
@@ -293,19 +302,30 @@ class ServerBackend:
         if weight_version is not None:
             await self._check_versions(weight_version)
 
-    async def verify_weights(self, source: str | os.PathLike, probe: Any = None) -> int:
-        """Check every live control server holds the weights of directory `source`
-        (`ServerAPI.verify_server`, compared exactly after casting to `weights_dtype`) and,
-        with `probe` (a `verify.Probe`), scores the probe sequence as the trainer does;
-        returns the servers verified, or raises `WeightMismatchError` naming the server and
-        the first tensor that differs."""
+    async def verify_weights(self, source: str | os.PathLike, probe: Any = None,
+                             servers: Sequence[str] | None = None,
+                             mismatches: list[Exception] | None = None) -> int:  # fmt: skip
+        """Check every live control server (or those of `servers`) holds the weights of
+        directory `source` (`ServerAPI.verify_server`, compared exactly after casting to
+        `weights_dtype`) and, with `probe` (a `verify.Probe`), scores the probe sequence as
+        the trainer does; returns the servers verified, or raises `WeightMismatchError`
+        naming the server and the first tensor that differs. With a `mismatches` list, each
+        server's `WeightMismatchError` is added to it instead (the canary drains those
+        servers, agentrl/workers/canary.py)."""
         import torch
 
+        from agentrl.rollout.backends.verify import WeightMismatchError
+
         dtype = getattr(torch, self.weights_dtype) if self.weights_dtype else None
-        urls = self.pool.live(self.control_urls)
-        verified = await asyncio.gather(*(self._verify_server(u, os.fspath(source), dtype, probe)
-                                          for u in urls))  # fmt: skip
-        return sum(verified)
+        urls = self.pool.live(self.control_urls if servers is None else servers)
+        results = await asyncio.gather(*(self._verify_server(u, os.fspath(source), dtype, probe)
+                                         for u in urls), return_exceptions=True)  # fmt: skip
+        for result in results:
+            if isinstance(result, WeightMismatchError) and mismatches is not None:
+                mismatches.append(result)
+            elif isinstance(result, BaseException):
+                raise result
+        return sum(r is True for r in results)
 
     async def _verify_server(self, url: str, source: str, dtype: Any, probe: Any) -> bool:
         """Whether `url` showed it holds the weights (False: it has no route to show them,
@@ -319,11 +339,9 @@ class ServerBackend:
             return False
         if probe is None:
             return True
-        payload = self.api.prompt_log_probs_payload(list(probe.input_ids), "agentrl-verify")
         try:
-            body = await self._request("POST", url + self.api.generate_path, payload)
-            got = self.api.parse_prompt_log_probs(body)
-        except (BackendError, KeyError, TypeError, ValueError, IndexError) as err:
+            got, _ = await self.score_on(url, list(probe.input_ids), request_id="agentrl-verify")
+        except BackendError as err:
             logger.warning("weights on %s not verified by the probe: it did not score it (%s)",
                            url, err)  # fmt: skip
             return False
@@ -331,6 +349,63 @@ class ServerBackend:
         if why is not None:
             raise WeightMismatchError(url, None, why)
         return True
+
+    # ---------------------------------------------------------------- the canary
+
+    def canary_servers(self) -> list[str]:
+        """The servers a canary scores (agentrl/workers/canary.py): every live control
+        server, drained ones too (they are scored to be re-admitted)."""
+        return self.pool.live(self.control_urls)
+
+    async def score_on(self, server: str, input_ids: list[int], top_k: int = 0,
+                           request_id: str = "agentrl-canary"
+                           ) -> tuple[list[float], list[dict[int, float]] | None]:  # fmt: skip
+        """``server``'s log-probs of ``input_ids[1:]`` (and, ``top_k`` > 0, each position's
+        top-k where the engine gives it, else None): the same call `prompt_log_probs` and
+        the probe make, sent to one server."""
+        payload = self.api.prompt_log_probs_payload(list(input_ids), request_id, top_k)
+        body = await self._request("POST", server + self.api.generate_path, payload)
+        try:
+            log_probs = self.api.parse_prompt_log_probs(body)
+            top = self.api.parse_prompt_top_log_probs(body, top_k) if top_k > 0 else None
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            raise BackendError(f"{server}{self.api.generate_path} {request_id}: no input "
+                               f"log-probs ({err!r}): {str(body)[:300]}") from err  # fmt: skip
+        if len(log_probs) != len(input_ids) - 1:
+            raise BackendError(f"{server}{self.api.generate_path} {request_id}: "
+                               f"{len(log_probs)} input log-probs for {len(input_ids)} tokens")
+        return log_probs, top
+
+    def drain(self, server: str, reason: str) -> bool:
+        """No new calls to ``server`` (`ServerPool.drain`); its calls in flight are cancelled
+        there and sent whole to another server (the failover of a dead one). False when
+        ``server`` takes no generation calls here (a worker behind a router)."""
+        if server not in self._calls:
+            return False
+        self.pool.drain(server, reason)
+        for call in list(self._calls[server]):
+            call.cancel()
+        return True
+
+    def readmit(self, server: str) -> None:
+        """Route to drained ``server`` again."""
+        if server in self._calls:
+            self.pool.readmit(server)
+
+    def drained(self) -> list[str]:
+        return self.pool.drained()
+
+    async def reload(self, server: str) -> None:
+        """Have ``server`` load the last update's directory again (and report its version)."""
+        if self._weights_path is None:
+            raise BackendError(f"cannot reload {server}: the last update was not a directory")
+        await self.api.load_directory(self._post_control, server, self._weights_path,
+                                      self.weight_version, True)  # fmt: skip
+        if self.weight_version is not None:
+            version = await self._reported_version(server)
+            if version is not None and version != self.weight_version:
+                raise BackendError(f"{server} reports weight version {version} after a reload "
+                                   f"of {self.weight_version}")
 
     async def release_memory(self, tags: list[str] | None = None) -> None:
         """Give the servers' memory back (SGLang: `/release_memory_occupation`, needs
@@ -420,12 +495,19 @@ class ServerBackend:
             tried.append(url)
             self.in_flight[url] += 1
             self._rid_url[request_id] = url
+            post = asyncio.ensure_future(self._gen.post_json(url + self.api.generate_path,
+                                                             payload))  # fmt: skip
+            self._calls[url].add(post)
             try:
-                body, _ = await self._gen.post_json(url + self.api.generate_path, payload)
+                body, _ = await post
                 return body, url
             except asyncio.CancelledError:
                 self._abort_in_background(url, request_id)
-                raise
+                if not (post.cancelled() and self.pool.states[url].drained_reason is not None
+                        and asyncio.current_task().cancelling() == 0):  # fmt: skip
+                    raise
+                # its server was drained (`drain`): the call is sent whole to another one
+                error = HTTPCallError("drained", f"{url} was drained (its canary diverged)")
             except HTTPCallError as err:
                 if err.kind == "timeout":  # the server may still be generating: stop it
                     self._abort_in_background(url, request_id)
@@ -435,6 +517,7 @@ class ServerBackend:
                 self.pool.mark_dead(url, _failure(err))
                 error = err
             finally:
+                self._calls[url].discard(post)
                 self.in_flight[url] -= 1
                 self._rid_url.pop(request_id, None)
 

@@ -69,16 +69,28 @@ class SGLangAPI(ServerAPI):
     def parse_generate(self, body: Any, tokenizer: Any) -> GenerationOutput:
         return parse_generate_response(body, tokenizer)
 
-    def prompt_log_probs_payload(self, input_ids: list[int], request_id: str) -> dict[str, Any]:
-        """SGLang's input log-probs (``logprob_start_len: 0``, one output token not used)."""
-        return {"input_ids": [int(t) for t in input_ids],
-                "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
-                "return_logprob": True, "logprob_start_len": 0, "rid": request_id,
-                "stream": False}  # fmt: skip
+    def prompt_log_probs_payload(self, input_ids: list[int], request_id: str,
+                                 top_k: int = 0) -> dict[str, Any]:  # fmt: skip
+        """SGLang's input log-probs (``logprob_start_len: 0``, one output token not used);
+        ``top_k`` > 0 asks its top-k per position too (``top_logprobs_num``)."""
+        payload = {"input_ids": [int(t) for t in input_ids],
+                   "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+                   "return_logprob": True, "logprob_start_len": 0, "rid": request_id,
+                   "stream": False}  # fmt: skip
+        if top_k > 0:
+            payload["top_logprobs_num"] = int(top_k)
+        return payload
 
     def parse_prompt_log_probs(self, body: Any) -> list[float]:
         entries = body["meta_info"]["input_token_logprobs"]
         return [float(entry[0]) for entry in entries[1:]]
+
+    def parse_prompt_top_log_probs(self, body: Any, top_k: int) -> list[dict[int, float]] | None:
+        """``input_top_logprobs`` (``[log-prob, id, text]`` per entry, none for token 0)."""
+        entries = body["meta_info"].get("input_top_logprobs")
+        if entries is None:
+            return None
+        return [{int(e[1]): float(e[0]) for e in (entry or [])[:top_k]} for entry in entries[1:]]
 
     def abort_call(self, request_id: str | None) -> tuple[str, dict[str, Any]]:
         return "/abort_request", ({"abort_all": True} if request_id is None

@@ -101,15 +101,26 @@ class VLLMAPI(ServerAPI):
     def parse_generate(self, body: Any, tokenizer: Any) -> GenerationOutput:
         return parse_generate_tokens(body, tokenizer)
 
-    def prompt_log_probs_payload(self, input_ids: list[int], request_id: str) -> dict[str, Any]:
-        """vLLM's `prompt_logprobs: 0`: each prompt token's own log-prob (one output token,
-        not used)."""
+    def prompt_log_probs_payload(self, input_ids: list[int], request_id: str,
+                                 top_k: int = 0) -> dict[str, Any]:  # fmt: skip
+        """vLLM's `prompt_logprobs: k`: each prompt token's own log-prob (and, ``top_k`` > 0,
+        the top-k of its position; one output token, not used)."""
         return {"request_id": request_id, "token_ids": [int(t) for t in input_ids],
-                "sampling_params": {"max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}}
+                "sampling_params": {"max_tokens": 1, "temperature": 0.0,
+                                    "prompt_logprobs": max(0, int(top_k))}}  # fmt: skip
 
     def parse_prompt_log_probs(self, body: Any) -> list[float]:
         entries = body["prompt_logprobs"][1:]  # the first token has none
+        # the prompt token's own entry comes first in each position's dict
         return [float(next(iter(entry.values()))["logprob"]) for entry in entries]
+
+    def parse_prompt_top_log_probs(self, body: Any, top_k: int) -> list[dict[int, float]] | None:
+        """Each position's entries of rank <= ``top_k`` (its dict also holds the prompt
+        token, whatever its rank)."""
+        entries = body["prompt_logprobs"][1:]
+        return [{int(t): float(v["logprob"]) for t, v in entry.items()
+                 if v.get("rank") is not None and int(v["rank"]) <= top_k}
+                for entry in entries]  # fmt: skip
 
     def abort_call(self, request_id: str | None) -> tuple[str, dict[str, Any]]:
         if request_id is None:

@@ -119,7 +119,7 @@ def test_generate_from_text_and_token_texts(served, tiny_tokenizer):
         ({}, "give exactly one of 'text' or 'input_ids'"),
         ({"input_ids": []}, "'input_ids' must be a non-empty list"),
         ({"input_ids": [1], "logprob_start_len": -5}, "'logprob_start_len' must be -1 (output"),
-        ({"input_ids": [1], "top_logprobs_num": 2}, "top_logprobs_num is not supported"),
+        ({"input_ids": [1], "top_logprobs_num": 2}, "top_logprobs_num for input tokens only"),
         ({"input_ids": [1], "sampling_params": {"bogus": 1}}, "unknown sampling param 'bogus'"),
         ({"input_ids": [[1], [2]], "rid": ["a"]}, "'rid' has 1 items for 2 prompts"),
         ({"input_ids": [[1], [2]], "rid": ["a", "a"]}, "'rid' values must be unique"),
