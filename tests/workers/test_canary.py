@@ -1,0 +1,132 @@
+"""The canary after each weight sync, against three real `agentrl serve` servers (the hf
+engine behind SGLang's HTTP API, in threads): one server is given wrong weights at a sync
+(its engine perturbs them after loading), is drained within that sync while the rollout goes
+on on the other two, is sent the weights again and re-admitted once its canary passes."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agentrl.protocol import DataProto
+from agentrl.testing.workers import tiny_worker_config
+from agentrl.workers.canary import CanaryDivergence
+from agentrl.workers.rollout import HybridRollout
+
+
+def _trained(model_dir, seed: int) -> torch.nn.Module:
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.02 * torch.randn(param.shape, generator=generator))
+    return model
+
+
+def _prompts() -> DataProto:
+    messages = [[{"role": "user", "content": t}] for t in ("2+3=?", "hello", "4*5", "hi")]
+    return DataProto.from_dict(non_tensors={"raw_prompt": messages}, meta_info={"validate": True})
+
+
+def _corrupt_loads(backend, times: int) -> list[int]:
+    """Make `backend` perturb its weights after each of its next `times` loads (an engine
+    that does not hold what it was sent); returns the list its generate calls are counted in."""
+    load, generate, left, calls = backend.update_weights, backend.generate, [times], []
+
+    async def update_weights(source, weight_version=None):
+        await load(source, weight_version)
+        if left[0] > 0:
+            left[0] -= 1
+            with torch.no_grad():
+                for param in backend.model.parameters():
+                    param.mul_(1.3)
+
+    async def counted(*args, **kwargs):
+        calls.append(1)
+        return await generate(*args, **kwargs)
+
+    backend.update_weights, backend.generate = update_weights, counted
+    return calls
+
+
+@contextlib.contextmanager
+def _three_servers(model_dir):
+    from agentrl.rollout.backends.hf import HFBackend
+    from agentrl.rollout.backends.serve import create_app
+    from agentrl.utils.serving import serve_in_thread
+
+    backends = [HFBackend.from_pretrained(model_dir) for _ in range(3)]
+    with contextlib.ExitStack() as stack:
+        urls = [stack.enter_context(serve_in_thread(create_app(b, model_path=str(model_dir)),
+                                                    startup_timeout=30)) for b in backends]
+        yield urls, backends
+
+
+def _rollout(model_dir, urls, tmp_path, *overrides) -> HybridRollout:
+    config = tiny_worker_config(model_dir, [
+        "data.max_prompt_length=40", "data.max_response_length=8",
+        "actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.request_timeout=60",
+        f"actor_rollout_ref.rollout.server_urls=[{','.join(urls)}]",
+        "actor_rollout_ref.rollout.canary_prompts=[[5,17,40,9,2],[11,3,7]]",
+        "actor_rollout_ref.rollout.canary_length=6", *overrides,
+    ]).actor_rollout_ref  # fmt: skip
+    return HybridRollout(config, AutoTokenizer.from_pretrained(model_dir),
+                         weights_dir=tmp_path / "weights")  # fmt: skip
+
+
+@pytest.mark.parametrize("verify", ["every_sync", "off"])
+def test_a_server_given_wrong_weights_is_drained_reloaded_and_readmitted(
+        varied_model_dir, tmp_path, verify):  # fmt: skip
+    with _three_servers(varied_model_dir) as (urls, backends):
+        rollout = _rollout(varied_model_dir, urls, tmp_path,
+                           f"actor_rollout_ref.rollout.verify_weights={verify}")
+        try:
+            rollout.update_weights(_trained(varied_model_dir, 1), step=1)  # calibrates
+            clean = rollout.canary_metrics
+            assert clean["rollout/canary/drained"] == 0
+            assert clean["rollout/canary/logprob_gap_max"] < 1e-4  # fp32: the same numbers
+            assert clean["rollout/canary/kl_topk"] < 1e-6  # agentrl serve answers top-k
+            assert clean["rollout/canary/threshold"] == 0.02  # the floor
+            assert {f"rollout/canary/logprob_gap_max/server{i}" for i in range(3)} <= set(clean)
+
+            _corrupt_loads(backends[1], times=1)  # the sync's load; its reload is sound
+            rollout.update_weights(_trained(varied_model_dir, 2), step=2)
+            step2 = rollout.canary_metrics
+            assert step2["rollout/canary/drained"] == 1
+            assert step2["rollout/canary/readmitted"] == 1
+            assert step2["rollout/canary/servers_out"] == 0
+            if verify == "off":  # the canary itself saw it
+                assert step2["rollout/canary/logprob_gap_max/server1"] > 0.02
+            assert rollout.backend.drained() == []
+
+            calls = _corrupt_loads(backends[1], times=2)  # the sync's load and the reload
+            rollout.update_weights(_trained(varied_model_dir, 3), step=3)
+            step3 = rollout.canary_metrics
+            assert (step3["rollout/canary/drained"], step3["rollout/canary/servers_out"]) == (1, 1)
+            assert rollout.backend.drained() == [urls[1]]
+            calls.clear()  # its canary calls (agentrl serve scores through /generate)
+            out = rollout.generate_sequences(_prompts())  # the rollout goes on, elsewhere
+            assert len(out) == 4 and calls == []
+
+            rollout.update_weights(_trained(varied_model_dir, 4), step=4)
+            step4 = rollout.canary_metrics
+            assert (step4["rollout/canary/drained"], step4["rollout/canary/readmitted"]) == (0, 1)
+            assert rollout.backend.drained() == []
+        finally:
+            rollout.close()
+
+
+def test_with_every_server_diverging_on_divergence_decides(varied_model_dir, tmp_path):
+    with _three_servers(varied_model_dir) as (urls, backends):
+        rollout = _rollout(varied_model_dir, urls[:1], tmp_path,
+                           "actor_rollout_ref.rollout.verify_weights=off")
+        try:
+            rollout.update_weights(_trained(varied_model_dir, 1), step=1)
+            _corrupt_loads(backends[0], times=2)
+            with pytest.raises(CanaryDivergence, match="no rollout server matches.*on_divergence"):
+                rollout.update_weights(_trained(varied_model_dir, 2), step=2)
+        finally:
+            rollout.close()
