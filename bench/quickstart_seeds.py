@@ -9,6 +9,7 @@ seed. Rows are ordered worst first: the worst seed is the first row, and named l
     python bench/quickstart_seeds.py --task reasoning_gym  # recipes/envs (reasoning-gym)
     python bench/quickstart_seeds.py --task blackjack      # recipes/envs (TextArena's game)
     python bench/quickstart_seeds.py --task dapo           # recipes/dapo/run_cpu.sh's table
+    python bench/quickstart_seeds.py --task distill        # recipes/distill/run_cpu.sh's, teacher included
     python bench/quickstart_seeds.py --agent-function examples/agents/calculator_agent.py:run
                                   # GRPO in agent mode: the agent's OpenAI client, the gateway
     python bench/quickstart_seeds.py --seeds 0 1 2 --rollout vllm --server-python .venv-vllm/bin/python
@@ -28,7 +29,10 @@ accuracy at least 0.30 above SFT and above the control each, tool-call rate >= 0
 above SFT and 0.15 above the control, hit rate on hands of 17-20 after GRPO <= 0.20, total <
 900 s, and a table of the moves by hand score; `--task dapo`, the calculator
 task through `recipes/dapo/run_cpu.sh`: the calculator's targets with total < 600 s, and a
-table of the dynamic sampling's generation batches per step). Runs that exist already are read, not run again
+table of the dynamic sampling's generation batches per step; `--task distill`, the
+distillation recipe with its own teacher per seed: the teacher >= 0.85 after its GRPO, the
+student at least 0.20 above its SFT and 0.10 above its control, and a table of the
+teacher's own run). Runs that exist already are read, not run again
 (`--rerun` runs them anyway). With `--agent-function` the GRPO stage runs in agent mode
 (`actor_rollout_ref.rollout.agent_function`, docs/gateway.md) and the runs go to
 `OUT_DIR/agent_seed_N/`; the evaluations are the quickstart's own, so the table compares.
@@ -117,8 +121,18 @@ VLLM_CALCULATOR_TARGETS = (
     *CALCULATOR_TARGETS[:4],
     ("end to end < 900 s", lambda r: r["timing_s"]["total"] < 900),
 )
+# recipes/distill/run_cpu.sh: the teacher (a tiny quickstart, trained with the seed) after its
+# GRPO on the student's problems, and the nano student distilled from it (issue 59)
+DISTILL_TARGETS = (
+    ("teacher after GRPO >= 0.85", lambda r: r["teacher"]["accuracy"] >= 0.85),
+    ("student at least 0.20 above its SFT",
+     lambda r: r["eval_rl"]["accuracy"] - r["eval_sft"]["accuracy"] >= 0.20),
+    ("student at least 0.10 above the control",
+     lambda r: r["eval_rl"]["accuracy"] - r["control"]["accuracy"] >= 0.10),
+)
 TARGETS = {
     "calculator": CALCULATOR_TARGETS,
+    "distill": DISTILL_TARGETS,
     "search": SEARCH_TARGETS,
     "retool": RETOOL_TARGETS,
     "reasoning_gym": REASONING_GYM_TARGETS,
@@ -127,7 +141,7 @@ TARGETS = {
 }
 # Tasks run through a recipe script (`bash SCRIPT OUT_DIR --seed N`) instead of
 # `agentrl quickstart --task TASK`.
-RECIPE_SCRIPTS = {"dapo": "recipes/dapo/run_cpu.sh"}
+RECIPE_SCRIPTS = {"dapo": "recipes/dapo/run_cpu.sh", "distill": "recipes/distill/run_cpu.sh"}
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -175,6 +189,9 @@ def run_seed(
     metrics = report_path.parent / "rl" / "metrics.jsonl"
     if task == "dapo" and metrics.is_file():
         report["filter_groups"] = filter_groups_summary(metrics)
+    teacher = report_path.parent / "teacher" / "report.json"
+    if task == "distill" and teacher.is_file():  # the teacher's own run (its SFT steps)
+        report["teacher_run"] = json.loads(teacher.read_text())
     return report
 
 
@@ -268,6 +285,17 @@ def table(reports: dict[int, dict[str, Any]]) -> str:
             lines.append(
                 f"| {seed} | {f['gen_batches_mean']:.1f}, {f['gen_batches_max']:.0f} "
                 f"| {f['kept_ratio_mean']:.2f}, {f['kept_ratio_min']:.2f} |"
+            )
+    if "teacher_run" in first:
+        lines += ["", "| seed | teacher SFT steps (check passed at) | teacher after SFT "
+                  "| teacher after GRPO | teacher on the student's problems |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for seed, r in reports.items():
+            t = r["teacher_run"]
+            passed = (t["sft"].get("skill_check") or {}).get("reached_at")
+            lines.append(
+                f"| {seed} | {t['sft']['steps']} ({passed if passed is not None else '-'}) "
+                f"| {_pm(t['eval_sft'])} | {_pm(t['eval_rl'])} | {_pm(r['teacher'])} |"
             )
     n = int(first["eval_sft"]["trajectories"])
     lines.append(f"\n{n} held-out problems per evaluation; ± is the standard error of the mean "

@@ -72,19 +72,26 @@ class QuickstartSettings:
 # Its GRPO lr is half the recipe's: at 3e-4 seed 1's copying fell apart after step 15 (0.781);
 # at 1.5e-4, tuned on seeds 0-1, seeds 2-6 are the table in docs/quickstart.md.
 ROLLOUT_VARIANTS: dict[str, dict[str, Any]] = {
-    "vllm": {"size": "tiny", "untied": True, "sft_lr": 1e-3, "rl_lr": 1.5e-4},
+    "vllm": {"size": "tiny", "untied": True},
+}
+# model size -> the learning rates measured for it (the nano model's are the dataclass's):
+# the tiny size's, above, whichever backend rolls out (the distillation recipe's teacher is
+# a tiny quickstart on the hf engine; at 3e-3 its SFT hit the 3,000-step cap on a seed)
+SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "tiny": {"sft_lr": 1e-3, "rl_lr": 1.5e-4},
 }
 
 
 def settings_for(task: str, **given: Any) -> QuickstartSettings:
     """The settings of `task`: its defaults, then its rollout variant's (`ROLLOUT_VARIANTS`,
-    when `given` names one in `rollout`), then what is `given`."""
+    when `given` names one in `rollout`), then its size's (`SIZE_DEFAULTS`), then what is
+    `given`."""
     if task not in TASKS:
         raise ValueError(f"unknown quickstart task {task!r}; choose one of {sorted(TASKS)}")
     variant = ROLLOUT_VARIANTS.get(given.get("rollout", "hf"), {})
-    return dataclasses.replace(
-        QuickstartSettings(task=task), **(TASKS[task].defaults | variant | given)
-    )
+    chosen = TASKS[task].defaults | variant
+    size = SIZE_DEFAULTS.get(given.get("size", chosen.get("size", "nano")), {})
+    return dataclasses.replace(QuickstartSettings(task=task), **(chosen | size | given))
 
 
 def environment_overrides(tool_config: Path | None, data: TaskData, task: str) -> list[str]:

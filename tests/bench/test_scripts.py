@@ -303,3 +303,28 @@ def test_the_seeds_script_trains_agent_mode_off_policy_apart(tmp_path):
                         "actor_rollout_ref.rollout.multi_turn.enable=false", "trainer.mode=async"]
     assert not any(a.startswith("trainer.mode") for a in quickstart_seeds.seed_command(
         "calculator", tmp_path / "s", 3, agent_function=agent))
+
+
+def _eval(accuracy: float) -> dict:
+    return {"accuracy": accuracy, "accuracy_stderr": 0.02, "sampled_accuracy": accuracy,
+            "sampled_accuracy_stderr": 0.03, "tool_call_rate": 1.0, "trajectories": 256}
+
+
+def test_the_seeds_script_checks_the_distillation_recipe_with_its_own_teacher():
+    quickstart_seeds = _bench_module("quickstart_seeds")
+    assert quickstart_seeds.RECIPE_SCRIPTS["distill"] == "recipes/distill/run_cpu.sh"
+
+    def report(teacher: float, student: float) -> dict:
+        return {"eval_sft": _eval(0.3), "eval_rl": _eval(student), "control": _eval(0.35),
+                "teacher": _eval(teacher), "timing_s": {"sft": 90, "rl": 50, "total": 400},
+                "sft": {"steps": 600, "skill_check": {"reached_at": 200}},
+                "teacher_run": {"sft": {"steps": 1050, "skill_check": {"reached_at": 650}},
+                                "eval_sft": _eval(0.32), "eval_rl": _eval(teacher)}}
+
+    good, weak = report(0.95, 0.9), report(0.80, 0.4)
+    lines = quickstart_seeds.check({1: good, 2: weak}, "distill")
+    assert lines == ["FAIL teacher after GRPO >= 0.85: seed 1 ok, seed 2 missed",
+                     "FAIL student at least 0.20 above its SFT: seed 1 ok, seed 2 missed",
+                     "FAIL student at least 0.10 above the control: seed 1 ok, seed 2 missed"]
+    text = quickstart_seeds.table({2: weak, 1: good})
+    assert "| 2 | 1050 (650) | 0.320 ± 0.020 | 0.800 ± 0.020 | 0.800 ± 0.020 |" in text

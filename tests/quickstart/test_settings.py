@@ -36,3 +36,19 @@ def test_a_game_task_runs_with_its_interaction_and_no_tool(tmp_path):
                      QuickstartSettings())
     assert calc.actor_rollout_ref.rollout.multi_turn.interaction_config_path is None
     assert calc.actor_rollout_ref.rollout.multi_turn.tool_config_path == str(tmp_path / "tools.yaml")
+
+
+def test_the_tiny_size_brings_its_own_learning_rates_and_a_flag_still_wins():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    def settings(*argv: str) -> QuickstartSettings:
+        return settings_from_args(parser.parse_args(list(argv)))
+
+    assert (settings().sft_lr, settings().rl_lr) == (3e-3, None)  # nano: the recipe's
+    tiny = settings("--size", "tiny")  # e.g. the distillation recipe's teacher, on hf
+    assert (tiny.sft_lr, tiny.rl_lr) == (1e-3, 1.5e-4)
+    assert settings("--size", "tiny", "--sft-lr", "2e-3").sft_lr == 2e-3
+    vllm = settings("--rollout", "vllm")  # the variant's size, and so its lrs
+    assert (vllm.size, vllm.untied, vllm.sft_lr, vllm.rl_lr) == ("tiny", True, 1e-3, 1.5e-4)
+    assert settings("--rollout", "vllm", "--size", "nano").sft_lr == 3e-3
