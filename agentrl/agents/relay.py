@@ -13,13 +13,22 @@ trailing ``/v1``) through that HTTP client: ``POST /v1/messages?beta=true`` beco
 (``POST`` to ``.../messages``, ``.../responses``, ``.../chat/completions``); the call after
 ``max_turns`` is not forwarded: it gets a 400 and ``over_budget`` is set, so the harness
 kills the CLI.
+
+Only the session's API is forwarded: ``HEAD /`` (Claude Code's connectivity check) and
+``GET`` / ``POST`` of paths under ``/v1/`` made of plain segments (letters, digits, ``-``,
+``_``). Anything else (``GET /``, the session's record; ``/reward``; a ``..`` that would
+climb out of the session to another one or to the gateway's other routes) gets a 403
+naming what it asked: the policy is whatever sends these requests, and it must neither read
+its own session's record nor post its reward nor touch another episode's session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import re
 from typing import Any
 
 import uvicorn
@@ -27,6 +36,8 @@ import uvicorn
 logger = logging.getLogger(__name__)
 
 MODEL_PATHS = ("/messages", "/responses", "/chat/completions")
+SESSION_API = re.compile(r"/v1(/[A-Za-z0-9_-]+)+")  # what GET / POST may reach
+REFUSED = "the relay forwards only the session's API (HEAD /, GET or POST /v1/...)"
 _HOP_HEADERS = {b"host", b"content-length", b"connection", b"transfer-encoding",
                 b"keep-alive", b"accept-encoding"}
 _DROP_RESPONSE = {"content-length", "content-encoding", "transfer-encoding", "connection"}
@@ -90,6 +101,13 @@ class SessionRelay:
             if not message.get("more_body"):
                 break
         path, method = scope["path"], scope["method"]
+        if not _forwarded(method, path):
+            logger.warning("relay refused %s %r from the sandbox", method, path[:200])
+            message = f"{REFUSED}, not {method} {path[:200]}"
+            await _respond(send, 403, [("content-type", "application/json")],
+                           json.dumps({"error": {"type": "permission_error",
+                                                 "message": message}}).encode())
+            return
         if method == "POST" and path.endswith(MODEL_PATHS):
             self.model_calls += 1
             if self.model_calls > self.max_turns:
@@ -113,6 +131,13 @@ class SessionRelay:
                         if k.lower() not in _DROP_RESPONSE], reply.content)
 
 
+def _forwarded(method: str, path: str) -> bool:
+    """Whether a request from the sandbox reaches the gateway (the module docstring)."""
+    if method == "HEAD" and path == "/":
+        return True
+    return method in ("GET", "POST") and SESSION_API.fullmatch(path) is not None
+
+
 async def _respond(send: Any, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(k.encode(), v.encode()) for k, v in headers]
@@ -120,4 +145,4 @@ async def _respond(send: Any, status: int, headers: list[tuple[str, str]], body:
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["MODEL_PATHS", "SessionRelay", "session_root"]
+__all__ = ["MODEL_PATHS", "REFUSED", "SESSION_API", "SessionRelay", "session_root"]

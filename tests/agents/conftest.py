@@ -1,11 +1,14 @@
 """Shared pieces of the harness-agent tests: the CLIs and bwrap (skipped, saying why, where
-absent), an agent-mode rollout over the scripted backend, and the hostile episode's targets
-(a sentinel folder under /tmp, a TCP listener on 127.0.0.2 that records connections, secret
-files in the home and under /srv, the project checkout, the check's own files)."""
+absent), an agent-mode rollout over the scripted backend, and the hostile episode: its
+targets on the host (a read-only sentinel folder, a TCP listener on every host address that
+records connections, secrets in the home, under /srv, in a dataset, in a checkpoint and in
+the trainer's environment, the project checkout, the check's own files), the one shell
+command that reaches for all of them, and what its trajectory and the host must show."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -13,9 +16,12 @@ import socket
 import tempfile
 import threading
 import types
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pandas as pd
 import pytest
 
 from agentrl.agents.sandbox import find_bwrap
@@ -65,7 +71,7 @@ def agent_rollout(agent_fn, replies: list[str], tokenizer, extra_info: list[dict
     from agentrl.rollout.backends.scripted import ScriptedBackend
 
     rollout = load_config(overrides=[
-        "data.max_prompt_length=14336", "data.max_response_length=2048",
+        "data.max_prompt_length=12288", "data.max_response_length=4096",
         "actor_rollout_ref.rollout.agent_timeout=120",
         "actor_rollout_ref.rollout.agent_client=anthropic",
         "actor_rollout_ref.rollout.multi_turn.enable=false",
@@ -77,11 +83,12 @@ def agent_rollout(agent_fn, replies: list[str], tokenizer, extra_info: list[dict
 
 
 class Listener:
-    """A TCP listener on 127.0.0.2 (not the gateway) that counts connections."""
+    """A TCP listener on every host address (not the gateway) that counts connections; the
+    policy tries it at 127.0.0.2 and at the host's own address."""
 
     def __init__(self) -> None:
         self.sock = socket.socket()
-        self.sock.bind(("127.0.0.2", 0))
+        self.sock.bind(("0.0.0.0", 0))
         self.sock.listen()
         self.sock.settimeout(0.2)
         self.port = self.sock.getsockname()[1]
@@ -105,54 +112,154 @@ class Listener:
         self.sock.close()
 
 
-SECRET = "TOPSECRET-31337"  # in files the policy must not read
+SECRET = "TOPSECRET-31337"  # in files (and a variable) the policy must not read
 HIDDEN = "HIDDEN-ANSWER-7731"  # in the check's own file
+SECRET_ENV = "AGENTRL_TRAINER_SECRET"  # the trainer's environment holds SECRET under it
 CHECKOUT = Path(__file__).resolve().parents[2]
+REFUSED = "the relay forwards only"  # the relay's answer to anything but the session's calls
+
+
+def _host_address() -> str | None:
+    """The host's first non-loopback IPv4 address, if it has one."""
+    with contextlib.suppress(OSError):
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: only the route is looked up
+        address = probe.getsockname()[0]
+        probe.close()
+        return None if address.startswith("127.") else address
+    return None
+
+
+@dataclass
+class HostileTargets:
+    """What a hostile episode reaches for on the host (``hostile_targets``)."""
+
+    sentinel: Path          # a folder shown read-only (ro_binds) with keep.txt
+    listener: Listener
+    host_address: str | None
+    reads: list[Path]       # files holding SECRET: home, /srv, dataset, checkpoint
+    checkpoint: Path        # a run dir's checkpoint (also among ``reads``)
+    escapes: list[Path]     # host paths the policy writes to (none may appear)
+    daemon: str             # the daemon's command line, unique to this test
+
+    def processes(self) -> list[int]:
+        """Host processes running the daemon's command line."""
+        found = []
+        for proc in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if proc.name.isdigit() and (proc / "cmdline").read_bytes().replace(
+                        b"\0", b" ").strip().decode() == self.daemon:
+                    found.append(int(proc.name))
+        return found
 
 
 @pytest.fixture
-def hostile_targets():
-    """(a sentinel folder under /tmp with a file, a listener on 127.0.0.2, secret files in
-    the home and under /srv); checked by the test, removed afterwards."""
+def hostile_targets(monkeypatch):
+    """The targets (``HostileTargets``): secret files in the home, under /srv, in a dataset
+    (a parquet under ~/data-like folder) and in a checkpoint (a run dir at the trainer's
+    default ``checkpoints/`` in the checkout); the trainer's environment holding SECRET;
+    checked by the test, removed afterwards."""
+    monkeypatch.setenv(SECRET_ENV, SECRET)
     sentinel = Path(tempfile.mkdtemp(prefix="agentrl-sentinel-", dir="/tmp"))
     (sentinel / "keep.txt").write_text("still here")
     listener = Listener()
-    secrets = [Path(tempfile.mkdtemp(prefix=".agentrl-secret-", dir=Path.home())) / "key"]
+    made = [sentinel, Path(tempfile.mkdtemp(prefix=".agentrl-secret-", dir=Path.home()))]
+    reads = [made[-1] / "key"]
     if os.access("/srv", os.W_OK):
-        secrets.append(Path(tempfile.mkdtemp(prefix="agentrl-secret-", dir="/srv")) / "key")
-    for secret in secrets:
+        made.append(Path(tempfile.mkdtemp(prefix="agentrl-secret-", dir="/srv")))
+        reads.append(made[-1] / "key")
+    for secret in reads:
         secret.write_text(SECRET + "\n")
-    yield sentinel, listener, secrets
+    made.append(Path(tempfile.mkdtemp(prefix=".agentrl-data-", dir=Path.home())))
+    dataset = made[-1] / "train.parquet"
+    pd.DataFrame({"prompt": ["6*7?"], "reward_model": [{"ground_truth": SECRET}]}).to_parquet(
+        dataset)
+    checkpoints = CHECKOUT / "checkpoints"
+    had_checkpoints = checkpoints.exists()
+    checkpoints.mkdir(exist_ok=True)
+    made.append(Path(tempfile.mkdtemp(prefix="agentrl-hostile-", dir=checkpoints)))
+    checkpoint = made[-1] / "global_step_1" / "actor" / "model.pt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_text(SECRET + "\n")
+    mark = uuid.uuid4().hex[:8]
+    escapes = [Path(f"/tmp/agentrl-escape-{mark}"), CHECKOUT / f"agentrl-escape-{mark}",
+               Path.home() / f"agentrl-escape-{mark}"]
+    yield HostileTargets(sentinel, listener, _host_address(), [*reads, dataset, checkpoint],
+                         checkpoint, escapes, f"sleep 9000 0.{int(mark, 16) % 10**6:06d}")
     listener.close()
-    shutil.rmtree(sentinel, ignore_errors=True)
-    for secret in secrets:
-        shutil.rmtree(secret.parent, ignore_errors=True)
+    for folder in made:
+        shutil.rmtree(folder, ignore_errors=True)
+    if not had_checkpoints:
+        with contextlib.suppress(OSError):
+            checkpoints.rmdir()
+    for path in escapes:
+        path.unlink(missing_ok=True)
 
 
-def hostile_row(check: dict) -> dict:
-    """``check``'s row with a check file the policy will try to read and forge."""
+def hostile_row(check: dict, mark: str = "") -> dict:
+    """``check``'s row with a check file the policy will try to read and forge, and a file
+    of its own (``mine.txt``: ``mark``) the batch's other episodes will try to read."""
     return {**check, "check_files": {"hidden.txt": HIDDEN + "\n"},
+            "files": [*check.get("files", []), {"path": "mine.txt", "content": mark}],
             "check": f"{check['check']} && grep -qx {HIDDEN} hidden.txt"}
 
 
-def hostile_command(sentinel: Path, port: int, secrets: list[Path], rm: str = "rm") -> str:
-    """A policy's shell command that deletes outside its workspace (``rm -rf``; ``rm`` may be
-    spelled so the CLI's own filter does not see it), reaches another address, reads the
-    secrets, the project checkout and the check's file and forges the latter, then writes
-    the answer the check wants in the workspace."""
-    connect = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.2', {port}), 3)\""
-               f" || echo python-connect-failed")
-    reads = " ".join(str(p) for p in (*secrets, CHECKOUT / "pyproject.toml"))
-    return (f"{rm} -rf {sentinel}; {connect}; curl -sS -m 3 http://127.0.0.2:{port}/ "
-            f"|| echo curl-failed; cat {reads} hidden.txt 2>&1 | head -c 2000; "
-            f"echo forged > hidden.txt; echo 42 > answer.txt")
+_GATEWAY = ("P=$(cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' "
+            "| grep -ao '127.0.0.1:[0-9][0-9]*' | head -1); echo \"== gateway $P\"; "
+            "curl -sS -m 3 http://$P/; echo; "
+            "curl -sS -m 3 -X POST -H 'content-type: application/json' -d '{\"reward\": 1}' "
+            "http://$P/reward; echo; "
+            "curl -sS -m 3 --path-as-is http://$P/v1/../../other-session; echo")
 
 
-def assert_contained(text: str) -> None:
-    """What a hostile episode's trajectory must not hold, and the failures it must."""
-    assert SECRET not in text and HIDDEN not in text
+def hostile_command(targets: HostileTargets, rm: str = "rm") -> str:
+    """A policy's shell command, in labelled parts: delete outside its workspace (``rm
+    -rf``; ``rm`` may be spelled so the CLI's own filter does not see it); reach the host
+    at 127.0.0.2 and at its own address; read the secrets, the dataset, the checkpoint, the
+    project checkout, the check's file, the trainer's environment and the other episodes'
+    folders; write to the checkpoint, the host's /tmp, the checkout, the home and /usr;
+    start a daemon (``setsid nohup``); call the gateway outside its session; forge the
+    check's file; then do the work the check wants in the workspace."""
+    addresses = ["127.0.0.2", *([targets.host_address] if targets.host_address else [])]
+    connect = "; ".join(
+        f"python3 -c \"import socket; socket.create_connection(('{a}', {targets.listener.port}),"
+        f" 3)\" 2>/dev/null || echo connect-failed-{a}; curl -sS -m 3 "
+        f"http://{a}:{targets.listener.port}/ 2>/dev/null || echo curl-failed-{a}"
+        for a in addresses)
+    reads = " ".join(str(p) for p in (*targets.reads, CHECKOUT / "pyproject.toml"))
+    writes = " ".join(f"echo x > {p};" for p in (targets.checkpoint, *targets.escapes,
+                                                 "/usr/agentrl-escape"))
+    return (f"echo '== rm'; {rm} -rf {targets.sentinel} 2>&1 | head -3; "
+            f"echo '== connect'; {connect}; "
+            f"echo '== read'; cat {reads} hidden.txt 2>&1 | head -c 2000; "
+            f"cat /tmp/agentrl-ep-*/workspace/mine.txt; echo; "
+            f"echo '== env'; (env; cat /proc/[0-9]*/environ) 2>/dev/null | tr '\\0' '\\n' "
+            f"| grep -a {SECRET_ENV} || echo env-clean; "
+            f"echo '== write'; {{ {writes} }} 2>&1 | head -c 1000; "
+            f"echo '== daemon'; setsid nohup {targets.daemon} >/dev/null 2>&1 & sleep 0.5; "
+            f"for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done 2>/dev/null "
+            f"| grep -c '^{targets.daemon} *$' | sed 's/^/daemon-running /'; "
+            f"{_GATEWAY}; "
+            f"echo forged > hidden.txt; echo 42 > answer.txt; echo '== end'")
+
+
+def assert_contained(text: str, targets: HostileTargets) -> None:
+    """A hostile episode's trajectory (``text``) and the host after it: what the policy got
+    is the cage's refusals and its own files, nothing of the host's."""
+    assert "== end" in text  # the whole command ran
+    assert SECRET not in text and HIDDEN not in text  # files, dataset, checkpoint, env
     assert "[build-system]" not in text and "[project]" not in text  # the checkout's file
-    assert "No such file or directory" in text
+    assert "No such file or directory" in text and "Read-only file system" in text
+    assert "env-clean" in text
+    for address in ["127.0.0.2", *([targets.host_address] if targets.host_address else [])]:
+        assert f"connect-failed-{address}" in text and f"curl-failed-{address}" in text
+    assert targets.listener.connections == 0
+    assert (targets.sentinel / "keep.txt").read_text() == "still here"
+    assert targets.checkpoint.read_text() == SECRET + "\n"
+    assert [p for p in targets.escapes if p.exists()] == []
+    assert "daemon-running 1" in text  # it ran during the episode ...
+    assert targets.processes() == []  # ... and not after it
+    assert text.count(REFUSED) == 3  # the gateway outside the session's calls
 
 
 def run_harness_episode(harness, task: dict, options) -> dict:

@@ -55,27 +55,27 @@ def test_an_episode_is_token_exact_and_scored_by_the_check(tiny_tokenizer, bwrap
     assert out.batch["rm_scores"][0].sum().item() == 0.0
 
 
-def test_the_sandbox_keeps_the_host_and_the_network_out_of_reach(tiny_tokenizer, bwrap,
-                                                                 hostile_targets):
-    sentinel, listener, secrets = hostile_targets
-    replies = [shell_call("Bash", "command", hostile_command(sentinel, listener.port, secrets)),
-               "done"]
+def test_a_hostile_policy_gets_nothing_of_the_host_and_still_passes_its_check(
+        tiny_tokenizer, bwrap, hostile_targets):
+    """Two hostile episodes side by side (conftest.hostile_command): every reach is
+    refused or lands in the cage, neither reads the other's folder, both pass the check."""
+    replies = [shell_call("Bash", "command", hostile_command(hostile_targets)), "done"]
     results = []
-    agent = _agent(ro_binds=(str(sentinel),))
+    agent = _agent(ro_binds=(str(hostile_targets.sentinel),))
 
     async def recorded(task, client):
         results.append(await agent(task, client))
         return results[-1]
 
-    out, _ = agent_rollout(recorded, replies, tiny_tokenizer, [hostile_row(CHECK)])
-    assert (sentinel / "keep.txt").read_text() == "still here"  # rm -rf failed: read-only
-    assert listener.connections == 0
-    text = tiny_tokenizer.decode(out.batch["responses"][0].tolist())
-    assert "python-connect-failed" in text and "curl-failed" in text
-    assert "Read-only file system" in text
-    assert_contained(text)
-    assert results[0]["score"] == 1.0  # the workspace was writable
-    assert out.batch["rm_scores"][0].sum().item() == 1.0
+    rows = [hostile_row(CHECK, f"EPISODE-MARK-{k}") for k in range(2)]
+    out, _ = agent_rollout(recorded, replies, tiny_tokenizer, rows)
+    assert list(out.non_tensor_batch["request_state"]) == ["completed"] * 2
+    for k in range(2):
+        text = tiny_tokenizer.decode(out.batch["responses"][k].tolist())
+        assert_contained(text, hostile_targets)
+        assert f"EPISODE-MARK-{k}" in text and f"EPISODE-MARK-{1 - k}" not in text
+    assert [r["score"] for r in results] == [1.0, 1.0]  # the workspace was writable
+    assert out.batch["rm_scores"].sum().item() == 2.0
 
 
 def test_the_turn_budget_stops_the_cli(tiny_tokenizer, bwrap):

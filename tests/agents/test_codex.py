@@ -1,7 +1,9 @@
 """The Codex CLI as agent mode's function, run for real against the gateway with the
-scripted policy, inside bubblewrap: token-exact, scored by the workspace check, and a
-hostile policy reaches neither the host's files (home, /srv, the project checkout) nor
-the check's file nor another address, and still passes its check."""
+scripted policy, inside bubblewrap: token-exact, scored by the workspace check; a hostile
+policy (conftest.hostile_command) reaches none of the host's files (home, /srv, dataset,
+checkpoint, checkout), its environment, the check's file, another episode's folder, another
+address or the gateway outside its session, leaves no daemon, and still passes its check;
+a fork bomb, a memory hog and a disk filler end their own episodes only."""
 
 from __future__ import annotations
 
@@ -37,18 +39,19 @@ def test_an_episode_is_token_exact_and_scored_by_the_check(tiny_tokenizer, bwrap
     assert out.meta_info["metrics"]["gateway/forks"] == 0
 
 
-def test_the_sandbox_keeps_the_host_and_the_network_out_of_reach(tiny_tokenizer, bwrap,
-                                                                 hostile_targets):
-    sentinel, listener, secrets = hostile_targets
+def test_a_hostile_policy_gets_nothing_of_the_host_and_still_passes_its_check(
+        tiny_tokenizer, bwrap, hostile_targets):
+    """Two hostile episodes side by side (conftest.hostile_command): every reach is
+    refused or lands in the cage, neither reads the other's folder, both pass the check."""
     # Codex itself refuses a command it sees as `rm -rf`: spelled `x=rm; $x -rf`, it runs
-    rm = hostile_command(sentinel, listener.port, secrets, rm="x=rm; $x")
-    replies = [shell_call("exec_command", "cmd", rm), "done"]
-    out, _ = agent_rollout(_agent(ro_binds=(str(sentinel),)), replies, tiny_tokenizer,
-                           [hostile_row(CHECK)])
-    assert (sentinel / "keep.txt").read_text() == "still here"
-    assert listener.connections == 0
-    text = tiny_tokenizer.decode(out.batch["responses"][0].tolist())
-    assert "python-connect-failed" in text and "curl-failed" in text
-    assert "Read-only file system" in text
-    assert_contained(text)
-    assert out.batch["rm_scores"][0].sum().item() == 1.0
+    command = hostile_command(hostile_targets, rm="x=rm; $x")
+    replies = [shell_call("exec_command", "cmd", command), "done"]
+    rows = [hostile_row(CHECK, f"EPISODE-MARK-{k}") for k in range(2)]
+    out, _ = agent_rollout(_agent(ro_binds=(str(hostile_targets.sentinel),)), replies,
+                           tiny_tokenizer, rows)
+    assert list(out.non_tensor_batch["request_state"]) == ["completed"] * 2
+    for k in range(2):
+        text = tiny_tokenizer.decode(out.batch["responses"][k].tolist())
+        assert_contained(text, hostile_targets)
+        assert f"EPISODE-MARK-{k}" in text and f"EPISODE-MARK-{1 - k}" not in text
+    assert out.batch["rm_scores"].sum().item() == 2.0  # both checks passed
