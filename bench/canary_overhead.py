@@ -1,0 +1,77 @@
+"""What the canary after each weight sync costs (``actor_rollout_ref.rollout.canary``): its
+seconds over a sync-mode step's, on the CPU quickstart's shape.
+
+    python bench/canary_overhead.py                     # 3 runs of 5 steps
+    python bench/canary_overhead.py --repeats 1 --steps 2 --size nano
+
+Each run is `agentrl smoke` (agentrl/smoke.py: the quickstart's tiny model, calculator task
+and GRPO on CPU, sync mode, in-process workers, the embedded hf engine) with
+``rollout.canary=every_sync`` in a fresh process. Per step the canary's own time is its
+metric ``rollout/canary/seconds`` (the trainer's greedy canary set at the first sync, the
+trainer's forward on it and the engine's scoring after every sync); a run's figure is the
+median over its steps after the first (the first pays for warm-up and builds the set) of
+canary seconds / ``timing_s/step``. Prints one JSON line: the median of the runs' ratios
+(``canary_over_step``; the issue's bar: at most 0.03), each run's, versions and machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import statistics
+import tempfile
+from pathlib import Path
+
+from fresh_process import in_fresh_processes, versions
+
+VARIANTS = ("canary",)
+
+
+def run_variant(variant: str, steps: int, size: str, seed: int) -> dict:
+    """One smoke run with the canary after every sync; its step and canary seconds."""
+    from agentrl.smoke import run_smoke
+
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory() as out:
+        history = run_smoke(Path(out), steps=steps, size=size, seed=seed,
+                            overrides=["actor_rollout_ref.rollout.canary=every_sync",
+                                       "trainer.logger=[file]"])  # fmt: skip
+    step_s = [m["timing_s/step"] for m in history]
+    canary_s = [m.get("rollout/canary/seconds", float("nan")) for m in history]
+    ratios = [c / s for c, s in zip(canary_s[1:], step_s[1:], strict=True)]
+    return {"variant": variant, "step_s": step_s, "canary_s": canary_s,
+            "median_ratio": statistics.median(ratios)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=5, help="training steps per run (>= 2)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs (each a fresh process)")
+    parser.add_argument("--size", default="tiny", help="tiny model size (make-tiny-model)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # the child
+    args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps must be at least 2 (the first step is left out as warm-up)")
+    if args.variant is not None:
+        print(json.dumps(run_variant(args.variant, args.steps, args.size, args.seed)))
+        return
+    argv = ["--steps", str(args.steps), "--size", args.size, "--seed", str(args.seed)]
+    runs = [in_fresh_processes(__file__, "--variant", VARIANTS, argv)["canary"]
+            for _ in range(args.repeats)]
+    print(json.dumps({
+        "steps": args.steps, "repeats": args.repeats, "size": args.size,
+        "canary_over_step": round(statistics.median(r["median_ratio"] for r in runs), 5),
+        "runs": [round(r["median_ratio"], 5) for r in runs],
+        "canary_s": [[round(c, 4) for c in r["canary_s"]] for r in runs],
+        "step_s": [[round(s, 4) for s in r["step_s"]] for r in runs],
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        **versions(),
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
