@@ -136,7 +136,7 @@ class ContainerSandbox(Sandbox):
         spec = self.spec
         pidfile = self.folder / f"{self.name}.pid"
         argv = container_argv(spec, self.prefix, self.name, pidfile, command, env)
-        limiter = (Limiter(spec.limits, 0, {}, list(spec.watched))
+        limiter = (await asyncio.to_thread(Limiter, spec.limits, 0, {}, list(spec.watched))
                    if spec.limits is not None else None)
         finder = asyncio.ensure_future(_find_cgroup(pidfile, limiter))
         try:  # podman itself runs with the host's environment; the container gets ``env``

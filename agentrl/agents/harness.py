@@ -242,7 +242,8 @@ async def _run_check(task: Mapping[str, Any], check: str, timeout: float, cage: 
     """The check in a fresh cage over a copy of the workspace holding the row's
     ``check_files`` (seen at the workspace's own path), once the CLI's tree is dead."""
     workspace, copy = episode / "workspace", episode / "check"
-    check_copy(task, workspace, copy)
+    await asyncio.to_thread(check_copy, task, workspace, copy)  # however many files the
+    # policy left, the rollout's event loop (the gateway, the other episodes) goes on
     inside = workspace if cage.kind.isolated else copy
     spec = dataclasses.replace(cage.spec, workdir=inside, writable=((copy, inside),),
                                name=f"{episode.name}-check", watched=(copy,))
@@ -278,7 +279,7 @@ async def run_episode(harness: Harness, task: Mapping[str, Any], client: Any,
     try:
         for sub in ("workspace", "home", "tmp"):
             (episode / sub).mkdir()
-        make_workspace(task, episode / "workspace")
+        await asyncio.to_thread(make_workspace, task, episode / "workspace")
         harness.prepare_home(episode / "home")
         cage = _cage(options, task, episode, timeout_s, binary)
         socket_path = str(episode / "gw.sock")
@@ -315,7 +316,7 @@ async def run_episode(harness: Harness, task: Mapping[str, Any], client: Any,
         return result
     finally:
         if not options.keep:
-            shutil.rmtree(episode, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, episode, ignore_errors=True)
 
 
 __all__ = ["BRIDGE", "INSTALL_CLIS", "MODEL_NAME", "AgentOptions", "Harness", "find_binary",

@@ -1,5 +1,6 @@
 """Limits on a whole episode, every process of its tree together: memory, number of tasks,
-CPU share (cgroups) and the disk its writable folders hold (a watch).
+CPU share (cgroups) and the disk it fills in its writable folders (a watch: what they hold
+beyond what they held when the run began).
 
     limits = EpisodeLimits(memory_mb=4096, pids=512, cpus=None, disk_mb=1024)
     limiter = open_limiter(limits, "agentrl-ep-x1", [episode / "workspace"])
@@ -34,6 +35,8 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
 DISK_EVERY_S = 1.0  # the disk watch walks the folders: at most this often
+EMPTY_ENTRY_BYTES = 4096  # what an entry holding no blocks (an empty file, a link) counts:
+                          # a million empty files would otherwise escape the watch
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class EpisodeLimits:
     pids: int | None = 4096        # its processes and threads together (a Rust CLI's
                                    # runtime starts a thread per core)
     cpus: float | None = None      # CPU share in cores (1.5: one and a half cores)
-    disk_mb: int | None = 1024     # what its writable folders hold on disk
+    disk_mb: int | None = 1024     # what it adds to its writable folders on disk
 
 
 def _mountinfo() -> list[tuple[str, Path, str, str]]:
@@ -178,7 +181,7 @@ def _disk_bytes(folders: list[Path]) -> int:
         for top, dirs, files in os.walk(folder):
             for name in dirs + files:
                 with contextlib.suppress(OSError):
-                    total += os.lstat(os.path.join(top, name)).st_blocks * 512
+                    total += os.lstat(os.path.join(top, name)).st_blocks * 512 or EMPTY_ENTRY_BYTES
     return total
 
 
@@ -192,6 +195,9 @@ class Limiter:
         self.folders = folders  # controller -> the episode's cgroup folder ("" for v2)
         self.watched = watched
         self._disk_checked = 0.0
+        # the limit is on what the run writes: what its folders held when it began (the
+        # row's template, or the workspace a check runs over) is not counted
+        self.disk_start = _disk_bytes(watched) if limits.disk_mb else 0
 
     def enter(self) -> None:
         """Put the calling process in the episode's cgroup (the child, before it execs)."""
@@ -209,7 +215,7 @@ class Limiter:
                 return "pids"
         if self.limits.disk_mb and time.monotonic() - self._disk_checked >= DISK_EVERY_S:
             self._disk_checked = time.monotonic()
-            if _disk_bytes(self.watched) > self.limits.disk_mb << 20:
+            if _disk_bytes(self.watched) - self.disk_start > self.limits.disk_mb << 20:
                 return "disk"
         return None
 

@@ -15,10 +15,12 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 import types
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pandas as pd
@@ -49,6 +51,16 @@ def tmp_path():
     path = Path(tempfile.mkdtemp(prefix="ar-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def cgroups() -> None:
+    """Skips, saying why, where episodes get no cgroups (agentrl doctor's reason)."""
+    from agentrl.agents.limits import cgroup_support
+
+    reason = cgroup_support()
+    if reason is not None:
+        pytest.skip(f"no cgroups for episodes here: {reason}")
 
 
 @pytest.fixture
@@ -260,6 +272,56 @@ def assert_contained(text: str, targets: HostileTargets) -> None:
     assert "daemon-running 1" in text  # it ran during the episode ...
     assert targets.processes() == []  # ... and not after it
     assert text.count(REFUSED) == 3  # the gateway outside the session's calls
+
+
+LIMIT_OPTIONS = {"episode_pids": 512, "episode_memory_mb": 1024, "disk_mb": 32}
+LIMIT_CHECK = "test \"$(cat answer.txt)\" = 42"
+# what each episode of the limits batch does after its work (`mode.txt` in its workspace)
+LIMIT_MODES = {"calm": "echo calm-ok",
+               "bomb": "b() { b | b & }; b; sleep 60",
+               "hog": "python3 -c 'x = bytearray(4 << 30)'; sleep 60",
+               "fill": "for i in $(seq 3000); do head -c 1000000 /dev/zero > f$i; sleep 0.01; "
+                       "done; sleep 60"}
+LIMIT_COMMAND = ("echo 42 > answer.txt; case $(cat mode.txt) in "
+                 + " ".join(f"{mode}) {then};;" for mode, then in LIMIT_MODES.items())
+                 + " esac; echo survived-$(cat mode.txt)")
+
+
+def limit_rows() -> list[dict]:
+    """One row per ``LIMIT_MODES`` entry: the same command does the work, then its mode."""
+    return [{"mode": mode, "files": {"mode.txt": mode + "\n"}, "check": LIMIT_CHECK}
+            for mode in LIMIT_MODES]
+
+
+def run_limits_batch(agent, call: str, tokenizer) -> tuple[Any, dict[str, dict], float]:
+    """(the rollout, each mode's result dict, seconds taken): the limits batch through
+    ``agent`` (made with ``LIMIT_OPTIONS``), its shell tool ``call(command)``."""
+    results: dict[str, dict] = {}
+
+    async def recorded(task, client):
+        results[task["extra_info"]["mode"]] = await agent(task, client)
+        return results[task["extra_info"]["mode"]]
+
+    started = time.monotonic()
+    out, _ = agent_rollout(recorded, [call(LIMIT_COMMAND), "done"], tokenizer, limit_rows())
+    return out, results, time.monotonic() - started
+
+
+def assert_limits_held(out, results: dict[str, dict], took: float, tokenizer) -> None:
+    """The fork bomb, the memory hog and the disk filler each ended their own episode at
+    its limit, counted in ``agent/limit_kills``; the calm episode beside them finished;
+    every episode's work passed its check."""
+    assert list(out.non_tensor_batch["request_state"]) == ["completed"] * len(LIMIT_MODES)
+    assert {mode: (r["limit"], r["limit_kills"]) for mode, r in results.items()} == {
+        "calm": (None, 0), "bomb": ("pids", 1), "hog": ("memory", 1), "fill": ("disk", 1)}
+    assert results["calm"]["stopped"] == "exit" and results["calm"]["cli_exit"] == 0
+    assert out.meta_info["metrics"]["agent/limit_kills"] == 3.0
+    assert {mode: r["score"] for mode, r in results.items()} == dict.fromkeys(LIMIT_MODES, 1.0)
+    texts = [tokenizer.decode(out.batch["responses"][k].tolist()) for k in range(4)]
+    assert "calm-ok" in texts[0] and "survived-calm" in texts[0]
+    for mode, text in zip(list(LIMIT_MODES)[1:], texts[1:], strict=True):
+        assert f"survived-{mode}" not in text
+    assert took < 55  # not the hostile episodes' `sleep 60`
 
 
 def run_harness_episode(harness, task: dict, options) -> dict:

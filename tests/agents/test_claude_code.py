@@ -11,11 +11,14 @@ import pytest
 
 from agentrl.agents import claude_code
 from tests.agents.conftest import (
+    LIMIT_OPTIONS,
     agent_rollout,
     assert_contained,
+    assert_limits_held,
     cli_binary,
     hostile_command,
     hostile_row,
+    run_limits_batch,
     shell_call,
 )
 
@@ -76,6 +79,14 @@ def test_a_hostile_policy_gets_nothing_of_the_host_and_still_passes_its_check(
         assert f"EPISODE-MARK-{k}" in text and f"EPISODE-MARK-{1 - k}" not in text
     assert [r["score"] for r in results] == [1.0, 1.0]  # the workspace was writable
     assert out.batch["rm_scores"].sum().item() == 2.0
+
+
+def test_a_fork_bomb_a_memory_hog_and_a_disk_filler_end_only_their_episodes(tiny_tokenizer,
+                                                                           bwrap, cgroups):
+    """Four episodes, one command (conftest.LIMIT_COMMAND): each writes its answer, then
+    one forks without end, one allocates 4 GB, one fills its workspace, one stops there."""
+    out, results, took = run_limits_batch(_agent(**LIMIT_OPTIONS), lambda c: shell_call("Bash", "command", c), tiny_tokenizer)
+    assert_limits_held(out, results, took, tiny_tokenizer)
 
 
 def test_the_turn_budget_stops_the_cli(tiny_tokenizer, bwrap):

@@ -1,7 +1,8 @@
 """Limits on a whole episode: a fork bomb, a memory hog and a disk filler each end their own
 run (stopped = "limit", naming which) within seconds while a run beside them finishes; the
 cgroup is gone afterwards; where cgroups are unavailable a warning names why and the disk
-watch still holds."""
+watch still holds; the disk limit counts what a run adds (not what its folders held when it
+began) and a flood of empty files."""
 
 from __future__ import annotations
 
@@ -79,3 +80,20 @@ def test_a_disk_filler_is_stopped_with_or_without_cgroups(tmp_path, monkeypatch,
     assert 5 <= len(list((tmp_path / "fill").iterdir())) < 100
     assert limiter.folders == {}
     assert "no cgroups in this test" in caplog.text and "agentrl doctor" in caplog.text
+
+
+def test_the_disk_limit_counts_what_the_run_adds_and_empty_files(tmp_path, monkeypatch):
+    """What the folder held when the run began (a template, the workspace a check copies)
+    is not counted; an empty file counts as EMPTY_ENTRY_BYTES, so a flood of them trips."""
+    monkeypatch.setattr(limits_module, "_parents", lambda: "no cgroups in this test")
+    folder = tmp_path / "full"
+    folder.mkdir()
+    (folder / "template.bin").write_bytes(b"\1" * (6 << 20))  # over the 5 MB limit already
+    result, _, _ = asyncio.run(_run(folder, None, "sleep 1.5; echo ok",
+                                    EpisodeLimits(disk_mb=5)))
+    assert (result.stopped, result.limit, result.stdout) == ("exit", None, "ok\n")
+    empty = "python3 -c \"[open(f'e{i}', 'w').close() for i in range(5000)]\"; sleep 20"
+    result, took, _ = asyncio.run(_run(tmp_path / "empty", None, empty,
+                                       EpisodeLimits(disk_mb=5)))
+    assert (result.stopped, result.limit) == ("limit", "disk")  # 5000 x 4 KiB > 5 MB
+    assert took < 10
