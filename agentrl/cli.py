@@ -10,10 +10,11 @@ runs, so `agentrl --help` stays fast and one command's heavy imports never slow 
     agentrl smoke [--out-dir outputs/smoke]
     agentrl serve --model PATH --port P
     agentrl train [--config recipe.yaml | --config-path DIR --config-name NAME] [key=value ...]
-    agentrl sft --model PATH --data DATA --out-dir DIR
+    agentrl sft --model PATH --data DATA --out-dir DIR     (or --trajectories FILE.jsonl)
     agentrl quickstart --out-dir outputs/quickstart
     agentrl generate --config X.yaml data.path=IN.parquet data.output_path=OUT.jsonl
     agentrl report RUN_DIR
+    agentrl trajectories export RUN_OR_DUMP_DIR --out FILE.jsonl
     agentrl export CHECKPOINT_DIR --out DIR [--adapter]
     agentrl gateway --model MODEL_DIR --port P [key=value ...]
     agentrl env prepare SPEC --out DIR [--size N] [--test-size M] [--seed S]
@@ -50,6 +51,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "write a run's checkpoint as a Hugging Face model folder with its tokenizer"),
     "report": ("agentrl.report.cli",
                "write RUN_DIR/report.html: training plots and a trajectory viewer"),
+    "trajectories": ("agentrl.trajectories.cli",
+                     "export a run's agent sessions as trajectory trees (the open format, "
+                     "docs/trajectories.md) or validate such a file"),
     "serve": ("agentrl.rollout.backends.serve_cli",
               "serve a model with the hf engine behind SGLang's HTTP API"),
     "gateway": ("agentrl.gateway.cli",

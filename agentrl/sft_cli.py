@@ -2,6 +2,12 @@
 
     agentrl sft --model MODEL_DIR --data sft.jsonl --out-dir outputs/sft [--epochs 3] ...
     agentrl sft --config sft.yaml [--lr 1e-4]        # flags override the file
+    agentrl sft --model MODEL_DIR --trajectories sessions.jsonl --out-dir outputs/sft
+
+`--trajectories` trains on recorded agent sessions in the open trajectory format
+(docs/trajectories.md; `agentrl trajectories export` writes them from a run): each segment's
+token ids as recorded, the loss on its loss-mask-1 tokens only. With `--data` too, both train.
+A file that does not match the format is refused before the model loads (one line, exit 2).
 
 The YAML file holds the same settings as the flags, by `run_sft`'s argument names:
 
@@ -45,14 +51,17 @@ FLAGS = {
     "seed": "seed",
     "weight_decay": "weight_decay",
     "truncation": "truncation",
+    "trajectories": "trajectories",
 }
-REQUIRED = ("model_path", "data", "output_dir")
+REQUIRED = ("model_path", "output_dir")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="YAML file with run_sft settings")
     parser.add_argument("--model", default=None, help="HF model directory to fine-tune")
     parser.add_argument("--data", default=None, help="jsonl/parquet of conversations")
+    parser.add_argument("--trajectories", default=None, metavar="FILE.jsonl",
+                        help="recorded sessions in the trajectory format (docs/trajectories.md)")
     parser.add_argument("--out-dir", default=None, help="where the fine-tuned model goes")
     parser.add_argument("--epochs", type=int, default=None, help="passes over the data (3)")
     parser.add_argument("--lr", type=float, default=None, help="AdamW learning rate (1e-3)")
@@ -84,9 +93,19 @@ def sft_settings(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, flag)
         if value is not None:
             settings[name] = value
-    missing = [name for name in REQUIRED if settings.get(name) in (None, "")]
+    absent = {name for name in (*REQUIRED, "data", "trajectories")
+              if settings.get(name) in (None, "")}  # fmt: skip
+    missing = ["model_path"] if "model_path" in absent else []
+    if {"data", "trajectories"} <= absent:
+        missing.append("data or trajectories")
+    missing += ["output_dir"] if "output_dir" in absent else []
     if missing:
         raise ValueError(f"agentrl sft needs {', '.join(missing)} (flags or --config)")
+    if settings.get("trajectories"):  # checked before the model loads
+        from agentrl.trajectories import read_trajectories
+
+        settings["trajectories"] = read_trajectories(settings["trajectories"])
+    settings.setdefault("data", None)
     return settings
 
 

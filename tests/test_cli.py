@@ -5,7 +5,8 @@ at the file descriptors); and `agentrl --help` describes the commands as they ar
 The command-specific refusals, and that they come before any work starts, are tested
 beside each command (tests/quickstart/test_checks.py, tests/test_smoke.py,
 tests/gateway/test_cli.py, tests/trainer/test_preflight.py, tests/trainer/test_export.py,
-tests/environments/test_cli.py and test_verifiers.py: a foreign library's load)."""
+tests/environments/test_cli.py and test_verifiers.py: a foreign library's load,
+tests/trajectories/test_cli.py)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def _bad_inputs(tmp_path):
          "trainer.mode is 'bogus'"),
         (["quickstart", "--out-dir", str(tmp_path / "file")], "is a file"),
         (["export", str(tmp_path / "nope"), "--out", out], "does not exist"),
+        (["trajectories", "export", str(tmp_path / "nope"), "--out", out], "does not exist"),
+        (["trajectories", "validate", str(tmp_path / "file")], "holds no trajectory"),
         (["gateway", "--model", str(tmp_path)], "is not a Hugging Face model directory"),
     ]  # fmt: skip
 

@@ -40,7 +40,23 @@ def test_errors_name_the_problem(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"unknown keys \['epoch'\]"):
         sft_settings(parse("--config", str(config)))
     assert run(parse("--model", "m")) == 2
-    assert "agentrl sft needs data, output_dir" in capsys.readouterr().err
+    assert "agentrl sft needs data or trajectories, output_dir" in capsys.readouterr().err
+
+
+def test_a_trajectory_file_that_does_not_match_is_refused_before_the_model_loads(
+    tmp_path, capsys
+):
+    bad = tmp_path / "sessions.jsonl"
+    bad.write_text(json.dumps({"format_version": 1, "session_id": "s", "reward": None,
+                               "metadata": {}, "segments": []}) + "\n")
+    argv = ("--model", str(tmp_path / "no-model"), "--out-dir", str(tmp_path / "out"))
+    assert run(parse(*argv, "--trajectories", str(bad))) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sessions.jsonl line 1 does not match the trajectory " \
+        "format: segments: [] should be non-empty" in err
+    assert run(parse(*argv, "--trajectories", str(tmp_path / "nope.jsonl"))) == 2
+    assert "nope.jsonl does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_run_writes_model_and_metrics(tmp_path, tiny_model_dir):

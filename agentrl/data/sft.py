@@ -18,6 +18,10 @@ so SFT trains on exactly the ids the engine would hold for the same conversation
 Each segment is tokenized on its own (as the engine does: model ids, then template deltas
 from `ChatRenderer.delta_text`), never the whole conversation at once. The text after the
 last assistant's end-of-turn token is not included: generation stops there.
+
+Recorded trajectories (agentrl/trajectories) are tokenized already: `token_example` takes a
+segment's ids and loss mask as they are, and `fit_examples` applies the same `max_length`
+rule to both kinds.
 """
 
 from __future__ import annotations
@@ -147,36 +151,57 @@ class SFTDataset(Dataset):
         if truncation not in TRUNCATIONS:
             raise ValueError(f"truncation {truncation!r}; choose one of {', '.join(TRUNCATIONS)}")
         self.renderer = ChatRenderer(tokenizer, chat_template_kwargs)
-        self.examples: list[SFTExample] = []
-        dropped = 0
+        named = []
         for index, row in enumerate(rows):
             try:
                 example = tokenize_conversation(self.renderer, row["messages"], row.get("tools"))
             except SFTRowError as err:
                 raise SFTRowError(f"SFT row {index}: {err}") from None
-            if len(example.input_ids) > max_length:
-                if truncation == "error":
-                    raise SFTRowError(
-                        f"SFT row {index} has {len(example.input_ids)} tokens, over "
-                        f"max_length={max_length} (raise it, or set truncation to right/drop)"
-                    )
-                if truncation == "drop":
-                    dropped += 1
-                    continue
-                example = SFTExample(
-                    example.input_ids[:max_length],
-                    example.loss_mask[:max_length],
-                    min(example.prompt_length, max_length),
-                )
-            self.examples.append(example)
-        if dropped:
-            logger.warning("dropped %d SFT rows longer than %d tokens", dropped, max_length)
+            named.append((f"SFT row {index}", example))
+        self.examples = fit_examples(named, max_length, truncation)
 
     def __len__(self) -> int:
         return len(self.examples)
 
     def __getitem__(self, index: int) -> SFTExample:
         return self.examples[index]
+
+
+def token_example(input_ids: list[int], loss_mask: list[int]) -> SFTExample:
+    """An example of ids tokenized already (a recorded trajectory's segment, its loss mask
+    aligned): no template is rendered, the ids train as they are."""
+    if len(input_ids) != len(loss_mask):
+        raise SFTRowError(f"{len(loss_mask)} loss-mask entries for {len(input_ids)} token ids")
+    prompt_length = next((i for i, m in enumerate(loss_mask) if m), len(loss_mask))
+    return SFTExample(list(input_ids), [int(m) for m in loss_mask], prompt_length)
+
+
+def fit_examples(named: Sequence[tuple[str, SFTExample]], max_length: int,
+                 truncation: str) -> list[SFTExample]:  # fmt: skip
+    """The examples within ``max_length`` tokens, a longer one refused (``error``: the
+    message names it), cut at its end (``right``) or left out (``drop``)."""
+    if truncation not in TRUNCATIONS:
+        raise ValueError(f"truncation {truncation!r}; choose one of {', '.join(TRUNCATIONS)}")
+    examples, dropped = [], 0
+    for name, example in named:
+        if len(example.input_ids) > max_length:
+            if truncation == "error":
+                raise SFTRowError(
+                    f"{name} has {len(example.input_ids)} tokens, over "
+                    f"max_length={max_length} (raise it, or set truncation to right/drop)"
+                )
+            if truncation == "drop":
+                dropped += 1
+                continue
+            example = SFTExample(
+                example.input_ids[:max_length],
+                example.loss_mask[:max_length],
+                min(example.prompt_length, max_length),
+            )
+        examples.append(example)
+    if dropped:
+        logger.warning("dropped %d SFT examples longer than %d tokens", dropped, max_length)
+    return examples
 
 
 def sft_collate_fn(examples: Sequence[SFTExample], pad_token_id: int) -> dict[str, torch.Tensor]:

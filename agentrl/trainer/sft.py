@@ -2,12 +2,16 @@
 
     metrics = run_sft("model_dir", "sft.jsonl", "out/sft", epochs=3, lr=1e-3, batch_size=8,
                       max_length=1024, seed=0)
+    metrics = run_sft("model_dir", None, "out/sft", trajectories="sessions.jsonl")
 
 The warm-up before RL (as in ReTool / Search-R1 style recipes): the model learns the tool
 call format and the answer format from correct trajectories, so RL starts from a policy
 that already calls the tools. One process, no FSDP: this is for small models and the CPU
 quickstart; the data is `agentrl.data.sft.SFTDataset` (assistant-only loss, the rollout
-engine's exact token layout).
+engine's exact token layout), and/or recorded agent sessions in the open trajectory format
+(`trajectories`, docs/trajectories.md: a stronger agent's sessions become SFT data): every
+segment with a policy token is an example of its own ids, trained on its loss-mask-1 tokens
+only (the policy's; its prompt, tool results and template text never train).
 
 Loss: cross-entropy of each next token, averaged over the assistant tokens of the batch
 (token-mean). AdamW with a linear warm-up over the first 10% of steps, then constant.
@@ -31,8 +35,16 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.algos.chunked_head import head_log_probs
-from agentrl.data.sft import SFTDataset, read_sft_rows, sft_collate_fn
+from agentrl.data.sft import (
+    SFTDataset,
+    SFTExample,
+    fit_examples,
+    read_sft_rows,
+    sft_collate_fn,
+    token_example,
+)
 from agentrl.trainer.sft_check import SkillCheck, SkillStop, turn_reproduction
+from agentrl.trajectories import check_trajectory, read_trajectories, trained_segments
 from agentrl.utils.seeding import seed_everything
 from agentrl.utils.threads import CPUThreads
 from agentrl.workers.forward import chunkable_head
@@ -107,9 +119,35 @@ def _rows(data: str | Path | Sequence[dict]) -> list[dict]:
     return list(data)
 
 
+def sft_examples(
+    data: str | Path | Sequence[dict] | None,
+    trajectories: str | Path | Sequence[dict] | None,
+    tokenizer: Any,
+    max_length: int,
+    truncation: str,
+) -> list[SFTExample]:
+    """The examples of ``data``'s conversations, then of ``trajectories``' trained segments
+    (a file in the trajectory format, or its trajectories read already)."""
+    if data is None and trajectories is None:
+        raise ValueError("run_sft needs data (conversations) or trajectories (a file)")
+    examples = []
+    if data is not None:
+        examples += SFTDataset(_rows(data), tokenizer, max_length=max_length,
+                               truncation=truncation).examples  # fmt: skip
+    if trajectories is not None:
+        if isinstance(trajectories, (str, Path)):
+            trajectories = read_trajectories(trajectories)
+        for trajectory in trajectories:
+            check_trajectory(trajectory)
+        named = [(f"trajectory segment {name}", token_example(ids, mask))
+                 for name, ids, mask in trained_segments(trajectories)]  # fmt: skip
+        examples += fit_examples(named, max_length, truncation)
+    return examples
+
+
 def run_sft(
     model_path: str | Path,
-    data: str | Path | Sequence[dict],
+    data: str | Path | Sequence[dict] | None,
     output_dir: str | Path,
     epochs: int = 3,
     lr: float = 1e-3,
@@ -126,8 +164,10 @@ def run_sft(
     eval_loss: bool = True,
     progress: bool = True,
     until: SkillCheck | None = None,
+    trajectories: str | Path | Sequence[dict] | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune `model_path` on `data` (a jsonl/parquet path or rows) and save it.
+    """Fine-tune `model_path` on `data` (a jsonl/parquet path or rows) and/or
+    `trajectories` (a trajectory-format file or its trajectories; `sft_examples`) and save it.
 
     Trains `epochs` passes over the data, or exactly `steps` optimizer steps when given
     (the data repeats, reshuffled each pass); `max_time_s` stops earlier once that many
@@ -153,9 +193,10 @@ def run_sft(
     seed_everything(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    dataset = SFTDataset(_rows(data), tokenizer, max_length=max_length, truncation=truncation)
+    dataset = sft_examples(data, trajectories, tokenizer, max_length, truncation)
     if len(dataset) == 0:
-        raise ValueError(f"no SFT examples in {data!r} (after truncation={truncation})")
+        raise ValueError(f"no SFT examples in {data or trajectories!r} "
+                         f"(after truncation={truncation})")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def collate(examples):
@@ -202,7 +243,7 @@ def run_sft(
         "loss_after": loss_after,
         **run,
         "examples": len(dataset),
-        "assistant_tokens": sum(sum(e.loss_mask) for e in dataset.examples),
+        "assistant_tokens": sum(sum(e.loss_mask) for e in dataset),
         "time_s": time.perf_counter() - started,
         "output_dir": str(output_dir),
     }

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import sysconfig
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,8 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_a_command(tmp_path):
         timeout=300,
     )  # fmt: skip
     (wheel,) = dist.glob("agentrl-*.whl")
+    with zipfile.ZipFile(wheel) as built:  # the trajectory format's schema is package data
+        assert "agentrl/trajectories/schema/trajectory.schema.json" in built.namelist()
     fresh = tmp_path / "venv"
     venv.create(fresh, with_pip=False)
     python = fresh / "bin" / "python"
@@ -59,6 +62,9 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_a_command(tmp_path):
         timeout=60,
     ).stdout.split()
     assert all(path.startswith(str(fresh)) for path in where), where
+    title = _run([str(python), "-c", "from agentrl.trajectories import trajectory_schema; "
+                  "print(trajectory_schema()['title'])"], cwd=tmp_path, timeout=60).stdout
+    assert "agentrl trajectory" in title
     out = tmp_path / "qs"
     _run(
         [
