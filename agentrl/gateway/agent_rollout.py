@@ -14,10 +14,10 @@ bound to it and the row's fields (``raw_prompt``, ``reward_model``, ``extra_info
 awaits the reward (a number, a dict with ``score``, or None to use the one posted to
 ``/sessions/{id}/reward``) and turns the session's segments into the rows the trainer
 consumes: the model's exact tokens with loss mask 1, everything else 0, the reward as
-``rm_scores`` on the last response token of the episode's last segment (the reward managers
-return it as the reward). With ``rollout.agent_segments: all`` (the default) every segment
-of the session tree is a row of its own (``rollout.agent_segments: last``: the last one
-only), and with ``rollout.agent_side_calls: train`` so is every side call; the rows of one
+``rm_scores`` on the last response token of the segment of the episode's latest call
+(``Session.final_segment``: the reward managers return it as the reward). With
+``rollout.agent_segments: all`` (the default) every segment of the session tree is a row of
+its own (``rollout.agent_segments: last``: that segment only), and with ``rollout.agent_side_calls: train`` so is every side call; the rows of one
 episode share its ``episode_id`` and the advantage computed on its reward row
 (``episode_row`` 0; agentrl/algos/segments.py), so a GRPO group is still ``n`` episodes.
 Each row's place in its session tree is its ``segment`` column (`segment_tree`: the segment's
@@ -280,7 +280,7 @@ class AgentRollout:
             request.append(list(prompt), 0)
             request.prompt_length = len(prompt)
         else:
-            segment = session.segments[-1]
+            segment = session.final_segment
             request.messages = list(segment.messages)
             request.copy_tokens(segment)
             request.prompt_length = segment.prompt_length
@@ -292,8 +292,9 @@ class AgentRollout:
             }  # fmt: skip
             request.reward_scores[SEGMENT_TREE_KEY] = [
                 segment_tree(session, s) for s in [segment, *request.reward_scores[SEGMENTS_KEY]]]
-            for recorded in session.segments[:-1] if self.segments == "all" else ():
-                _count_turns(request.metrics, recorded)
+            for recorded in self._other_rows(session):
+                if all(recorded is not s for s in session.side):
+                    _count_turns(request.metrics, recorded)
             _count_turns(request.metrics, segment)
             if error is None:
                 try:
@@ -319,23 +320,27 @@ class AgentRollout:
 
 
     def _other_rows(self, session: Any) -> list[Any]:
-        """The session's segments that train as rows besides its last one (the reward row):
-        its earlier segments with ``agent_segments: all``, its side calls with
-        ``agent_side_calls: train``."""
-        earlier = session.segments[:-1] if self.segments == "all" else []
+        """The session's segments that train as rows besides the reward row (the segment of
+        its latest call, ``Session.final_segment``): its other segments with
+        ``agent_segments: all``, its side calls with ``agent_side_calls: train``."""
+        final = session.final_segment
+        earlier = ([s for s in session.segments if s is not final]
+                   if self.segments == "all" else [])
         return earlier + (session.side if self.side_calls == "train" else [])
 
 
 def segment_tree(session: Any, segment: Any) -> dict[str, Any]:
     """A recorded segment's place in its session tree: ``index`` (episode segments 0, 1, ...
-    in the order they started, then the side calls), ``parent``, ``branch_message``,
-    ``branch_token`` (agentrl/gateway/sessions.py), ``side_call``, and the session's
+    in the order they started, then the side calls), ``parent``, ``branch`` (``fork`` or
+    ``spawn``; None for a root), ``branch_message``, ``branch_token``
+    (agentrl/gateway/sessions.py), ``side_call``, and the session's
     ``session_segments`` and ``session_side_calls`` (how many it recorded, trained or not)."""
     side = all(s is not segment for s in session.segments)
     index = (len(session.segments) + next(i for i, s in enumerate(session.side) if s is segment)
              if side else next(i for i, s in enumerate(session.segments) if s is segment))
-    return {"index": index, "parent": segment.parent, "branch_message": segment.branch_message,
-            "branch_token": segment.branch_token, "side_call": side,
+    return {"index": index, "parent": segment.parent, "branch": segment.branch,
+            "branch_message": segment.branch_message, "branch_token": segment.branch_token,
+            "side_call": side,
             "session_segments": len(session.segments), "session_side_calls": len(session.side)}
 
 

@@ -10,10 +10,24 @@ rewrites history (edits, drops or reorders earlier messages, or changes the tool
 fork: it starts a new segment, ``rewrites`` counts it and ``forks`` keeps where it left the
 recorded history (the first differing message, logged as a warning).
 
-A session is a tree: each segment records its ``parent`` (the index of the segment whose
-history it shares the longest message prefix with; None for the first and for side calls)
-and its branch point, ``branch_message`` (how many of the parent's messages it keeps) and
-``branch_token`` (how many of the parent's tokens its prompt shares, token for token).
+A session is a tree: each segment records its ``parent`` (None for the first and for side
+calls), its ``branch`` (how it left the parent: ``fork`` or ``spawn``) and its branch point,
+``branch_message`` (how many of the parent's messages come before the branch) and
+``branch_token`` (how many of the parent's tokens its prompt shares, token for token). A call
+extends whichever segment its messages continue (not only the latest), so an agent that
+comes back to its thread after a subagent's calls continues its own segment. A new segment
+is linked by ``link``:
+
+- ``spawn``: its prompt holds the task of a subagent tool call (``SPAWN_TOOLS``: Claude
+  Code's ``Agent``/``Task`` ``prompt``, Codex's ``spawn_agent`` ``message``) that no segment
+  answered yet, and shares no turn with any segment (system messages at most): the
+  subagent's segment is a child of the segment that made the call, branching after the
+  assistant message that holds it (the earliest such call first, so parallel subagents
+  each take their own call);
+- ``fork``: otherwise the segment that shares the longest message prefix with its prompt
+  (the messages it keeps); on a tie, the one more of whose assistant messages its prompt
+  carries (a compacted history keeps the last turns of the thread it replaces), then one
+  with the same tools, then the latest.
 
 Calls that are not part of the episode (a CLI's title generation: see
 agentrl/gateway/anthropic_api.py ``is_side_call``) are recorded apart, one segment each in
@@ -87,22 +101,9 @@ class Segment(TokenTrajectory):
     messages: list[dict] = field(default_factory=list)  # normalized, assistant replies included
     prompt_messages: int = 0  # how many of `messages` the first call's prompt held
     parent: int | None = None  # the segment it branched from (index in the session's segments)
-    branch_message: int = 0  # the parent's messages it keeps
+    branch: str | None = None  # how: "fork" or "spawn" (module docstring); None for a root
+    branch_message: int = 0  # the parent's messages before the branch point
     branch_token: int = 0  # the parent's tokens its prompt shares
-
-    def branch_from(self, parents: list[Segment]) -> None:
-        """Set ``parent`` and the branch point: the segment of ``parents`` that shares the
-        longest message prefix with this one's prompt (the latest on a tie), and the
-        tokens the two share from the start."""
-        best, keep = None, -1
-        for index, other in enumerate(parents):
-            shared = _common_prefix(other.messages, self.messages[: self.prompt_messages])
-            if shared >= keep:
-                best, keep = index, shared
-        if best is None:
-            return
-        self.parent, self.branch_message = best, keep
-        self.branch_token = _common_prefix(parents[best].input_ids, self.input_ids)
 
     @property
     def policy_tokens(self) -> int:
@@ -125,8 +126,8 @@ class Segment(TokenTrajectory):
         return {"token_ids": list(self.input_ids), "loss_mask": list(self.loss_mask),
                 "log_probs": list(self.rollout_log_probs),
                 "weight_versions": list(self.weight_versions), "prompt_length": self.prompt_length,
-                "parent": self.parent, "branch_message": self.branch_message,
-                "branch_token": self.branch_token}
+                "parent": self.parent, "branch": self.branch,
+                "branch_message": self.branch_message, "branch_token": self.branch_token}
 
 
 @dataclass
@@ -140,6 +141,7 @@ class Session:
     calls: int = 0  # the episode's model calls so far: the k of its call id {session_id}-t{k}-a0
     forks: list[dict] = field(default_factory=list)  # where each fork left (first_difference)
     side: list[Segment] = field(default_factory=list)  # calls outside the episode, one each
+    last: int = -1  # the segment of the episode's latest call (index in segments)
     # the Responses API's conversations by response id, for previous_response_id
     responses: dict[str, list[dict]] = field(default_factory=dict, repr=False, compare=False)
     # one generation at a time per session; it goes with the session when that is removed
@@ -147,39 +149,51 @@ class Session:
 
     @property
     def episode_tools(self) -> bool:
-        """Whether the episode's current segment offers the model tools."""
-        return bool(self.segments and self.segments[-1].tools)
+        """Whether the episode's latest call offered the model tools."""
+        return bool(self.segments and self.segments[self.last].tools)
+
+    @property
+    def final_segment(self) -> Segment:
+        """The segment of the episode's latest call: the thread that ended the episode (a
+        subagent's segment may have started after it)."""
+        return self.segments[self.last]
 
     def prepare(self, renderer: ChatRenderer, messages: list[dict], tools: list[dict],
                 side: bool = False) -> Segment:  # fmt: skip
-        """The segment the next generation continues: the current one extended by the new
-        messages' template delta, or a new one (a fork, counted in ``rewrites``, when one
-        existed). A ``side`` call (not part of the episode) gets a segment of its own in
-        ``side``, and leaves the episode's segments alone."""
+        """The segment the next generation continues: the segment whose messages the call's
+        continue, extended by the new messages' template delta, or a new one linked into the
+        tree (``link``; a fork is counted in ``rewrites``). A ``side`` call (not part of the
+        episode) gets a segment of its own in ``side``, and leaves the episode's alone."""
         normalized = [comparable_message(m) for m in messages]
         if side:
             segment = self._new_segment(renderer, normalized, tools)
             self.side.append(segment)
             return segment
-        current = self.segments[-1] if self.segments else None
-        if (current is not None and tools == current.tools
-                and len(normalized) > len(current.messages)
-                and normalized[: len(current.messages)] == current.messages):
+        extended = _extended(self.segments, normalized, tools)
+        if extended is not None:
+            current = self.segments[extended]
             current.append_delta(renderer, [template_message(m)
                                             for m in normalized[len(current.messages):]])
             current.messages = normalized
+            self.last = extended
             return current
-        if current is not None:
+        segment = self._new_segment(renderer, normalized, tools)
+        link(segment, self.segments)
+        if segment.branch == "fork":
             self.rewrites += 1
-            fork = first_difference(current.messages, current.tools, normalized, tools)
+            parent = self.segments[segment.parent]
+            fork = first_difference(parent.messages, parent.tools, normalized, tools)
             fork["call"] = self.calls
             self.forks.append(fork)
-            logger.warning("gateway session %s: call %d forks from the recorded segment "
-                           "(a new segment starts): %s", self.session_id, self.calls,
+            logger.warning("gateway session %s: call %d forks from segment %d (a new segment "
+                           "starts): %s", self.session_id, self.calls, segment.parent,
                            fork["difference"])
-        segment = self._new_segment(renderer, normalized, tools)
-        segment.branch_from(self.segments)
+        elif segment.branch == "spawn":
+            logger.info("gateway session %s: call %d starts a subagent's segment, a child of "
+                        "segment %d after message %d", self.session_id, self.calls,
+                        segment.parent, segment.branch_message)
         self.segments.append(segment)
+        self.last = len(self.segments) - 1
         return segment
 
     @staticmethod
@@ -192,6 +206,72 @@ class Session:
         return {"trajectories": [s.as_dict() for s in self.segments], "reward": self.reward,
                 "rewrites": self.rewrites, "forks": list(self.forks),
                 "side_calls": [s.as_dict() for s in self.side]}
+
+
+# subagent tools of the agent CLIs, and the argument that holds the subagent's task:
+# Claude Code 2.1's Agent (Task before it), Codex's spawn_agent (its multi_agent namespace)
+SPAWN_TOOLS = {"Agent": "prompt", "Task": "prompt", "spawn_agent": "message"}
+
+
+def _extended(segments: list[Segment], messages: list[dict], tools: list[dict]) -> int | None:
+    """The index of the segment a call with ``messages`` and ``tools`` continues: its
+    messages are a strict prefix of the call's and its tools the same (the longest such
+    segment, the latest on a tie); None if none is."""
+    found, size = None, -1
+    for index, segment in enumerate(segments):
+        known = segment.messages
+        if (segment.tools == tools and len(messages) > len(known) >= size
+                and messages[: len(known)] == known):
+            found, size = index, len(known)
+    return found
+
+
+def link(segment: Segment, segments: list[Segment]) -> None:
+    """Set a new segment's ``parent``, ``branch`` and branch point among the session's
+    ``segments`` (the module docstring): a subagent's ``spawn`` if its prompt holds the task
+    of a subagent call not taken yet, else a ``fork`` of the segment it shares most with.
+    The first segment stays a root."""
+    if not segments:
+        return
+    prompt = segment.messages[: segment.prompt_messages]
+    shared = [_common_prefix(other.messages, prompt) for other in segments]
+    turns_shared = any(m["role"] != "system" for m in prompt[: max(shared)])
+    spawn = None if turns_shared else _spawning_call(segments, prompt)
+    if spawn is not None:
+        segment.parent, segment.branch_message = spawn
+        segment.branch = "spawn"
+    else:
+        def rank(index: int) -> tuple:
+            other = segments[index]
+            carried = sum(m["role"] == "assistant" and m in other.messages for m in prompt)
+            return shared[index], carried, other.tools == segment.tools, index
+
+        segment.parent = max(range(len(segments)), key=rank)
+        segment.branch_message = shared[segment.parent]
+        segment.branch = "fork"
+    segment.branch_token = _common_prefix(segments[segment.parent].input_ids, segment.input_ids)
+
+
+def _spawning_call(segments: list[Segment], prompt: list[dict]) -> tuple[int, int] | None:
+    """(segment, messages before the branch) of the earliest subagent call (``SPAWN_TOOLS``)
+    whose task a user message of ``prompt`` holds and that no spawned segment took yet."""
+    users = [m["content"] for m in prompt if m["role"] == "user"]
+    taken: dict[tuple[int | None, int], int] = {}
+    for child in segments:
+        if child.branch == "spawn":
+            key = (child.parent, child.branch_message)
+            taken[key] = taken.get(key, 0) + 1
+    for index, segment in enumerate(segments):
+        for at, message in enumerate(segment.messages):
+            calls = [call for call in message.get("tool_calls", ())
+                     if call["name"] in SPAWN_TOOLS]
+            for call in calls[taken.get((index, at + 1), 0):]:
+                arguments = call["arguments"] if isinstance(call["arguments"], dict) else {}
+                task = arguments.get(SPAWN_TOOLS[call["name"]])
+                if isinstance(task, str) and task.strip() and any(
+                        task.strip() in text for text in users):
+                    return index, at + 1
+    return None
 
 
 def first_difference(recorded: list[dict], recorded_tools: list[dict], sent: list[dict],
@@ -226,4 +306,5 @@ def _short(message: dict | None, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-__all__ = ["Segment", "Session", "comparable_message", "first_difference", "template_message"]
+__all__ = ["SPAWN_TOOLS", "Segment", "Session", "comparable_message", "first_difference", "link",
+           "template_message"]

@@ -179,12 +179,14 @@ def test_each_row_carries_its_place_in_the_session_tree(tiny_tokenizer):
         assert tree["side_call"] is False
         if row == 0:  # the last segment: a child of the first, which it shares no message with
             assert tree["index"] == 1 and tree["parent"] == 0 and tree["branch_message"] == 0
+            assert tree["branch"] == "fork"
             prompt = out.batch["prompts"][i][out.batch["prompts"][i] != tiny_tokenizer.pad_token_id]
             # both prompts open with the same user turn's first tokens, then differ
             assert 0 < tree["branch_token"] < len(prompt)
         else:
-            assert tree == {"index": 0, "parent": None, "branch_message": 0, "branch_token": 0,
-                            "side_call": False, "session_segments": 2, "session_side_calls": 0}
+            assert tree == {"index": 0, "parent": None, "branch": None, "branch_message": 0,
+                            "branch_token": 0, "side_call": False, "session_segments": 2,
+                            "session_side_calls": 0}
     assert all("segment_tree" not in s for s in out.non_tensor_batch["reward_scores"])
 
 
@@ -199,6 +201,6 @@ def test_a_side_call_is_numbered_after_the_episode_segments():
     assert [segment_tree(session, s)["index"] for s in session.segments + session.side] == [
         0, 1, 2, 3]
     assert segment_tree(session, session.side[1]) == {
-        "index": 3, "parent": None, "branch_message": 0, "branch_token": 0, "side_call": True,
-        "session_segments": 2, "session_side_calls": 2}
+        "index": 3, "parent": None, "branch": None, "branch_message": 0, "branch_token": 0,
+        "side_call": True, "session_segments": 2, "session_side_calls": 2}
     assert segment_tree(session, session.segments[1])["parent"] == 0

@@ -4,13 +4,15 @@ mask, log-probs and policy versions."""
 
 from __future__ import annotations
 
-from agentrl.gateway.sessions import Session, comparable_message
+import json
+
+from agentrl.gateway.sessions import SPAWN_TOOLS, Session, comparable_message
 from agentrl.models.chat import ChatRenderer
 
 
-def _call(session, renderer, messages, reply, version):
+def _call(session, renderer, messages, reply, version, tools=()):
     """One model call as the gateway records it: prepare, the model's ids, the reply."""
-    segment = session.prepare(renderer, messages, [])
+    segment = session.prepare(renderer, messages, list(tools))
     ids = renderer.encode(reply + "<|im_end|>")
     segment.add_model_output(renderer, ids, [-0.5] * len(ids), version)
     segment.messages = [*segment.messages,
@@ -70,3 +72,120 @@ def test_side_calls_have_no_parent(tiny_tokenizer):
     _call(session, renderer, [{"role": "user", "content": "task"}], "a", version=0)
     side = session.prepare(renderer, [{"role": "user", "content": "title?"}], [], side=True)
     assert side.parent is None and session.side == [side] and len(session.segments) == 1
+
+
+def _spawn_call(session, renderer, messages, tools, name, task, call_id):
+    """A call answered with one tool call (``name`` with ``task`` as its SPAWN_TOOLS
+    argument, ``command`` for other tools): the segment, the model's ids and the assistant
+    message the agent resends."""
+    segment = session.prepare(renderer, messages, tools)
+    ids = renderer.encode(f"spawn {call_id}<|im_end|>")
+    segment.add_model_output(renderer, ids, [-0.5] * len(ids), 0)
+    key = SPAWN_TOOLS.get(name, "command")
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": call_id, "type": "function",
+         "function": {"name": name, "arguments": json.dumps({key: task})}}]}
+    segment.messages = [*segment.messages, comparable_message(reply)]
+    return segment, ids, reply
+
+
+def _tools(*names):
+    return [{"type": "function", "function": {"name": n, "description": "", "parameters": {
+        "type": "object", "properties": {}}}} for n in names]
+
+
+def test_a_subagent_is_a_child_at_its_call_and_the_caller_goes_on_in_its_segment(
+        tiny_tokenizer):
+    """The Claude Code shape: the main thread calls Agent, the subagent's calls (its own
+    system prompt and tools) come while it waits, then the main thread resumes."""
+    renderer = ChatRenderer(tiny_tokenizer, {})
+    session = Session("s")
+    main = [{"role": "system", "content": "You lead."}, {"role": "user", "content": "Do it."}]
+    lead, ids0, reply = _spawn_call(session, renderer, main, _tools("Agent", "Bash"), "Agent",
+                                    "count the files", "call_1")
+    sub_messages = [{"role": "system", "content": "You help."},
+                    {"role": "user", "content": "<reminder/>\ncount the files"}]
+    sub, ids1 = _call(session, renderer, sub_messages, "3 files", version=0)
+    resumed = [*main, reply, {"role": "tool", "tool_call_id": "call_1", "content": "3 files"}]
+    again, ids2 = _call(session, renderer, resumed, "done", 0, _tools("Agent", "Bash"))
+    assert again is lead and len(session.segments) == 2 and session.rewrites == 0
+    assert (sub.parent, sub.branch, sub.branch_message) == (0, "spawn", 3)  # after the call
+    assert sub.branch_token == _shared(lead.input_ids, sub.input_ids)
+    assert session.final_segment is lead  # the thread that ended the episode
+    assert lead.policy_tokens + sub.policy_tokens == len(ids0) + len(ids1) + len(ids2)
+    record = session.as_dict()["trajectories"]
+    assert [(r["parent"], r["branch"]) for r in record] == [(None, None), (0, "spawn")]
+
+
+def test_parallel_subagents_take_one_call_each(tiny_tokenizer):
+    """Codex's spawn_agent, twice in one turn: each subagent is a child at that turn, and a
+    third new conversation with no call left for it is a fork."""
+    renderer = ChatRenderer(tiny_tokenizer, {})
+    session = Session("s")
+    main = [{"role": "user", "content": "Split the work."}]
+    segment = session.prepare(renderer, main, _tools("spawn_agent"))
+    ids = renderer.encode("two<|im_end|>")
+    segment.add_model_output(renderer, ids, [0.0] * len(ids), 0)
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"c{k}", "type": "function", "function": {
+            "name": "spawn_agent", "arguments": json.dumps({"message": f"part {k}"})}}
+        for k in (1, 2)]}
+    segment.messages = [*segment.messages, comparable_message(reply)]
+    first, _ = _call(session, renderer, [{"role": "user", "content": "part 1"}], "a", 0)
+    second, _ = _call(session, renderer, [{"role": "user", "content": "part 2"}], "b", 0)
+    third, _ = _call(session, renderer, [{"role": "user", "content": "part 1"}], "c", 0)
+    assert [(s.parent, s.branch, s.branch_message) for s in session.segments] == [
+        (None, None, 0), (0, "spawn", 2), (0, "spawn", 2), (1, "fork", 1)]
+    assert (first.branch, second.branch, third.branch) == ("spawn", "spawn", "fork")
+    assert session.rewrites == 1
+
+
+def test_a_compacted_history_is_a_child_of_the_thread_it_replaces(tiny_tokenizer):
+    """The Claude Code shape: the summarisation call forks the history before its last
+    turn; the compacted history (a new system prompt, the summary, the last turn kept)
+    shares no message with either, and carries the main thread's last turn."""
+    renderer = ChatRenderer(tiny_tokenizer, {})
+    session = Session("s")
+    tools = _tools("Bash")
+    turn = [{"role": "system", "content": "v1"}, {"role": "user", "content": "go"}]
+    main, _, call_a = _spawn_call(session, renderer, turn, tools, "Bash", "x", "a")
+    result_a = {"role": "tool", "tool_call_id": "a", "content": "out a"}
+    main2, _, call_b = _spawn_call(session, renderer, [*turn, call_a, result_a], tools, "Bash",
+                                   "y", "b")
+    assert main2 is main
+    summarise = [*turn, call_a, result_a, {"role": "user", "content": "Summarise."}]
+    summary, _ = _call(session, renderer, summarise, "SUMMARY", 0, tools)
+    compacted = [{"role": "system", "content": "v2"}, {"role": "user", "content": "SUMMARY"},
+                 call_b, {"role": "tool", "tool_call_id": "b", "content": "out b"}]
+    after, _ = _call(session, renderer, compacted, "done", 0, tools)
+    assert (summary.parent, summary.branch, summary.branch_message) == (0, "fork", 4)
+    assert (after.parent, after.branch, after.branch_message) == (0, "fork", 0)
+    assert session.final_segment is after
+
+
+def test_a_fork_tie_goes_to_the_segment_with_the_same_tools(tiny_tokenizer):
+    """The Codex shape: the summarisation call drops the tools; the compacted history keeps
+    the first messages and the tools, so it is a child of the tool-using thread."""
+    renderer = ChatRenderer(tiny_tokenizer, {})
+    session = Session("s")
+    tools = _tools("exec_command")
+    turn = [{"role": "system", "content": "rules"}, {"role": "user", "content": "go"}]
+    segment = session.prepare(renderer, turn, tools)
+    segment.add_model_output(renderer, renderer.encode("ok<|im_end|>"), None, 0)
+    segment.messages = [*segment.messages, comparable_message(
+        {"role": "assistant", "content": "ok"})]
+    summarise = [*turn, {"role": "assistant", "content": "ok"},
+                 {"role": "user", "content": "Summarise."}]
+    summary = session.prepare(renderer, summarise, [])
+    assert (summary.parent, summary.branch_message) == (0, 3)
+    summary.add_model_output(renderer, renderer.encode("S<|im_end|>"), None, 0)
+    summary.messages = [*summary.messages, comparable_message(
+        {"role": "assistant", "content": "S"})]
+    compacted = session.prepare(renderer, [*turn, {"role": "user", "content": "S"}], tools)
+    assert (compacted.parent, compacted.branch, compacted.branch_message) == (0, "fork", 2)
+    assert session.rewrites == 2
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
