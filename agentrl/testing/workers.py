@@ -67,6 +67,66 @@ def make_trajectory_batch(
     )
 
 
+def batch_from_rows(rows: Sequence[tuple[Sequence[int], Sequence[int]]], seed: int = 0) -> DataProto:
+    """A trajectory batch of given rows, each ``(prompt ids, response ids)``: prompts
+    left-padded and responses right-padded to the longest, ``response_mask`` 1 on every
+    response token, random ``advantages`` on them, and the rows' ``uid`` (row index)."""
+    n = len(rows)
+    P = max(len(p) for p, _ in rows)
+    R = max(len(r) for _, r in rows)
+    prompts = torch.zeros((n, P), dtype=torch.long)
+    responses = torch.zeros((n, R), dtype=torch.long)
+    attention_mask = torch.zeros((n, P + R), dtype=torch.long)
+    for i, (prompt, response) in enumerate(rows):
+        prompts[i, P - len(prompt) :] = torch.as_tensor(list(prompt), dtype=torch.long)
+        responses[i, : len(response)] = torch.as_tensor(list(response), dtype=torch.long)
+        attention_mask[i, P - len(prompt) : P + len(response)] = 1
+    response_mask = attention_mask[:, P:].clone()
+    generator = torch.Generator().manual_seed(seed)
+    advantages = torch.randn((n, R), generator=generator) * response_mask
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": torch.clamp(attention_mask.cumsum(-1) - 1, min=0),
+            "response_mask": response_mask,
+            "advantages": advantages,
+        },
+        non_tensors={"uid": [str(i) for i in range(n)]},
+    )
+
+
+def grpo_group_rows(n: int, prompt_length: int, response_length: int, vocab_size: int,
+                    seed: int = 0) -> list[tuple[list[int], list[int]]]:  # fmt: skip
+    """``n`` rows of one GRPO group: one prompt, ``n`` random responses (lengths between
+    half and all of ``response_length``)."""
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(1, vocab_size, size=prompt_length).tolist()
+    lengths = rng.integers(max(1, response_length // 2), response_length + 1, size=n)
+    return [(prompt, rng.integers(1, vocab_size, size=int(k)).tolist()) for k in lengths]
+
+
+def forked_session_rows(segments: int, prompt_length: int, turn_length: int, vocab_size: int,
+                        seed: int = 0) -> list[tuple[list[int], list[int]]]:  # fmt: skip
+    """The rows of one agent session whose history is rewritten ``segments - 1`` times: a
+    segment's prompt is its parent's tokens up to a branch point (past the parent's
+    prompt, inside its response) plus an edited turn; each row's response is
+    ``turn_length`` x 4 tokens. Each fork branches from the segment before it."""
+    rng = np.random.default_rng(seed)
+    rows = [(rng.integers(1, vocab_size, size=prompt_length).tolist(),
+             rng.integers(1, vocab_size, size=4 * turn_length).tolist())]  # fmt: skip
+    for _ in range(segments - 1):
+        prompt, response = rows[-1]
+        history = prompt + response
+        branch = len(prompt) + int(rng.integers(turn_length, 3 * turn_length))
+        edited = rng.integers(1, vocab_size, size=turn_length).tolist()
+        rows.append((history[:branch] + edited,
+                     rng.integers(1, vocab_size, size=4 * turn_length).tolist()))  # fmt: skip
+    return rows
+
+
 def tiny_worker_config(model_dir: str | Path, overrides: Sequence[str] = ()) -> Any:
     """The full validated config for a tiny model with single-process-friendly sizes."""
     from agentrl.config import load_config

@@ -134,7 +134,8 @@ class CriticWorker(Worker):
         model.eval()
         with self.residency.on_device():
             (values,) = micro_batched_forward(
-                model, model_inputs(data), batching, lambda m, batch: (response_values(m, batch),)
+                model, model_inputs(data), batching,
+                lambda m, batch: (response_values(m, batch, bool(cfg.shared_prefix)),),
             )
         if "response_mask" in data.batch.keys():
             values = values * data.batch["response_mask"]
@@ -168,7 +169,7 @@ class CriticWorker(Worker):
     def _micro_loss(self, micro: DataProto) -> MicroResult:
         batch = micro.batch
         mask = batch["response_mask"]  # (b, R)
-        vpreds = response_values(self._model(), batch)  # (b, R)
+        vpreds = response_values(self._model(), batch, bool(self.config.shared_prefix))  # (b, R)
         loss, clipfrac = compute_value_loss(
             vpreds,
             batch["returns"],

@@ -17,12 +17,25 @@ backward. It runs inside the model's own forward, where a sharded (FSDP2) model'
 weight is gathered. Models whose head is not a plain linear layer, or that post-process
 their logits (softcapping, logit scaling), take the full-logits path
 (``full_logits_log_probs``), which is also the reference the chunked one is tested against.
+
+Shared prefixes (``actor.shared_prefix``): with ``shared_prefix=True`` a micro-batch whose
+rows begin with the same tokens (a GRPO group's prompt, the segments of one agent session)
+runs as a prefix tree (``agentrl.workers.prefix_tree``): each shared chunk once, then each
+row's own suffix with the chunk's KV cache as its past (expanded to the rows, positions
+and mask continuing the row's own), so every shared token is computed once in forward and,
+since the gradient flows back through the cache into the chunk's one computation, once in
+backward. Same numbers as the flat pass to float rounding. Where it cannot be exact
+(``shared_prefix_problem``: another attention kernel, sliding-window or non-attention
+layers, activation checkpointing in training, which drops the cache; a head that cannot be
+chunked) or nothing is shared, the flat pass runs; the reason is logged once.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -31,8 +44,12 @@ import torch.nn.functional as F
 from agentrl.algos import entropy_from_logits, logprobs_from_logits
 from agentrl.algos.chunked_head import head_log_probs
 from agentrl.workers.micro_batch import trim_window
+from agentrl.workers.prefix_tree import Level, PrefixPlan, plan_prefix_tree
+
+logger = logging.getLogger(__name__)
 
 Tensor = torch.Tensor
+EXACT_ATTENTION = ("sdpa", "eager")  # kernels whose masks the prefix tree's past is tested with
 
 
 def _trimmed_inputs(batch: Any) -> tuple[dict[str, Tensor], Tensor, int]:
@@ -74,17 +91,24 @@ def response_log_probs(
     temperature: float = 1.0,
     entropy: bool = False,
     entropy_grad: bool = False,
+    shared_prefix: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """log pi(response token | prefix) (b, R) and, when ``entropy``, the policy entropy
     at each response position (b, R); logits are divided by ``temperature`` first.
 
     The entropy carries a gradient only with ``entropy_grad`` (an entropy bonus);
     otherwise it is a detached metric. Computed from the hidden states in chunks where the
-    model allows it (see the module docstring), else from the full logits.
+    model allows it (see the module docstring), else from the full logits; shared prefixes
+    once with ``shared_prefix`` (module docstring).
     """
     head = chunkable_head(model)
     if head is None:
+        if shared_prefix:
+            _log_once("its output layer is not a plain linear layer (full-logits path)")
         return full_logits_log_probs(model, batch, temperature, entropy, entropy_grad)
+    plan = _plan(model, batch) if shared_prefix else None
+    if plan is not None:
+        return _shared_log_probs(model, head, plan, batch, temperature, entropy, entropy_grad)
     inputs, responses, keep = _trimmed_inputs(batch)
 
     def stats(hidden: Tensor) -> Tensor:  # (b, keep + 1, H) -> (b, keep, 2)
@@ -163,12 +187,128 @@ def _head_replaced(head: torch.nn.Module, forward: Callable[[Tensor], Tensor]) -
         del head.forward
 
 
-def response_values(model: torch.nn.Module, batch: Any) -> Tensor:
+def response_values(model: torch.nn.Module, batch: Any, shared_prefix: bool = False) -> Tensor:
     """The value model's output for every response token (b, R): its scalar head at the
-    position before the token."""
+    position before the token; shared prefixes once with ``shared_prefix``."""
+    plan = _plan(model, batch) if shared_prefix else None
+    if plan is not None:
+
+        def read(out: Any, level: Level) -> Tensor:  # (E, 1): the values at the level's entries
+            values = out.logits.float()  # (k, S, 1)
+            return values[level.entry_rows, level.entry_positions].reshape(-1, 1)
+
+        return _pad_to(_run_plan(model, plan, read)[..., 0], batch)  # (b, R)
     inputs, _, keep = _trimmed_inputs(batch)
     out = model(**inputs, use_cache=False)
     values = out.logits.float()  # (b, P' + keep, 1)
     if values.dim() == 3:
         values = values.squeeze(-1)  # (b, P' + keep)
     return _pad_to(values[:, -keep - 1 : -1], batch)  # (b, R)
+
+
+# ---------------------------------------------------------------- shared prefixes
+
+
+def shared_prefix_problem(model: torch.nn.Module) -> str | None:
+    """Why ``model`` cannot run a prefix tree exactly now, or None when it can."""
+    config = getattr(model, "config", None)
+    attention = getattr(config, "_attn_implementation", None)
+    if attention not in EXACT_ATTENTION:
+        return f"attention kernel {attention!r} (the prefix tree runs with {EXACT_ATTENTION})"
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"} or getattr(text, "use_sliding_window", False):
+        return f"layers other than full attention ({sorted(kinds)}, or a sliding window)"
+    if model.training and torch.is_grad_enabled() and any(
+        getattr(m, "gradient_checkpointing", False) for m in model.modules()
+    ):
+        return "activation checkpointing in training drops the KV cache (enable_gradient_checkpointing)"
+    return None
+
+
+_LOGGED: set[str] = set()
+
+
+def _log_once(reason: str) -> None:
+    if reason not in _LOGGED:
+        _LOGGED.add(reason)
+        logger.warning("shared_prefix: running the flat forward: %s", reason)
+
+
+def _plan(model: torch.nn.Module, batch: Any) -> PrefixPlan | None:
+    """The micro-batch's prefix tree when the model can run it exactly and it shares
+    anything; None otherwise (the flat pass)."""
+    problem = shared_prefix_problem(model)
+    if problem is not None:
+        _log_once(problem)
+        return None
+    return plan_prefix_tree(batch)
+
+
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """transformers 5 names the KV-cache argument ``cache``; older releases ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _run_plan(
+    model: torch.nn.Module,
+    plan: PrefixPlan,
+    read: Callable[[Any, Level], Tensor],
+    around: Callable[[Level], Any] | None = None,
+) -> Tensor:
+    """Run the plan's levels; ``read(output, level)`` gives a level's entries (E, C), and
+    ``around(level)``, when given, is a context the level's forward runs in. Returns
+    (b, keep, C): each response column's entry, zeros where there is no token."""
+    from transformers import DynamicCache
+
+    device = model_device(model)
+    kwarg = _cache_kwarg(model)
+    outputs, past = [], None
+    for depth, level in enumerate(plan.levels):
+        level = level.to(device)
+        last = depth == len(plan.levels) - 1
+        if past is None:
+            cache = None if last else DynamicCache()
+        else:  # the parents' keys and values, one row per piece: the past of each piece
+            layers = [(k[level.parent], v[level.parent]) for k, v in past]  # (k, h, past, d)
+            cache = DynamicCache(ddp_cache_data=layers)
+        with around(level) if around is not None else nullcontext():
+            out = model(
+                input_ids=level.input_ids,  # (k, S)
+                attention_mask=level.attention_mask,  # (k, past + S)
+                position_ids=level.position_ids,  # (k, S)
+                use_cache=cache is not None,
+                **{kwarg: cache},
+            )
+        outputs.append(read(out, level))
+        if not last:
+            past = [(layer.keys, layer.values) for layer in cache.layers]  # (k, h, past + S, d)
+    entries = torch.cat(outputs)  # (E, C)
+    gathered = entries[plan.index.to(device)]  # (b, keep, C)
+    valid = plan.valid.to(device)[..., None]
+    return torch.where(valid, gathered, torch.zeros_like(gathered))
+
+
+def _shared_log_probs(model: torch.nn.Module, head: torch.nn.Linear, plan: PrefixPlan,
+                      batch: Any, temperature: float, entropy: bool,
+                      entropy_grad: bool) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """``response_log_probs`` through the plan: each level's head sees only the hidden
+    states of its entries, inside the model's forward as on the flat path."""
+
+    def head_at_entries(level: Level) -> Any:
+        def stats(hidden: Tensor) -> Tensor:  # (k, S, H) -> (E, 2)
+            picked = hidden[level.entry_rows, level.entry_positions]  # (E, H)
+            log_probs, ent = head_log_probs(
+                picked, head.weight, level.entry_targets, head.bias, temperature,
+                entropy=entropy, entropy_grad=entropy_grad,
+            )
+            return torch.stack([log_probs, ent if ent is not None else log_probs.detach()], -1)
+
+        return _head_replaced(head, stats)
+
+    packed = _run_plan(model, plan, lambda out, level: out.logits, head_at_entries)  # (b, keep, 2)
+    log_probs = _pad_to(packed[..., 0], batch)  # (b, R)
+    if not entropy:
+        return log_probs, None
+    ent = packed[..., 1] if entropy_grad else packed[..., 1].detach()
+    return log_probs, _pad_to(ent, batch)  # (b, R)

@@ -104,6 +104,7 @@ class PPOActor:
         self.optimizer = optimizer
         self.config = config
         self.loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
+        self.shared_prefix = bool(config.shared_prefix)  # workers/forward.py: prefixes once
         self.settings = UpdateSettings(
             mini_batch_size=mini_batch_size,
             epochs=int(config.ppo_epochs),
@@ -130,7 +131,9 @@ class PPOActor:
         self.model.eval()
 
         def forward(model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, ...]:
-            log_probs, entropy = response_log_probs(model, batch, temperature, calc_entropy)
+            log_probs, entropy = response_log_probs(
+                model, batch, temperature, calc_entropy, shared_prefix=self.shared_prefix
+            )
             return (log_probs,) if entropy is None else (log_probs, entropy)
 
         outputs = micro_batched_forward(self.model, model_inputs(data), batching, forward)
@@ -209,7 +212,8 @@ class PPOActor:
         mask = batch["response_mask"]  # (b, R)
         entropy_coeff = float(cfg.entropy_coeff)
         log_prob, entropy = response_log_probs(
-            self.model, batch, temperature, entropy=True, entropy_grad=entropy_coeff != 0.0
+            self.model, batch, temperature, entropy=True, entropy_grad=entropy_coeff != 0.0,
+            shared_prefix=self.shared_prefix,
         )
         rollout_log_probs = (
             batch["rollout_log_probs"] if "rollout_log_probs" in batch.keys() else None

@@ -1,4 +1,5 @@
-"""Micro-batch forward passes: trimmed inputs give the full forward's numbers."""
+"""Micro-batch forward passes: trimmed inputs, and shared prefixes computed once, give the
+full forward's numbers."""
 
 from __future__ import annotations
 
@@ -7,13 +8,21 @@ import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
 from agentrl.algos import entropy_from_logits, logprobs_from_logits
-from agentrl.testing.workers import make_trajectory_batch
+from agentrl.testing.workers import (
+    batch_from_rows,
+    forked_session_rows,
+    grpo_group_rows,
+    make_trajectory_batch,
+)
+from agentrl.workers import forward as forward_module
 from agentrl.workers.forward import (
     chunkable_head,
     full_logits_log_probs,
     response_log_probs,
     response_values,
+    shared_prefix_problem,
 )
+from agentrl.workers.fsdp import enable_activation_checkpointing
 
 P, R = 12, 20
 
@@ -120,3 +129,122 @@ def test_models_that_rescale_their_logits_take_the_full_path(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     model.config.final_logit_softcapping = 30.0
     assert chunkable_head(model) is None
+
+
+# ---------------------------------------------------------------- shared prefixes
+
+
+@pytest.fixture(scope="module")
+def shared_batch(tiny_tokenizer):
+    """Two GRPO groups (prompts of 40 and 30 tokens) and a session forked twice."""
+    v = len(tiny_tokenizer)
+    rows = (grpo_group_rows(4, 40, 10, v, seed=1) + grpo_group_rows(3, 30, 12, v, seed=2)
+            + forked_session_rows(3, 20, 20, v, seed=3))  # fmt: skip
+    return batch_from_rows(rows).batch
+
+
+def _passes(model) -> list[int]:
+    """Counts the forward passes of the model's transformer body (appends to the list)."""
+    calls: list[int] = []
+    model.base_model.register_forward_pre_hook(lambda *_: calls.append(1))
+    return calls
+
+
+def _log_probs_and_grads(model, batch, shared):
+    model.zero_grad(set_to_none=True)
+    log_probs, entropy = response_log_probs(
+        model, batch, temperature=0.8, entropy=True, entropy_grad=True, shared_prefix=shared
+    )
+    weights = torch.linspace(-1, 1, log_probs.numel()).reshape(log_probs.shape)
+    ((log_probs * weights + 0.1 * entropy) * batch["attention_mask"][:, -log_probs.shape[1]:]
+     ).sum().backward()  # fmt: skip
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    return log_probs.detach(), entropy.detach(), grads
+
+
+def _assert_same(got, want, grads_got=None, grads_want=None):
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=2e-5, rtol=0)
+    for name, w in (grads_want or {}).items():
+        scale = max(w.abs().max().item(), 1e-3)
+        torch.testing.assert_close(grads_got[name], w, atol=1e-5 * scale, rtol=0, msg=name)
+
+
+def test_shared_prefixes_give_the_flat_log_probs_entropy_and_gradients(tiny_model_dir,
+                                                                       shared_batch):  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).train()
+    calls = _passes(model)
+    *flat, flat_grads = _log_probs_and_grads(model, shared_batch, shared=False)
+    assert len(calls) == 1
+    assert len(forward_module.plan_prefix_tree(shared_batch).levels) == 3
+    *shared, shared_grads = _log_probs_and_grads(model, shared_batch, shared=True)
+    assert len(calls) == 1 + 3  # the plan's three levels (roots, branches, own suffixes)
+    _assert_same(shared, flat, shared_grads, flat_grads)
+    assert (flat[0] != 0).sum() == shared_batch["attention_mask"][:, -flat[0].shape[1]:].sum()
+
+
+def test_shared_prefixes_give_the_flat_values_and_gradients(tiny_model_dir, shared_batch):
+    torch.manual_seed(0)
+    critic = AutoModelForTokenClassification.from_pretrained(tiny_model_dir, num_labels=1)
+    critic.dropout.p = 0.0  # as the critic worker loads it (classifier_dropout 0)
+    results = []
+    for shared in (False, True):
+        critic.zero_grad(set_to_none=True)
+        values = response_values(critic.train(), shared_batch, shared_prefix=shared)
+        (values ** 2).sum().backward()
+        results.append((values.detach(), {n: p.grad.clone() for n, p in critic.named_parameters()}))
+    (flat, flat_grads), (shared, shared_grads) = results
+    _assert_same([shared], [flat], shared_grads, flat_grads)
+
+
+def _mutated(monkeypatch, mutate):
+    """plan_prefix_tree as forward.py calls it, with ``mutate`` applied to every later level."""
+    from dataclasses import replace
+
+    real = forward_module.plan_prefix_tree
+
+    def plan(batch):
+        found = real(batch)
+        levels = [found.levels[0], *(mutate(level) for level in found.levels[1:])]
+        return replace(found, levels=levels)
+
+    monkeypatch.setattr(forward_module, "plan_prefix_tree", plan)
+
+
+def _past_opened(level):  # a past padded in the middle no longer masked
+    from dataclasses import replace
+
+    mask = level.attention_mask.clone()
+    mask[:, : -level.input_ids.shape[1]] = 1
+    return replace(level, attention_mask=mask)
+
+
+def _positions_restarted(level):  # each piece's positions from 0, as if it had no past
+    from dataclasses import replace
+
+    return replace(level, position_ids=level.position_ids - level.position_ids[:, :1])
+
+
+@pytest.mark.parametrize("mutate", [_past_opened, _positions_restarted])
+def test_the_equality_check_catches_a_broken_mask_or_positions(monkeypatch, model, shared_batch,
+                                                              mutate):  # fmt: skip
+    with torch.no_grad():
+        flat, _ = response_log_probs(model, shared_batch)
+        _mutated(monkeypatch, mutate)
+        broken, _ = response_log_probs(model, shared_batch, shared_prefix=True)
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(broken, flat, atol=2e-5, rtol=0)
+
+
+def test_activation_checkpointing_in_training_runs_the_flat_pass(tiny_model_dir, shared_batch):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).train()
+    enable_activation_checkpointing(model)
+    assert "activation checkpointing" in shared_prefix_problem(model)
+    calls = _passes(model)
+    shared, _ = response_log_probs(model, shared_batch, shared_prefix=True)
+    assert len(calls) == 1  # one flat pass
+    with torch.no_grad():  # no backward to replay: the cache is safe, the tree runs
+        assert shared_prefix_problem(model) is None
+        tree, _ = response_log_probs(model, shared_batch, shared_prefix=True)
+    assert len(calls) == 1 + 3
+    torch.testing.assert_close(tree, shared.detach(), atol=2e-5, rtol=0)

@@ -8,7 +8,12 @@ from torch.overrides import TorchFunctionMode
 from transformers import AutoModelForCausalLM
 
 from agentrl.algos import agg_loss, kl_penalty
-from agentrl.testing.workers import make_trajectory_batch, tiny_worker_config
+from agentrl.testing.workers import (
+    batch_from_rows,
+    grpo_group_rows,
+    make_trajectory_batch,
+    tiny_worker_config,
+)
 from agentrl.workers.micro_batch import MicroBatching
 from agentrl.workers.ppo_actor import PPOActor, micro_batched_forward
 
@@ -171,3 +176,31 @@ def test_fused_old_log_probs_need_one_epoch(tiny_model_dir, batch):
     actor = _actor(tiny_model_dir, ["actor_rollout_ref.actor.ppo_epochs=2"])
     with pytest.raises(ValueError, match="fused old log-probs need actor.ppo_epochs=1"):
         actor.update_policy(batch.select(deepcopy=True), old_log_prob_batching=MicroBatching())
+
+
+def test_shared_prefixes_give_the_flat_update(tiny_model_dir, tiny_tokenizer):
+    """Two GRPO groups of 4: the update with shared prefixes (the default) and the flat one
+    report the same losses and gradient norm and leave the same weights."""
+    v = len(tiny_tokenizer)
+    data = batch_from_rows(grpo_group_rows(4, 48, 8, v, seed=5) + grpo_group_rows(4, 40, 10, v,
+                                                                                  seed=6))  # fmt: skip
+    overrides = ["actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.entropy_coeff=0.01"]
+    results = []
+    for shared in ("true", "false"):
+        actor = _actor(tiny_model_dir, [*overrides, f"actor_rollout_ref.actor.shared_prefix={shared}"],
+                       micro=4)  # fmt: skip
+        assert actor.shared_prefix is (shared == "true")
+        # plain SGD: Adam's first step is lr x sign(gradient), which rounding flips near 0
+        actor.optimizer = torch.optim.SGD(actor.model.parameters(), lr=0.1)
+        old, _ = actor.compute_log_prob(data, MicroBatching(micro_batch_size=4))
+        step = data.select(deepcopy=True)
+        step.batch["old_log_probs"] = old - 0.05 * step.batch["response_mask"]
+        step.batch["ref_log_prob"] = old + 0.1 * step.batch["response_mask"]
+        metrics = actor.update_policy(step)
+        results.append((old, metrics, dict(actor.model.named_parameters())))
+    (old_shared, shared, weights), (old_flat, flat, flat_weights) = results
+    torch.testing.assert_close(old_shared, old_flat, atol=2e-5, rtol=0)
+    for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
+        assert shared[key] == pytest.approx(flat[key], rel=1e-4, abs=1e-6), key
+    for name, weight in flat_weights.items():
+        torch.testing.assert_close(weights[name], weight, atol=1e-6, rtol=0)
