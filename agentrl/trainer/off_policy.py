@@ -111,12 +111,25 @@ def server_host(config: DictConfig) -> str:
 
 
 def verified_metrics(synced: Any) -> dict[str, float]:
-    """``rollout/weights_verified`` of a sync: the most servers a rank verified (each rank's
-    result, or one rank's dict), as the sync mode's update reports it."""
-    results = synced if isinstance(synced, list) else [synced]
-    verified = [float(r["rollout/weights_verified"]) for r in results
-                if isinstance(r, dict) and "rollout/weights_verified" in r]  # fmt: skip
-    return {"rollout/weights_verified": max(verified)} if verified else {}
+    """``rollout/weights_verified`` and the canary's ``rollout/canary/*`` of a sync: the
+    largest value over the ranks (each rank's result, or one rank's dict; only the ranks
+    that asked the servers report the canary), as the sync mode's update reports them."""
+    results = [r for r in (synced if isinstance(synced, list) else [synced])
+               if isinstance(r, dict)]  # fmt: skip
+    out: dict[str, float] = {}
+    for result in results:
+        for key, value in result.items():
+            if key == "rollout/weights_verified" or key.startswith("rollout/canary/"):
+                out[key] = max(out.get(key, float(value)), float(value))
+    return out
+
+
+def drained_servers(reported: Any) -> dict[str, str]:
+    """The servers any rank's canary drained (url -> why), from ``drained_servers``."""
+    out: dict[str, str] = {}
+    for result in reported if isinstance(reported, list) else [reported]:
+        out |= dict(result or {})
+    return out
 
 
 class ProducerBatchSource:
@@ -144,7 +157,8 @@ class ProducerBatchSource:
     def prepare_workers(self, worker_config: DictConfig) -> DictConfig:
         """Start the inference servers; the workers' config is a copy of `worker_config`
         whose rollout points at them (`worker_config` itself is not changed)."""
-        rollout = OmegaConf.to_container(self.config.actor_rollout_ref.rollout, resolve=True)
+        # the workers' rollout (their canary's prompts filled in: worker_setup.worker_config)
+        rollout = OmegaConf.to_container(worker_config.actor_rollout_ref.rollout, resolve=True)
         urls = self._start_servers(rollout)
         if not rollout["server_urls"]:
             logger.info("%s: the workers reach the %s rollout servers over HTTP: %s",
@@ -274,6 +288,8 @@ class ProducerBatchSource:
             if self.mode == "one_step_off":
                 metrics["async/sync_wait_s"] = self._call("wait_idle")
             synced = ctx.models.actor_rollout.sync_rollout_weights()
+            # the producer routes around the servers the workers' canary drained
+            self._call("set_drained", drained_servers(ctx.models.actor_rollout.drained_servers()))
             self._call("set_version", step)
         metrics |= verified_metrics(synced)
         if ctx.trace.enabled:  # what the producer did meanwhile, beside the trainer's stages
@@ -348,7 +364,9 @@ __all__ = [
     "OffPolicyTrainer",
     "ProducerBatchSource",
     "cpu_split",
+    "drained_servers",
     "server_host",
     "staleness_metrics",
     "take_metrics",
+    "verified_metrics",
 ]

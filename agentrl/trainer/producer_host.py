@@ -100,6 +100,14 @@ class ProducerHost:
     def wait_idle(self) -> float:
         return self.producer.wait_idle()
 
+    def set_drained(self, drained: Mapping[str, str]) -> None:
+        """Drain the servers the workers' canary drained (url -> why: no new calls, calls in
+        flight there fail over) and re-admit the others it had drained
+        (agentrl/workers/canary.py)."""
+        backend = self.rollout.backend
+        if hasattr(backend, "drain"):
+            self.loop.run(_set_drained(backend, dict(drained)))
+
     def drain_trace(self) -> list[Event]:
         """The producer's spans since the last call (``trace=True``: trainer.trace)."""
         return self.producer.drain_trace()
@@ -129,6 +137,16 @@ class ProducerHost:
                     close_engine()
             finally:
                 self.loop.close()
+
+
+async def _set_drained(backend: Any, drained: dict[str, str]) -> None:
+    """On the backend's loop (a drain cancels the calls in flight there)."""
+    for url in backend.drained():
+        if url not in drained:
+            backend.readmit(url)
+    for url, why in drained.items():
+        if url not in backend.drained():
+            backend.drain(url, why)
 
 
 def start_producer_host(*args: Any, **kwargs: Any) -> Any:

@@ -317,6 +317,12 @@ class ActorRolloutRefWorker(Worker):
                 **self.rollout.canary_metrics}
 
     @register(Dispatch.ONE_TO_ALL)
+    def drained_servers(self) -> dict[str, str]:
+        """The rollout servers the canary has drained (url -> why): the off-policy producer
+        drains them too."""
+        return self._require(self.rollout, "the rollout").drained_servers()
+
+    @register(Dispatch.ONE_TO_ALL)
     def full_state_dict(self, which: str = "actor") -> dict[str, torch.Tensor]:
         """The full weights of the ``actor`` or ``ref`` model on every rank (CPU tensors)."""
         part = self._require(self.actor if which == "actor" else self.ref, which)

@@ -52,7 +52,7 @@ from agentrl.rollout.backends.canary import (
 
 logger = logging.getLogger(__name__)
 
-_MAX_PROMPT_TOKENS = 256  # a longer canary prompt keeps its last tokens
+_MAX_PROMPT_TOKENS = 64  # a longer canary prompt keeps its last tokens (the canary's cost)
 
 
 class CanaryDivergence(RuntimeError):
@@ -97,13 +97,6 @@ def prompt_ids(prompt: Any, tokenizer: Any) -> list[int]:
     return ids[-_MAX_PROMPT_TOKENS:]
 
 
-def _forward_log_probs(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
-    """log_softmax of the model's logits for positions 0..T-2 of ``ids`` (T - 1, V)."""
-    device = next(model.parameters()).device
-    logits = model(input_ids=torch.tensor([ids], device=device), use_cache=False).logits
-    return torch.log_softmax(logits[0, :-1].float(), -1)
-
-
 def _eval(model: torch.nn.Module, fn: Callable[[], Any]) -> Any:
     training = model.training
     model.eval()
@@ -133,19 +126,31 @@ def greedy_sequences(model: torch.nn.Module, prompts: Sequence[list[int]],
 
 
 def trainer_canary(model: torch.nn.Module, sequences: list[list[int]], top_k: int) -> CanarySet:
-    """The trainer's log-probs (and top-k) of ``sequences`` under the model's weights."""
+    """The trainer's log-probs (and top-k) of ``sequences`` under the model's weights: one
+    forward over them all, right-padded (a causal model's real positions do not see the
+    padding)."""
 
     def run() -> CanarySet:
-        log_probs, tops = [], []
-        for ids in sequences:
-            lp = _forward_log_probs(model, ids)  # (T - 1, V)
-            target = torch.tensor(ids[1:], device=lp.device)[:, None]
-            log_probs.append(lp.gather(1, target)[:, 0].cpu().tolist())
-            if top_k > 0:
-                values, indices = lp.topk(min(top_k, lp.shape[-1]), dim=-1)  # (T - 1, k)
-                tops.append([dict(zip(i, v, strict=True)) for i, v in
-                             zip(indices.tolist(), values.tolist(), strict=True)])  # fmt: skip
-        return CanarySet(sequences, log_probs, tops if top_k > 0 else None)
+        device = next(model.parameters()).device
+        longest = max(len(ids) for ids in sequences)
+        ids = torch.zeros(len(sequences), longest, dtype=torch.long, device=device)  # (B, T)
+        mask = torch.zeros_like(ids)
+        for row, seq in enumerate(sequences):
+            ids[row, :len(seq)] = torch.tensor(seq, device=device)
+            mask[row, :len(seq)] = 1
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        lp = torch.log_softmax(logits[:, :-1].float(), -1)  # (B, T - 1, V)
+        chosen = lp.gather(2, ids[:, 1:, None])[..., 0]  # (B, T - 1)
+        log_probs = [chosen[row, :len(seq) - 1].cpu().tolist()
+                     for row, seq in enumerate(sequences)]  # fmt: skip
+        tops = None
+        if top_k > 0:
+            values, indices = lp.topk(min(top_k, lp.shape[-1]), dim=-1)  # (B, T - 1, k)
+            values, indices = values.cpu().tolist(), indices.cpu().tolist()
+            tops = [[dict(zip(i, v, strict=True)) for i, v in
+                     zip(indices[row][:len(seq) - 1], values[row][:len(seq) - 1], strict=True)]
+                    for row, seq in enumerate(sequences)]  # fmt: skip
+        return CanarySet(sequences, log_probs, tops)
 
     return _eval(model, run)
 
@@ -278,7 +283,9 @@ class CanaryWatch:
 
         k = self.settings.top_k
         try:
-            answers = [await self.backend.score_on(server, ids, k) for ids in canary.sequences]
+            answers = await asyncio.gather(*(
+                self.backend.score_on(server, ids, k, request_id=f"agentrl-canary-{i}")
+                for i, ids in enumerate(canary.sequences)))  # fmt: skip
         except BackendError as err:
             logger.warning("rollout server %s did not score the canary: %s", server, err)
             return score_server(canary, [[] for _ in canary.sequences])

@@ -197,6 +197,13 @@ class HybridRollout:
         logger.info("rank %d: rollout weights synced (%s sync, step %s, %d verified)", rank(),
                     self.weight_sync, version, self.weights_verified)  # fmt: skip
 
+    def drained_servers(self) -> dict[str, str]:
+        """The servers the canary drained now, with why (a backend that cannot drain: none)."""
+        pool = getattr(self.backend, "pool", None)
+        if pool is None:
+            return {}
+        return {url: pool.states[url].drained_reason for url in pool.drained()}
+
     def canary_servers(self) -> list[str]:
         servers = getattr(self.backend, "canary_servers", None)
         return list(servers()) if servers is not None else []

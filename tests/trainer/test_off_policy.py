@@ -22,7 +22,12 @@ import torch
 import yaml
 
 from agentrl.trainer import run_train
-from agentrl.trainer.off_policy import cpu_split, staleness_metrics
+from agentrl.trainer.off_policy import (
+    cpu_split,
+    drained_servers,
+    staleness_metrics,
+    verified_metrics,
+)
 from agentrl.trainer.watchdog import StageHangError
 from tools.calculator import DEFAULT_SCHEMA
 
@@ -39,6 +44,17 @@ def test_staleness_metrics_read_the_oldest_model_token():
                        "async/versions_per_trajectory/mean": 1.5,
                        "async/partial_episodes": 1.0}  # the third row has none
     assert staleness_metrics(versions[2:], mask[2:], 4) == {}
+
+
+def test_a_syncs_metrics_take_each_ranks_largest_and_the_drained_servers_their_union():
+    synced = [{"rollout/weights_verified": 2.0, "rollout/canary/drained": 1.0,
+               "timing/weight_sync_s": 3.0},
+              {"rollout/weights_verified": 0.0}]  # fmt: skip
+    assert verified_metrics(synced) == {"rollout/weights_verified": 2.0,
+                                        "rollout/canary/drained": 1.0}  # fmt: skip
+    assert verified_metrics({"rollout/weights_verified": 1.0}) == {
+        "rollout/weights_verified": 1.0}
+    assert drained_servers([{"http://a": "gap 3 > 0.02"}, {}]) == {"http://a": "gap 3 > 0.02"}
 
 
 def test_cpu_split_gives_the_servers_half_the_cores():
@@ -144,6 +160,9 @@ def test_one_step_off_generates_each_batch_under_one_version(make_config, tmp_pa
     rows = _rows(tmp_path / "rollouts", range(1, 4))
     assert all(len(r["policy_versions"]) <= 1 for r in rows)  # no weight update mid-batch
     assert [m["async/staleness/max"] for m in history] == [0.0, 1.0, 1.0]
+    # the canary after each sync reports, and a clean run drains nothing
+    assert [m["rollout/canary/drained"] for m in history] == [0.0, 0.0, 0.0]
+    assert all(m["rollout/canary/logprob_gap_max"] < 0.02 for m in history)
 
 
 @pytest.mark.slow

@@ -257,9 +257,9 @@ class HFBackend:
         """What a canary scores (agentrl/workers/canary.py): this one engine."""
         return [IN_PROCESS]
 
-    async def score_on(self, server: str, input_ids: list[int], top_k: int = 0
-                       ) -> tuple[list[float], list[dict[int, float]] | None]:  # fmt: skip
-        """`score_prompt` (``server`` is `IN_PROCESS`, the only one)."""
+    async def score_on(self, server: str, input_ids: list[int], top_k: int = 0,
+                       request_id: str = "") -> tuple[list[float], list[dict[int, float]] | None]:
+        """`score_prompt` (``server`` is `IN_PROCESS`, the only one; ``request_id`` unused)."""
         return await self.score_prompt(input_ids, top_k)
 
     async def abort(self, request_id: str) -> None:
