@@ -77,6 +77,15 @@ figure.plot figcaption { font-size: 12px; color: #555; padding: 4px; }
 .tok.m0:nth-child(even) { background: #d4d4d4; }
 .legend { font-size: 12px; margin: 6px 0; display: flex; gap: 16px; }
 .empty { color: #777; font-style: italic; }
+ul.tree { list-style: none; padding: 0; margin: 4px 0 10px; font-size: 12.5px; }
+ul.tree li { margin: 2px 0; }
+ul.tree li button { border: 1px solid #d6d6d6; background: #fff; border-radius: 4px;
+                    padding: 3px 8px; cursor: pointer; font-size: 12.5px; text-align: left; }
+ul.tree li.current button { background: #e8f0fe; border-color: #7aa7f0; font-weight: 600; }
+ul.tree li.absent span { color: #777; font-style: italic; }
+ul.tree .bar { display: inline-block; width: 60px; height: 8px; background: #e6e6e6;
+               border-radius: 2px; margin-left: 8px; vertical-align: middle; }
+ul.tree .bar i { display: block; height: 8px; background: #2e9d4f; border-radius: 2px; }
 """
 
 JS = r"""
@@ -144,6 +153,7 @@ JS = r"""
       var cls = r.correct === true ? "correct" : (r.correct === false ? "wrong" : "");
       var li = el("li", cls);
       var label = (r.step !== null ? "step " + r.step + " \u00b7 " : "") + r.id +
+        (r.segment ? " \u00b7 segment " + r.segment.index : "") +
         " \u00b7 score " + fmt(r.score) + " \u00b7 " + r.tool_calls + " tool call" +
         (r.tool_calls === 1 ? "" : "s");
       var b = el("button", null, label);
@@ -207,6 +217,51 @@ JS = r"""
     box.appendChild(pre);
     return box;
   }
+  function segmentText(s) {
+    if (s.dumped === false) {
+      return "segment " + s.index + " \u00b7 not in the dumps (not trained)";
+    }
+    var where = s.side_call ? "side call" : (s.parent === null ? "root" :
+      "branches from segment " + s.parent + " at message " + s.branch_message +
+      ", token " + s.branch_token);
+    return "segment " + s.index + " \u00b7 " + where + " \u00b7 " + s.trained + " of " +
+      s.tokens + " response tokens trained";
+  }
+  function recordOf(r, index) {
+    var found = null;
+    records().forEach(function (o) {
+      if (o.session === r.session && o.step === r.step && o.segment &&
+          o.segment.index === index) { found = o; }
+    });
+    return found;
+  }
+  function renderTree(r) {
+    var box = el("ul", "tree");
+    r.tree.forEach(function (s) {
+      var li = el("li", s.dumped === false ? "absent" : "");
+      li.style.paddingLeft = (s.depth * 22) + "px";
+      li.setAttribute("data-segment", String(s.index));
+      if (r.segment && s.index === r.segment.index) { li.classList.add("current"); }
+      var target = s.dumped === false ? null : recordOf(r, s.index);
+      var text = (s.depth ? "\u2514 " : "") + segmentText(s);
+      if (target) {
+        var b = el("button", null, text);
+        b.type = "button";
+        b.addEventListener("click", function () { select(target); });
+        li.appendChild(b);
+      } else {
+        li.appendChild(el("span", null, text));
+      }
+      if (s.dumped !== false && s.tokens) {
+        var bar = el("span", "bar"), fill = el("i");
+        fill.style.width = Math.round(100 * s.trained / s.tokens) + "%";
+        bar.title = s.trained + " of " + s.tokens + " response tokens trained";
+        bar.appendChild(fill); li.appendChild(bar);
+      }
+      box.appendChild(li);
+    });
+    return box;
+  }
   function renderDetail(r) {
     detail.textContent = "";
     if (!r) { detail.appendChild(el("p", "empty", "no trajectory matches the filters")); return; }
@@ -220,6 +275,11 @@ JS = r"""
       meta.appendChild(s);
     });
     detail.appendChild(meta);
+    if (r.tree) {
+      detail.appendChild(el("h4", null, "Session tree (" + r.tree.length + " segments; " +
+                                        "this one highlighted)"));
+      detail.appendChild(renderTree(r));
+    }
     detail.appendChild(el("h4", null, "Conversation"));
     detail.appendChild(renderMessages(r));
     detail.appendChild(el("h4", null, "Response tokens"));

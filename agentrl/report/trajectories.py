@@ -14,10 +14,18 @@ Two row formats are read:
   are decoded here with the run's tokenizer when one can be loaded, else shown as ids.
 
 One record per trajectory: ``source, step, id, score, correct, state, turns, tool_calls,
-finish, messages, input, output, tokens, mask, extra``. ``tokens``/``mask`` are the
-response's tokens and loss mask (1: trained, the model's own tokens; 0: tool responses and
-user turns); padding is never dumped. ``correct`` is ``acc >= 1`` when the score function
-returns ``acc``, else ``score >= 1`` (None without either).
+finish, messages, input, output, tokens, mask, extra, session, segment, tree``.
+``tokens``/``mask`` are the response's tokens and loss mask (1: trained, the model's own
+tokens; 0: tool responses and user turns); padding is never dumped. ``correct`` is
+``acc >= 1`` when the score function returns ``acc``, else ``score >= 1`` (None without
+either).
+
+Agent mode's rows are segments of a session tree (docs/gateway.md): ``session`` is the
+row's ``episode_id``, ``segment`` its place (``index``, ``parent``, ``branch_message``,
+``branch_token``, ``side_call``) and ``tree`` the whole session as the viewer draws it
+(`session_tree`): every segment of the session the dumps hold, in depth-first order, with
+its depth, branch point and trained tokens, a parent no row holds (``agent_segments: last``)
+as an entry marked ``dumped: false``. Other rows have None for all three.
 """
 
 from __future__ import annotations
@@ -39,8 +47,10 @@ _KNOWN = {
     "step", "uid", "input", "output", "score", "request_state", "prompt_ids", "response_ids",
     "loss_mask", "response_tokens", "messages", "num_turns", "tool_calls", "finish_reason",
     "index", "sample", "input_ids", "rollout_log_probs", "prompt_length", "state",
-    "metrics", "reward_scores", "truncation",
+    "metrics", "reward_scores", "truncation", "episode_id", "episode_row", "segment",
+    "rollout_versions", "policy_versions",
 }  # fmt: skip
+_TREE_KEYS = ("index", "parent", "branch_message", "branch_token", "side_call")
 
 
 def _number(value: Any) -> float | None:
@@ -106,7 +116,44 @@ def to_record(row: dict[str, Any], source: str, decode: Decoder | None) -> dict[
         "tokens": tokens if ids else None,
         "mask": [int(bool(m)) for m in mask] if ids else None,
         "extra": extra,
+        "session": str(row["episode_id"]) if row.get("episode_id") is not None else None,
+        "segment": _segment_of(row),
+        "tree": None,  # load_source fills it for a session's segments
     }
+
+
+def _segment_of(row: dict[str, Any]) -> dict[str, Any] | None:
+    """A row's place in its session tree, with its token counts; None outside agent mode."""
+    tree = row.get("segment")
+    if row.get("episode_id") is None or not isinstance(tree, dict):
+        return None
+    mask = row.get("loss_mask") or []
+    return {**{k: tree.get(k) for k in _TREE_KEYS}, "dumped": True,
+            "trained": int(sum(1 for m in mask if m)), "tokens": len(mask),
+            "prompt": len(row.get("prompt_ids") or [])}  # fmt: skip
+
+
+def session_tree(segments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A session's segments (`_segment_of`) in depth-first order (children by index), each
+    with its ``depth``; a parent no segment holds becomes an entry with ``dumped: False``."""
+    by_index = {s["index"]: s for s in segments}
+    for s in segments:
+        parent = s["parent"]
+        if parent is not None and parent not in by_index:
+            by_index[parent] = {"index": parent, "parent": None, "dumped": False}
+    children: dict[Any, list[int]] = defaultdict(list)
+    for index, s in by_index.items():
+        children[s["parent"]].append(index)
+    ordered: list[dict[str, Any]] = []
+
+    def visit(index: int, depth: int) -> None:
+        ordered.append({**by_index[index], "depth": depth})
+        for child in sorted(children.get(index, [])):
+            visit(child, depth + 1)
+
+    for root in sorted(children.get(None, [])):
+        visit(root, 0)
+    return ordered
 
 
 def load_source(
@@ -116,15 +163,23 @@ def load_source(
     and how many trajectories the files hold (`truncation_line` says what was left out)."""
     kept: list[dict[str, Any]] = []
     per_step: dict[Any, int] = defaultdict(int)
+    sessions: dict[tuple, list[dict[str, Any]]] = defaultdict(list)  # every row's, kept or not
     total = 0
     for path in files:
         for row in read_log_jsonl(path):
             total += 1
             step = row.get("step")
+            segment = _segment_of(row)
+            if segment is not None:
+                sessions[(step, str(row["episode_id"]))].append(segment)
             if per_step[step] >= max_per_step:
                 continue
             per_step[step] += 1
             kept.append(to_record(row, name, decode))
+    trees = {key: session_tree(segments) for key, segments in sessions.items()}
+    for record in kept:
+        if record["session"] is not None:
+            record["tree"] = trees.get((record["step"], record["session"]))
     return kept, total
 
 

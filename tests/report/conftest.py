@@ -169,6 +169,29 @@ def quickstart_dir(tmp_path: Path) -> Path:
     return out
 
 
+def agent_rows(step: int = 1) -> list[dict[str, Any]]:
+    """Agent-mode dump rows of two sessions: ``e0`` a root segment 0, its child 1 (branched at
+    message 1, token 2) and a side call 2; ``e1`` only its segment 2, a child of segment 1,
+    which no row holds (``agent_segments: last``)."""
+    def tree(index, parent=None, message=0, token=0, side=False, segments=2, sides=1):
+        return {"index": index, "parent": parent, "branch_message": message,
+                "branch_token": token, "side_call": side, "session_segments": segments,
+                "session_side_calls": sides}
+
+    rows = []
+    for episode, row, segment, mask in [
+        ("e0", 0, tree(1, 0, 1, 2), [1, 1, 0, 1]),
+        ("e0", 1, tree(0), [1, 0, 0, 1, 1, 1]),
+        ("e0", 2, tree(2, side=True), [1]),
+        ("e1", 0, tree(2, 1, 3, 9, segments=3, sides=0), [1, 1]),
+    ]:
+        rows.append(dump_row(step, 0, acc=1.0) | {
+            "uid": f"{step}-0", "episode_id": episode, "episode_row": row, "segment": segment,
+            "response_ids": list(range(len(mask))), "loss_mask": mask,
+            "response_tokens": [f"t{i}" for i in range(len(mask))]})
+    return rows
+
+
 @pytest.fixture
 def synthetic() -> SimpleNamespace:
     """The helpers and constants of this file."""
@@ -179,6 +202,7 @@ def synthetic() -> SimpleNamespace:
         QUICKSTART_PLOTS=QUICKSTART_PLOTS,
         write_jsonl=write_jsonl,
         dump_row=dump_row,
+        agent_rows=agent_rows,
         metrics_rows=metrics_rows,
         quickstart_report=quickstart_report,
     )

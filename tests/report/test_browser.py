@@ -133,3 +133,34 @@ def test_the_quickstart_report_fits_the_window_and_shows_the_story(quickstart_di
     for plot in ("sft_loss", "sft_check", "accuracy", "phrasing"):
         assert f'id="plot-{plot}"' in dom
     assert '<tr data-group="direct_phrasings">' in dom
+
+
+def test_the_viewer_draws_an_agent_session_tree(tmp_path, synthetic):
+    """The first agent row (segment 1 of session e0) is selected: its session's tree lists
+    the root, the segment with its branch point and trained tokens (highlighted), and the
+    side call; clicking needs no server, so the tree's entries are buttons."""
+    run = tmp_path / "agent_run"
+    synthetic.write_jsonl(run / "metrics.jsonl", synthetic.metrics_rows())
+    synthetic.write_jsonl(run / "rollouts" / "1.jsonl", synthetic.agent_rows())
+    result = _run(tmp_path, "--dump-dom", write_report(run).as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = html.unescape(result.stdout)
+    assert "4 of 4 trajectories" in dom and "1-0 · segment 1 · score" in dom
+    assert "Session tree (3 segments; this one highlighted)" in dom
+    tree = dom[dom.index('<ul class="tree">'):]
+    tree = tree[: tree.index("</ul>")]
+    entries = re.findall(r'<li([^>]*)><button type="button">([^<]*)</button>', tree)
+
+    def attribute(attrs: str, pattern: str) -> str:
+        found = re.search(pattern, attrs)
+        return found.group(1) if found else ""
+
+    assert [(attribute(a, r'data-segment="(\d+)"'), attribute(a, r"padding-left: (\d+)px"),
+             attribute(a, r'class="([^"]*)"')) for a, _ in entries] == [
+        ("0", "0", ""), ("1", "22", "current"), ("2", "0", "")]
+    texts = [text for _, text in entries]
+    assert texts[0] == "segment 0 · root · 4 of 6 response tokens trained"
+    assert texts[1] == ("└ segment 1 · branches from segment 0 at message 1, token 2 · "
+                        "3 of 4 response tokens trained")
+    assert texts[2] == "segment 2 · side call · 1 of 1 response tokens trained"
+    assert dom.count('class="tok m1"') == 3 + 1  # the selected segment's tokens + the legend

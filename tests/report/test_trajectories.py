@@ -68,3 +68,28 @@ def test_every_cut_source_is_named_in_one_line():
         "of 2,560, eval_sft 16 of 128); agentrl report RUN_DIR --max-per-step N shows more."
     )
     assert truncation_line({"rollouts": (3, 3)}, 16) is None and truncation_line({}, 16) is None
+
+
+def test_agent_rows_carry_their_session_tree(tmp_path, synthetic):
+    path = synthetic.write_jsonl(tmp_path / "1.jsonl", synthetic.agent_rows())
+    records, total = load_source("rollouts", [path], max_per_step=16)
+    assert total == 4
+    child, root, side, lone = records
+    assert (child["session"], child["segment"]["index"], child["segment"]["parent"]) == ("e0", 1, 0)
+    assert child["segment"]["trained"] == 3 and child["segment"]["tokens"] == 4
+    assert "episode_id" not in child["extra"] and "episode_row" not in child["extra"]
+    # one tree per session, depth first: the root, its child, then the side call (a root)
+    shape = [(s["index"], s["depth"], s["parent"], s["dumped"]) for s in child["tree"]]
+    assert shape == [(0, 0, None, True), (1, 1, 0, True), (2, 0, None, True)]
+    assert root["tree"] == side["tree"] == child["tree"]
+    assert child["tree"][1]["branch_message"] == 1 and child["tree"][1]["branch_token"] == 2
+    assert child["tree"][2]["side_call"] is True
+    # a parent no row holds is drawn, marked as not dumped
+    assert [(s["index"], s["depth"], s["dumped"]) for s in lone["tree"]] == [
+        (1, 0, False), (2, 1, True)]
+    # the tree is the session's whole, even where the per-step cap hides some of its rows
+    capped, _ = load_source("rollouts", [path], max_per_step=1)
+    assert len(capped) == 1 and len(capped[0]["tree"]) == 3
+    # rows outside agent mode have no tree
+    plain = to_record(synthetic.dump_row(1, 0, acc=1.0), "rollouts", None)
+    assert plain["session"] is None and plain["segment"] is None and plain["tree"] is None
