@@ -111,6 +111,19 @@ def test_a_dead_server_is_left_out_and_its_trajectories_move():
     assert pool.describe([A, B]) == f"{A} (cannot connect); {B} (alive)"
 
 
+def test_a_drained_server_gets_no_calls_but_stays_alive_until_readmitted():
+    pool = ServerPool([A, B])
+    assert pool.pick("t") == A
+    assert pool.drain(A, "canary diverged") is True
+    assert pool.drain(A, "again") is False
+    assert pool.alive(A) and pool.live([A, B]) == [A, B]  # control calls still reach it
+    assert pool.drained() == [A]
+    assert pool.pick("t") == B and all(pool.pick(f"x{i}") == B for i in range(5))
+    assert pool.pick("y", exclude=[B]) is None
+    assert pool.readmit(A) is True and pool.readmit(A) is False
+    assert pool.drained() == [] and pool.pick("z", exclude=[B]) == A
+
+
 def test_pins_are_a_bounded_lru():
     pool = ServerPool([A, B], max_pins=2)
     pool.pick("t1")

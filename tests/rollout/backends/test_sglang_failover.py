@@ -170,6 +170,36 @@ def test_a_server_that_times_out_is_aborted_and_the_call_resent():
     assert backend.metrics()["rollout/server_retries"] == 1
 
 
+def test_a_drained_servers_calls_in_flight_are_resent_whole_and_it_gets_no_new_ones(caplog):
+    caplog.set_level(logging.WARNING)
+    with scripted_servers(2) as [(slow, slow_script), (fast, fast_script)]:
+        slow_script.delay = 1.5
+        backend = SGLangBackend([slow, fast], request_timeout=30, load_balance="round_robin",
+                                **FAST)  # fmt: skip
+
+        async def drained_mid_call():
+            call = asyncio.ensure_future(backend.generate([1, 2], PARAMS, "d-t0-a0"))
+            await asyncio.sleep(0.3)  # in flight on the slow server (round robin: first)
+            assert backend.in_flight[slow] == 1
+            backend.drain(slow, "canary log-prob gap 3 > threshold 0.02")
+            out = await call
+            later = [await backend.generate([3], PARAMS, f"n{i}-t0-a0") for i in range(3)]
+            return out, later
+
+        started = time.monotonic()
+        out, later = run(closing(backend, drained_mid_call()))
+        assert time.monotonic() - started < 1.4  # it did not wait for the slow server
+        assert slow_script.hits["/abort_request"] == [{"rid": "d-t0-a0"}]
+    assert out.meta_info["server_url"] == fast
+    assert [o.meta_info["server_url"] for o in later] == [fast] * 3
+    assert [h["rid"] for h in fast_script.hits["/generate"]][:1] == ["d-t0-a0"]
+    assert backend.metrics()["rollout/server_retries"] == 1
+    assert backend.pool.alive(slow) and backend.drained() == [slow]
+    assert f"rollout server {slow} drained: canary log-prob gap 3" in caplog.text
+    backend.readmit(slow)
+    assert backend.drained() == []
+
+
 def test_with_every_server_dead_the_error_names_each_url_and_why():
     urls = [dead_url() for _ in range(3)]
     backend = SGLangBackend(urls, **FAST)
