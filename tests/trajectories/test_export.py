@@ -1,13 +1,15 @@
 """A run's dumps -> the trajectory format -> SFT, round trip: a GRPO step in agent mode whose
 agent rewrites its history (two segments per session) is exported with `agentrl trajectories
 export`; every line validates against the shipped JSON Schema, each session is the tree the
-gateway recorded, every trained policy token is in the file once; `agentrl sft
---trajectories` trains on exactly the loss-mask-1 tokens (its initial loss equals the masked
-NLL computed here, which counting prompt or user-turn tokens would change)."""
+gateway recorded, every trained policy token is in the file once; the report's viewer draws
+the same trees; `agentrl sft --trajectories` trains on exactly the loss-mask-1 tokens: its
+initial loss is the masked NLL computed here, and after memorizing those tokens the model
+still does not predict the ones that never trained (a mutant training every token does)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -83,6 +85,14 @@ def test_a_forked_agent_run_exports_validates_and_trains_its_policy_tokens_only(
     policy_tokens = sum(sum(s["loss_mask"]) for t in sessions for s in t["segments"])
     assert policy_tokens == metrics["agent/tokens_trained"] == metrics["agent/tokens_recorded"]
     assert main(["trajectories", "validate", str(out)]) == 0
+    # the report's viewer draws the same trees from the same dumps
+    assert main(["report", str(tmp_path / "ckpt")]) == 0
+    page = (tmp_path / "ckpt" / "report.html").read_text(encoding="utf-8")
+    data = json.loads(re.search(r'id="report-data">(.*?)</script>', page, re.S).group(1))
+    records = data["sources"]["rollouts"]["records"]
+    assert len(records) == 8 and all(
+        [(s["index"], s["parent"], s["depth"]) for s in r["tree"]] == [(0, None, 0), (1, 0, 1)]
+        for r in records)
 
     # SFT on the file: its initial loss is the masked NLL over the policy tokens, and after
     # memorizing them the model still does not predict the tokens it never trained on
