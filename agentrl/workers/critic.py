@@ -114,7 +114,8 @@ class CriticWorker(Worker):
             mini_batch_size=mini,
             epochs=int(cfg.ppo_epochs),
             shuffle=bool(cfg.shuffle),
-            batching=micro_batching(cfg.use_dynamic_bsz, micro, cfg.ppo_max_token_len_per_gpu),
+            batching=micro_batching(cfg.use_dynamic_bsz, micro, cfg.ppo_max_token_len_per_gpu,
+                                    cfg.shared_prefix),  # fmt: skip
             grad_clip=float(cfg.grad_clip),
             loss_agg_mode=cfg.loss_agg_mode,
             seed=self.seed,
@@ -130,6 +131,7 @@ class CriticWorker(Worker):
             cfg.use_dynamic_bsz,
             cfg.forward_micro_batch_size_per_gpu,
             cfg.forward_max_token_len_per_gpu,
+            cfg.shared_prefix,
         )
         model.eval()
         with self.residency.on_device():

@@ -13,7 +13,12 @@ counts the tokens a micro-batch actually computes once trimmed, i.e. rows x (lon
 prompt + longest response) in it. Rows are sorted by length and cut greedily into the
 fewest micro-batches that fit, so rows of similar length share one (little padding). This
 is the padded counterpart of verl's dynamic batch size, which balances the sum of tokens
-because it packs sequences without padding.
+because it packs sequences without padding. With ``shared_prefix`` (``actor.shared_prefix``:
+rows that share leading tokens are computed once, agentrl/workers/prefix_tree.py) the rows
+are ordered by family first (``prefix_order``: rows that share at least
+``MIN_SHARED_TOKENS`` leading tokens with a neighbour in token order), families by their
+longest row, so a GRPO group or an agent session's segments land in one micro-batch; the
+budget still counts the padded cost, an upper bound of what the shared pass computes.
 
 With FSDP every rank must run the same number of forward/backward passes (each one holds
 collectives), so ranks agree on the largest count (``agree_on_count``) and a rank with
@@ -41,6 +46,7 @@ class MicroBatching:
     use_dynamic_bsz: bool = False
     micro_batch_size: int | None = None
     max_token_len: int = 16384
+    shared_prefix: bool = False  # token budget: rows sharing a prefix kept together
 
     def __post_init__(self) -> None:
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
@@ -63,6 +69,32 @@ def row_extents(
         response.any(-1), response_length - response.flip(-1).int().argmax(-1), torch.tensor(0)
     )
     return (prompt_length - first).numpy(), last.numpy()
+
+
+MIN_SHARED_TOKENS = 32  # leading tokens two rows share to be computed once (prefix_tree.py)
+
+
+def prefix_order(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 min_shared: int = MIN_SHARED_TOKENS) -> np.ndarray:  # fmt: skip
+    """Row indices for the token budget's greedy cut: families of rows that share at least
+    ``min_shared`` leading tokens (padding removed) with a neighbour in token order, the
+    families longest row first, a family's rows in token order (module docstring)."""
+    ids = input_ids.cpu().numpy()
+    valid = attention_mask.cpu().bool().numpy()
+    seqs = [ids[i][valid[i]] for i in range(len(ids))]
+    by_tokens = sorted(range(len(seqs)), key=lambda i: seqs[i].tolist())
+    family = np.zeros(len(seqs), dtype=np.int64)
+    for prev, row in zip(by_tokens, by_tokens[1:], strict=False):
+        a, b = seqs[prev], seqs[row]
+        width = min(len(a), len(b), min_shared)
+        same = len(a) >= min_shared and len(b) >= min_shared and (a[:width] == b[:width]).all()
+        family[row] = family[prev] + (0 if same else 1)
+    lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+    longest = np.zeros(int(family.max(initial=0)) + 1, dtype=np.int64)
+    np.maximum.at(longest, family, lengths)
+    rank = {row: i for i, row in enumerate(by_tokens)}
+    return np.array(sorted(range(len(seqs)), key=lambda r: (-longest[family[r]], family[r],
+                                                            rank[r])), dtype=np.int64)  # fmt: skip
 
 
 def trim_window(attention_mask: torch.Tensor, response_length: int) -> tuple[int, int]:
@@ -102,10 +134,15 @@ def _cost(group: np.ndarray, prompt: np.ndarray, response: np.ndarray) -> int:
 
 
 def token_budget_groups(
-    prompt: np.ndarray, response: np.ndarray, max_token_len: int, min_groups: int = 1
+    prompt: np.ndarray,
+    response: np.ndarray,
+    max_token_len: int,
+    min_groups: int = 1,
+    order: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Row indices per micro-batch: at least ``min_groups`` groups, each costing at most
-    ``max_token_len`` (rows x (longest prompt + longest response)); see the module doc."""
+    ``max_token_len`` (rows x (longest prompt + longest response)); see the module doc.
+    ``order``: the rows in the order to cut them (default: longest first)."""
     n = len(prompt)
     lengths = prompt + response
     if n and int(lengths.max()) > max_token_len:
@@ -113,7 +150,8 @@ def token_budget_groups(
             f"a sequence of {int(lengths.max())} tokens does not fit the token "
             f"budget ppo_max_token_len_per_gpu={max_token_len}; raise the budget"
         )
-    order = np.argsort(-lengths, kind="stable")
+    if order is None:
+        order = np.argsort(-lengths, kind="stable")
     groups = _greedy(order, prompt, response, max_token_len)
     if len(groups) < min_groups and n:
         groups = _groups_for_count(order, prompt, response, max_token_len, min_groups)
@@ -163,10 +201,13 @@ def plan_micro_batches(data: DataProto, batching: MicroBatching) -> list[np.ndar
         count = agree_on_count(len(groups))
         return groups + [np.zeros(0, dtype=np.int64)] * (count - len(groups))
     prompt, response = row_extents(data.batch["attention_mask"], data.batch["responses"].shape[1])
-    groups = token_budget_groups(prompt, response, batching.max_token_len)
+    order = None
+    if batching.shared_prefix:
+        order = prefix_order(data.batch["input_ids"], data.batch["attention_mask"])
+    groups = token_budget_groups(prompt, response, batching.max_token_len, order=order)
     count = agree_on_count(len(groups))
     if count != len(groups):
-        groups = token_budget_groups(prompt, response, batching.max_token_len, count)
+        groups = token_budget_groups(prompt, response, batching.max_token_len, count, order)
     return groups
 
 

@@ -20,6 +20,7 @@ and ``rollout_log_probs`` (for the rollout correction).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -35,12 +36,16 @@ FUSED_KEYS = ("own_old_log_probs", "row_index")  # the fused old log-probs' book
 
 
 def micro_batching(
-    use_dynamic_bsz: bool | None, micro_batch_size: int | None, max_token_len: int
+    use_dynamic_bsz: bool | None,
+    micro_batch_size: int | None,
+    max_token_len: int,
+    shared_prefix: bool = False,
 ) -> MicroBatching:
-    """MicroBatching from the three config keys every worker section has. ``use_dynamic_bsz``
-    null (the default) means by token budget unless a micro-batch size is set."""
+    """MicroBatching from the three config keys every worker section has (and whether rows
+    sharing a prefix are kept together). ``use_dynamic_bsz`` null (the default) means by
+    token budget unless a micro-batch size is set."""
     dynamic = micro_batch_size is None if use_dynamic_bsz is None else bool(use_dynamic_bsz)
-    return MicroBatching(dynamic, micro_batch_size, int(max_token_len))
+    return MicroBatching(dynamic, micro_batch_size, int(max_token_len), bool(shared_prefix))
 
 
 def require_keys(data: DataProto, keys: tuple[str, ...] | list[str], what: str) -> None:
@@ -110,7 +115,8 @@ class PPOActor:
             epochs=int(config.ppo_epochs),
             shuffle=bool(config.shuffle),
             batching=micro_batching(
-                config.use_dynamic_bsz, micro_batch_size, config.ppo_max_token_len_per_gpu
+                config.use_dynamic_bsz, micro_batch_size, config.ppo_max_token_len_per_gpu,
+                self.shared_prefix,
             ),
             grad_clip=float(config.grad_clip),
             loss_agg_mode=config.loss_agg_mode,
@@ -129,6 +135,7 @@ class PPOActor:
         """Log-probs (B, R) of ``data["responses"]`` and, if asked, entropies (B, R)."""
         require_keys(data, MODEL_INPUTS[:2] + ("responses",), "compute_log_prob")
         self.model.eval()
+        batching = replace(batching, shared_prefix=self.shared_prefix)
 
         def forward(model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, ...]:
             log_probs, entropy = response_log_probs(

@@ -35,11 +35,11 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import torch
 
-from agentrl.workers.micro_batch import row_extents
+from agentrl.workers.micro_batch import MIN_SHARED_TOKENS, row_extents
 
 Tensor = torch.Tensor
 
-MIN_SAVED_TOKENS = 32  # a shared chunk must spare this many token computations to be its own
+MIN_SAVED_TOKENS = MIN_SHARED_TOKENS  # token computations a shared chunk must spare
 
 
 @dataclass

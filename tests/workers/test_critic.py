@@ -8,7 +8,12 @@ from transformers import AutoModelForTokenClassification
 
 from agentrl.algos import compute_value_loss
 from agentrl.distributed import InProcessWorkerGroup, WorkerError, WorkerSpec
-from agentrl.testing.workers import make_trajectory_batch, tiny_worker_config
+from agentrl.testing.workers import (
+    batch_from_rows,
+    grpo_group_rows,
+    make_trajectory_batch,
+    tiny_worker_config,
+)
 from agentrl.workers import CriticWorker
 
 P, R = 12, 16
@@ -92,3 +97,31 @@ def test_update_critic_fits_the_returns_with_clipping(tiny_model_dir, tiny_token
                     ]
                 )
             )
+
+
+def test_shared_prefixes_give_the_flat_values_and_update_under_fsdp2(tiny_model_dir,
+                                                                   tiny_tokenizer):  # fmt: skip
+    """Two GRPO groups of 4 through the worker (the model sharded with FSDP2, several
+    forwards before one backward): the values and two updates' metrics equal the flat ones."""
+    v = len(tiny_tokenizer)
+    data = batch_from_rows(grpo_group_rows(4, 44, 6, v, seed=7) + grpo_group_rows(4, 40, 8, v,
+                                                                                  seed=8))  # fmt: skip
+    data.batch["returns"] = 0.5 * data.batch["response_mask"]
+    results = []
+    for shared in ("true", "false"):
+        overrides = [f"actor_rollout_ref.actor.shared_prefix={shared}",
+                     "critic.ppo_micro_batch_size_per_gpu=4", "critic.optim.lr=1e-2"]
+        with _group(tiny_model_dir, overrides) as group:
+            passes: list[int] = []
+            model = group.worker().model
+            model.base_model.register_forward_pre_hook(lambda *_, p=passes: p.append(1))
+            step = data.select(deepcopy=True)
+            step.batch["values"] = group.compute_values(step).batch["values"]
+            assert len(passes) == (2 * 2 if shared == "true" else 2)  # 2 micro-batches
+            metrics = [group.update_critic(step).meta_info["metrics"] for _ in range(2)]
+            results.append((step.batch["values"], metrics))
+    (values, metrics), (flat_values, flat_metrics) = results
+    torch.testing.assert_close(values, flat_values, atol=2e-5, rtol=0)
+    for got, want in zip(metrics, flat_metrics, strict=True):
+        for key in ("critic/vf_loss", "critic/grad_norm", "critic/vpred_mean"):
+            assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key

@@ -86,3 +86,26 @@ def test_micro_batching_validates_its_sizes():
         MicroBatching(micro_batch_size=0)
     with pytest.raises(ValueError, match="max_token_len must be >= 1"):
         MicroBatching(max_token_len=0)
+
+
+def test_with_shared_prefixes_the_token_budget_keeps_each_group_together():
+    """Two GRPO groups of 4 (prompts of 40 tokens, responses of 4 to 8) and four
+    unrelated rows, shuffled: cut longest first, the groups are split by their response
+    lengths; in families, each group is one micro-batch and the budget still holds."""
+    from agentrl.testing.workers import batch_from_rows, grpo_group_rows
+
+    rng = np.random.default_rng(0)
+    loose = [(rng.integers(1, 900, 30).tolist(), rng.integers(1, 900, k).tolist())
+             for k in (2, 5, 8, 3)]  # fmt: skip
+    rows = grpo_group_rows(4, 40, 8, 900, seed=1) + grpo_group_rows(4, 40, 8, 900, seed=2) + loose
+    shuffle = rng.permutation(len(rows))
+    data = batch_from_rows([rows[i] for i in shuffle])
+    groups = [set(np.flatnonzero(shuffle < 4)), set(np.flatnonzero((shuffle >= 4) & (shuffle < 8)))]
+    budget = 4 * 48
+    flat = plan_micro_batches(data, MicroBatching(use_dynamic_bsz=True, max_token_len=budget))
+    shared = plan_micro_batches(data, MicroBatching(True, max_token_len=budget, shared_prefix=True))
+    assert any(group not in [set(g) for g in flat] for group in groups)
+    assert all(group in [set(g.tolist()) for g in shared] for group in groups)
+    prompt, response = row_extents(data.batch["attention_mask"], data.batch["responses"].shape[1])
+    assert all(len(g) * (prompt[g].max() + response[g].max()) <= budget for g in shared)
+    assert sorted(np.concatenate(shared).tolist()) == list(range(len(rows)))
