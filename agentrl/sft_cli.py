@@ -115,7 +115,13 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         sys.stderr.write(f"{err}\n")
         return 2
-    metrics = _run_sft()(**settings)
+    from agentrl.data.sft import SFTRowError
+
+    try:
+        metrics = _run_sft()(**settings)
+    except SFTRowError as err:  # an example the data cannot make (too long, malformed)
+        sys.stderr.write(f"agentrl sft: {err}\n")
+        return 2
     out = Path(settings["output_dir"]) / "sft_metrics.json"
     out.write_text(json.dumps(metrics, indent=2) + "\n")
     logger.info("sft metrics written to %s", out)

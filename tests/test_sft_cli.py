@@ -97,3 +97,22 @@ def test_run_writes_model_and_metrics(tmp_path, tiny_model_dir):
     assert metrics["steps"] == 4 and metrics["examples"] == 4
     assert metrics["loss_after"] < metrics["loss_before"]
     assert (out / "config.json").is_file() and (out / "tokenizer.json").is_file()
+
+
+def test_a_segment_over_max_length_is_refused_in_one_line(tmp_path, tiny_model_dir, capsys):
+    from agentrl.trajectories import write_trajectories
+
+    segment = {"id": 0, "parent": None, "branch_message": 0, "branch_token": 0,
+               "side_call": False, "messages": None, "prompt_length": 2,
+               "token_ids": list(range(5, 25)), "loss_mask": [0, 0] + [1] * 18,
+               "log_probs": None, "policy_versions": None}
+    path = tmp_path / "sessions.jsonl"
+    write_trajectories(path, [{"format_version": 1, "session_id": "s0", "reward": 1.0,
+                               "segments": [segment], "metadata": {}}])
+    out = tmp_path / "out"
+    assert run(parse("--model", str(tiny_model_dir), "--trajectories", str(path),
+                     "--out-dir", str(out), "--max-length", "8")) == 2
+    err = capsys.readouterr().err
+    assert err == ("agentrl sft: trajectory segment s0#0 has 20 tokens, over max_length=8 "
+                   "(raise it, or set truncation to right/drop)\n")
+    assert not out.exists()

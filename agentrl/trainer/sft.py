@@ -192,11 +192,11 @@ def run_sft(
     started = time.perf_counter()
     seed_everything(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     dataset = sft_examples(data, trajectories, tokenizer, max_length, truncation)
     if len(dataset) == 0:
         raise ValueError(f"no SFT examples in {data or trajectories!r} "
                          f"(after truncation={truncation})")
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)  # data first
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def collate(examples):
