@@ -130,3 +130,24 @@ def test_with_every_server_diverging_on_divergence_decides(varied_model_dir, tmp
                 rollout.update_weights(_trained(varied_model_dir, 2), step=2)
         finally:
             rollout.close()
+
+
+@pytest.mark.slow
+def test_a_clean_25_step_run_on_three_agentrl_serve_servers_drains_nothing(tmp_path):
+    """The issue's false-alarm check: GRPO on the smoke's task (nano model), the rollout on
+    three `agentrl serve` servers, the canary after each of its 25 syncs."""
+    from agentrl.models.tiny import make_tiny_model
+    from agentrl.smoke import run_smoke
+
+    model_dir = tmp_path / "run" / "model"  # where the smoke finds (or makes) its model
+    make_tiny_model(model_dir, size="nano", seed=0)
+    with _three_servers(model_dir) as (urls, _):
+        history = run_smoke(tmp_path / "run", steps=25, size="nano", overrides=[
+            "actor_rollout_ref.rollout.name=sglang", "trainer.logger=[file]", "trainer.total_epochs=2",
+            f"actor_rollout_ref.rollout.server_urls=[{','.join(urls)}]"])  # fmt: skip
+    assert len(history) == 25
+    assert all(m["rollout/weights_verified"] == 3 for m in history)
+    assert sum(m["rollout/canary/drained"] for m in history) == 0
+    assert all(m["rollout/canary/servers_out"] == 0 for m in history)
+    worst = max(m["rollout/canary/logprob_gap_max"] for m in history)
+    assert worst < history[0]["rollout/canary/threshold"], worst
