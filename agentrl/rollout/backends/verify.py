@@ -21,7 +21,9 @@ trainer's own on the weights it sent (to 1e-3 in fp32): this catches what no che
 show, e.g. vLLM's CPU build keeps a tied output layer it prepacked when the embeddings are
 reloaded. A mismatch raises ``WeightMismatchError`` naming the server and the first tensor
 that differs (or the probe token that shows it), which stops the run: training on weights the engine does not hold would train a
-policy nobody sampled from.
+policy nobody sampled from. With several servers and the canary due at that sync
+(``rollout.canary``, agentrl/workers/canary.py) the failing server is drained, sent the
+weights again and re-admitted once it passes instead: the others keep serving.
 """
 
 from __future__ import annotations
