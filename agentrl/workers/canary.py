@@ -194,7 +194,15 @@ class CanaryWatch:
         if not scores_here:
             return {}
         failed = {str(getattr(e, "server", "")): str(e) for e in mismatches}
-        metrics = self._check(canary, failed)
+        try:
+            metrics = self._check(canary, failed)
+        except NotImplementedError as err:  # an engine API that cannot score prompts
+            logger.warning("no canary on this backend: %s (actor_rollout_ref.rollout.canary)",
+                           err)  # fmt: skip
+            self.prompts = []  # not enabled from now on
+            if mismatches:  # nothing drains them here: the weight check stops the run
+                raise mismatches[0] from err
+            return {}
         metrics["rollout/canary/seconds"] = time.perf_counter() - started
         return metrics
 

@@ -132,6 +132,59 @@ def test_with_every_server_diverging_on_divergence_decides(varied_model_dir, tmp
             rollout.close()
 
 
+class _Servers:
+    """A stand-in backend: each server answers the trainer's own log-probs plus its offset
+    (``score_on`` raises NotImplementedError with ``unsupported``)."""
+
+    def __init__(self, model, offsets: dict[str, float], unsupported: bool = False) -> None:
+        self.model, self.offsets, self.unsupported = model, offsets, unsupported
+
+    def canary_servers(self) -> list[str]:
+        return list(self.offsets)
+
+    async def score_on(self, server, ids, top_k=0, request_id=""):
+        from agentrl.workers.canary import trainer_canary
+
+        if self.unsupported:
+            raise NotImplementedError("this API does not score prompts")
+        log_probs = trainer_canary(self.model, [ids], 0).log_probs[0]
+        return [v + self.offsets[server] for v in log_probs], None
+
+
+class _Loop:
+    def run(self, coro):
+        import asyncio
+
+        return asyncio.run(coro)
+
+
+def _watch(model_dir, backend, **settings):
+    from agentrl.workers.canary import CanarySettings, CanaryWatch
+
+    settings = CanarySettings(prompts=([5, 17, 40], [9, 2]), length=4, top_k=0, **settings)
+    return CanaryWatch(settings, backend, _Loop(), AutoTokenizer.from_pretrained(model_dir))
+
+
+def test_every_n_runs_at_syncs_1_and_1_plus_n_and_warn_trains_on(tiny_model_dir, caplog):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    backend = _Servers(model, {"s0": 0.0})
+    watch = _watch(tiny_model_dir, backend, mode="every_n", every_n=2, on_divergence="warn")
+    ran = [bool(watch.after_sync(model, n)) for n in range(1, 5)]
+    assert ran == [True, False, True, False]
+    backend.offsets["s0"] = 0.5  # the one server diverges: nothing to drain to
+    metrics = watch.after_sync(model, 5)
+    assert metrics["rollout/canary/logprob_gap_max"] == pytest.approx(0.5, abs=1e-4)
+    assert metrics["rollout/canary/drained"] == 0
+    assert "training goes on (actor_rollout_ref.rollout.on_divergence=warn)" in caplog.text
+
+
+def test_a_backend_that_cannot_score_prompts_runs_no_canary(tiny_model_dir, caplog):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    watch = _watch(tiny_model_dir, _Servers(model, {"s0": 0.0}, unsupported=True))
+    assert watch.after_sync(model, 1) == {} and not watch.enabled
+    assert "no canary on this backend" in caplog.text
+
+
 @pytest.mark.slow
 def test_a_clean_25_step_run_on_three_agentrl_serve_servers_drains_nothing(tmp_path):
     """The issue's false-alarm check: GRPO on the smoke's task (nano model), the rollout on
