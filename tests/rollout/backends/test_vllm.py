@@ -508,6 +508,7 @@ def test_async_training_on_vllm_verifies_every_sync_and_versions_every_token(
         asyncio.run(first.update_weights(str(as_served), weight_version="0"))
     assert [m["training/global_step"] for m in history] == [1.0, 2.0, 3.0]
     assert all(m["rollout/weights_verified"] == 1 for m in history)  # every sync verified
+    assert all(m["rollout/canary/drained"] == 0 for m in history)  # the canary: no alarm
     assert all(m.get("rollout/agent_errors", 0) == 0 for m in history)
     rows = [json.loads(line) for step in (1, 2, 3)
             for line in (tmp_path / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
@@ -515,3 +516,48 @@ def test_async_training_on_vllm_verifies_every_sync_and_versions_every_token(
     assert all(row["policy_versions"] for row in rows)  # the server's versions, every token
     assert all(0 <= row["step"] - 1 - min(row["policy_versions"]) <= 1 for row in rows)
     assert max(max(row["policy_versions"]) for row in rows) >= 1  # synced weights served
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.xdist_group("vllm")
+def test_a_clean_25_step_sync_run_on_vllm_drains_nothing(vllm_servers, varied_model_dir,
+                                                          make_config, tmp_path):  # fmt: skip
+    """The canary's false-alarm check on vLLM (issue 55): 25 sync-mode GRPO steps against the
+    module's first vLLM CPU server (the trainer's model the untied copy it serves), every sync
+    verified and followed by the canary (prompt log-probs and vLLM's top-k); none drains it,
+    whatever the gap between vLLM's CPU kernels and the trainer's forward. With
+    AGENTRL_RECORD_CANARY=<a .json path> the run's canary values are written there
+    (bench/results/canary_clean_vllm_cpu_2026-12-07.json is one such run)."""
+    from agentrl.rollout.backends.untie import write_untied_copy
+    from agentrl.trainer import run_train
+
+    as_served = write_untied_copy(varied_model_dir, tmp_path / "as_served")
+    first = vllm_servers.first
+    asyncio.run(first.update_weights(str(as_served), weight_version="0"))
+    try:
+        history = run_train(make_config(
+            f"actor_rollout_ref.model.path={as_served}", "actor_rollout_ref.rollout.name=vllm",
+            f"actor_rollout_ref.rollout.server_urls=[{first.server_urls[0]}]",
+            "actor_rollout_ref.rollout.request_timeout=120", "trainer.total_epochs=100",
+            "trainer.total_training_steps=25", "trainer.logger=[file]",
+        ))  # fmt: skip
+    finally:  # as it was launched, for the module's other tests
+        asyncio.run(first.update_weights(str(as_served), weight_version="0"))
+    assert len(history) == 25
+    assert all(m["rollout/weights_verified"] == 1 for m in history)
+    assert sum(m["rollout/canary/drained"] for m in history) == 0
+    gaps = [m["rollout/canary/logprob_gap_max"] for m in history]
+    threshold = history[0]["rollout/canary/threshold"]
+    assert max(gaps) < threshold, (gaps, threshold)
+    assert all("rollout/canary/kl_topk" in m for m in history)  # vLLM gives its top-k
+    if os.environ.get("AGENTRL_RECORD_CANARY"):
+        record = {"what": "clean 25-step sync GRPO run on one vLLM CPU server (tests/rollout/"
+                          "backends/test_vllm.py): the canary after every sync",
+                  "threshold": threshold, "logprob_gap_max": gaps,
+                  "logprob_gap_mean": [m["rollout/canary/logprob_gap_mean"] for m in history],
+                  "kl_topk": [m["rollout/canary/kl_topk"] for m in history],
+                  "drained": sum(m["rollout/canary/drained"] for m in history),
+                  "canary_s": [m["rollout/canary/seconds"] for m in history],
+                  "step_s": [m["timing_s/step"] for m in history]}  # fmt: skip
+        Path(os.environ["AGENTRL_RECORD_CANARY"]).write_text(json.dumps(record, indent=1) + "\n")
