@@ -42,6 +42,7 @@ EVAL_LABELS = {"eval_sft": "after SFT", "eval_rl": "after GRPO", "control": "SFT
 EVAL_COLOURS = {"eval_sft": "tab:blue", "eval_rl": "tab:orange", "control": "tab:grey"}
 VAL_TOOL_RATE = "val-aux/rollout/tool_call_rate"
 GAP = "training/rollout_log_probs_diff"  # the train/inference gap metrics' prefix
+CANARY = "rollout/canary/"  # the canary after each weight sync (agentrl/workers/canary.py)
 # Stages the trainer times after a step, outside timing_s/step (ppo_trainer._after_step).
 AFTER_STEP = ("timing_s/testing", "timing_s/save_checkpoint")
 
@@ -421,11 +422,17 @@ def training_plots(rows: list[dict[str, Any]], evaluation: dict[str, Any]) -> li
         _panels(
             rows, "logprob_gap", "Train/inference gap",
             [("log-prob gap of the trained tokens", [f"{GAP}_p50", f"{GAP}_p99", f"{GAP}_max"],
-              "|rollout - trainer| log-prob", False)],
+              "|rollout - trainer| log-prob", False),
+             ("canary after each weight sync", [f"{CANARY}logprob_gap_max",
+                                                f"{CANARY}threshold"],
+              "|server - trainer| log-prob", False)],
             "per step, the median, 99th percentile and largest |rollout log-prob - trainer "
             "log-prob| over the trained tokens (training/rollout_log_probs_diff_*): the gap the "
             "rollout correction works on; the viewer's order \"largest train/inference gap "
-            "first\" lists the trajectories it comes from",
+            "first\" lists the trajectories it comes from. Beside it, the canary after each "
+            "weight sync: the worst server's largest log-prob gap on the fixed canary "
+            "sequences and the threshold past which a server is drained (rollout/canary/*, "
+            "docs/backends.md)",
         ),
         _timing(rows),
     ]  # fmt: skip

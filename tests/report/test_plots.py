@@ -37,6 +37,17 @@ def test_kl_and_tool_calls_per_trajectory_plots_need_only_their_own_keys():
     assert [p.name for p in training_plots(rows, {})] == ["tool_calls"]
 
 
+def test_the_canary_is_drawn_beside_the_train_inference_gap():
+    rows = [{"step": s, "rollout/canary/logprob_gap_max": 1e-6 * s,
+             "rollout/canary/threshold": 0.02} for s in (1, 2, 3)]  # fmt: skip
+    [plot] = training_plots(rows, {})
+    assert plot.name == "logprob_gap" and plot.points == {
+        "canary after each weight sync: rollout/canary/logprob_gap_max": 3,
+        "canary after each weight sync: rollout/canary/threshold": 3,
+    }
+    assert "threshold past which a server is drained" in plot.caption
+
+
 def test_report_json_evaluations_alone_make_an_accuracy_plot_and_a_stage_plot(synthetic):
     report = synthetic.quickstart_report()
     assert [p.name for p in training_plots([], report)] == ["accuracy"]
