@@ -170,6 +170,8 @@ class CanaryWatch:
         self.sequences: list[list[int]] | None = None
         self.thresholds: Thresholds | None = None
         self._index: dict[str, int] = {}  # server -> its i in the /server{i} metrics
+        self._last: CanarySet | None = None  # the last sync's trainer side
+        self._between = [0, 0]  # drained, re-admitted by `before_rollout` since the last sync
 
     @property
     def enabled(self) -> bool:
@@ -225,37 +227,63 @@ class CanaryWatch:
         metrics = aggregate({s: scores[s] for s in sorted(scores, key=self._index.get)})
         metrics = {_renumber(k, scores, self._index): v for k, v in metrics.items()}
         drained, readmitted = self._act(canary, servers, diverging)
+        self._last = canary
+        (drained_before, readmitted_before), self._between = self._between, [0, 0]
         metrics |= {
-            "rollout/canary/drained": float(drained),
-            "rollout/canary/readmitted": float(readmitted),
+            "rollout/canary/drained": float(drained + drained_before),
+            "rollout/canary/readmitted": float(readmitted + readmitted_before),
             "rollout/canary/servers_out": float(len(self._drained())),
             "rollout/canary/threshold": self.thresholds.logprob_gap_max,
         }
         return metrics
 
-    def _act(self, canary: CanarySet, servers: list[str],
-             diverging: dict[str, str]) -> tuple[int, int]:  # fmt: skip
-        """Drain, reload and re-score the diverging servers; re-admit the drained ones that
-        pass. Returns (drained now, re-admitted now)."""
+    def _act(self, canary: CanarySet, servers: list[str], diverging: dict[str, str],
+             judged: Sequence[str] | None = None) -> tuple[int, int]:  # fmt: skip
+        """Drain the diverging servers (unless that is every one), send them the weights
+        again and re-score them; re-admit the drained ones of ``judged`` (default: every
+        one of ``servers``, all scored) that pass; with no server passing,
+        ``on_divergence``. Returns (drained now, re-admitted now)."""
         was_out = set(self._drained())
-        if len(diverging) == len(servers):
-            self._no_server_passes(diverging)
-            return 0, 0
+        every = len(diverging) == len(servers)
         drained = 0
         for server, why in diverging.items():
-            if server not in was_out and self._drain(server, why):
+            if not every and server not in was_out and self._drain(server, why):
                 drained += 1
         still = dict(diverging)
         if still and hasattr(self.backend, "reload"):
             still = self.loop.run(self._reload_and_rescore(canary, list(still), still))
+        if still and len(still) == len(servers):
+            self._no_server_passes(still)
+            return drained, 0
+        for server, why in still.items():  # every one failed at first: some pass now
+            if every and server not in was_out and self._drain(server, why):
+                drained += 1
         readmitted = 0
         for server in self._drained():
-            if server in servers and server not in still:
+            if server in (servers if judged is None else judged) and server not in still:
                 self.backend.readmit(server)
                 readmitted += 1
         for server, why in still.items():
             logger.warning("rollout server %s stays drained: %s", server, why)
         return drained, readmitted
+
+    def before_rollout(self) -> None:
+        """A server whose reported weight version is no longer the last sync's (its weights
+        changed since: an update sent by someone else, a restart) is drained, sent the
+        weights again and re-scored against the last sync's canary before the rollout uses
+        it; counted in the next sync's ``rollout/canary/drained`` and ``readmitted``."""
+        drift = getattr(self.backend, "version_drift", None)
+        if self._last is None or drift is None:
+            return
+        changed = self.loop.run(drift())
+        if not changed:
+            return
+        why = {url: f"it reports weight version {version}, not {self.backend.weight_version} "
+                    "(its weights changed since the sync)" for url, version in changed.items()}
+        drained, readmitted = self._act(self._last, list(self.backend.canary_servers()), why,
+                                        judged=list(why))  # fmt: skip
+        self._between[0] += drained
+        self._between[1] += readmitted
 
     def _drain(self, server: str, why: str) -> bool:
         drain = getattr(self.backend, "drain", None)

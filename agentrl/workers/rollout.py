@@ -147,8 +147,11 @@ class HybridRollout:
         return self.rollout.engine_kind
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """Roll out ``prompts``; the engine is woken first and put to sleep after on GPU."""
+        """Roll out ``prompts``; the engine is woken first and put to sleep after on GPU. A
+        server whose weights changed since the sync is drained first (the canary's
+        ``before_rollout``)."""
         self._wake()
+        self.canary.before_rollout()
         try:
             return self.rollout.generate_sequences(prompts)
         finally:

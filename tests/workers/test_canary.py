@@ -119,6 +119,37 @@ def test_a_server_given_wrong_weights_is_drained_reloaded_and_readmitted(
             rollout.close()
 
 
+def test_a_server_given_other_weights_after_a_sync_is_drained_before_the_rollout(
+        varied_model_dir, tmp_path):  # fmt: skip
+    """Wrong weights posted to one server between two syncs (its own weight route, as an
+    operator's mistake would): the rollout's version check finds it before generating,
+    drains it, sends it the sync's weights again, re-scores it and re-admits it; the next
+    sync's metrics count it."""
+    import httpx
+
+    wrong = tmp_path / "wrong"
+    _trained(varied_model_dir, 9).save_pretrained(wrong)
+    with _three_servers(varied_model_dir) as (urls, backends):
+        rollout = _rollout(varied_model_dir, urls, tmp_path)
+        try:
+            trained = _trained(varied_model_dir, 1)
+            rollout.update_weights(trained, step=1)
+            httpx.post(f"{urls[2]}/update_weights_from_disk", json={"model_path": str(wrong)},
+                       timeout=60).raise_for_status()  # fmt: skip
+            assert backends[2].weight_version != "1"
+            out = rollout.generate_sequences(_prompts())
+            assert len(out) == 4
+            assert backends[2].weight_version == "1"  # reloaded with the sync's weights
+            served = backends[2].model.state_dict()
+            assert all(torch.equal(served[k], v) for k, v in trained.state_dict().items())
+            assert rollout.backend.drained() == []  # re-admitted: its canary passes
+            rollout.update_weights(trained, step=2)
+            assert rollout.canary_metrics["rollout/canary/drained"] == 1
+            assert rollout.canary_metrics["rollout/canary/readmitted"] == 1
+        finally:
+            rollout.close()
+
+
 def test_with_every_server_diverging_on_divergence_decides(varied_model_dir, tmp_path):
     with _three_servers(varied_model_dir) as (urls, backends):
         rollout = _rollout(varied_model_dir, urls[:1], tmp_path,

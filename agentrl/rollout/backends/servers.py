@@ -395,6 +395,17 @@ class ServerBackend:
     def drained(self) -> list[str]:
         return self.pool.drained()
 
+    async def version_drift(self) -> dict[str, str]:
+        """The live servers taking calls that report another weight version than the last
+        update's (url -> the version it reports): their weights changed since."""
+        if self.weight_version is None:
+            return {}
+        urls = [u for u in self.pool.live(self.control_urls)
+                if self.pool.states[u].drained_reason is None]  # fmt: skip
+        reported = await asyncio.gather(*(self._reported_version(u) for u in urls))
+        return {u: v for u, v in zip(urls, reported, strict=True)
+                if v is not None and v != self.weight_version}  # fmt: skip
+
     async def reload(self, server: str) -> None:
         """Have ``server`` load the last update's directory again (and report its version)."""
         if self._weights_path is None:
