@@ -26,8 +26,12 @@ syncs it names (the first always: it calibrates), in order:
    ``rollout/canary/drained`` counts it; it is sent the weights again (``reload``) and
    scored again, and re-admitted (``rollout/canary/readmitted``) once it passes, now or
    at a later canary. ``rollout/canary/servers_out`` is the number drained after the canary.
-5. When no server passes (one server, or all of them): ``on_divergence: stop`` raises
-   ``CanaryDivergence`` naming each server and why; ``warn`` logs it and keeps them all.
+5. When no server passes (one server, or all of them, after the weights were sent again):
+   ``on_divergence: stop`` raises ``CanaryDivergence`` naming each server and why; ``warn``
+   logs it and keeps them all.
+
+Between syncs, ``before_rollout`` (called by the rollout before it generates) drains, reloads
+and re-scores a server whose reported weight version changed since the sync.
 """
 
 from __future__ import annotations
