@@ -8,8 +8,9 @@ agentrl's sandbox (harness.py; Codex's own sandbox is bypassed: it cannot nest i
 with ``CODEX_HOME`` in the episode's home holding a ``config.toml`` whose provider
 ``agentrl`` speaks the Responses API to the sample's gateway session, and the flags that
 keep it off the network (``analytics.enabled=false``; plugins, remote plugins, apps, update
-checks and model discovery disabled). ``AGENTRL_CODEX_BIN`` names the binary (else ``codex``
-on PATH) and ``AGENTRL_CODEX_ARGS`` adds arguments; ``agent(**options)`` as in
+checks and model discovery disabled; so are its subagent tools, which ``--enable
+multi_agent`` in the extra arguments offers). ``AGENTRL_CODEX_BIN`` names the binary (else
+``codex`` on PATH) and ``AGENTRL_CODEX_ARGS`` adds arguments; ``agent(**options)`` as in
 claude_code.py.
 """
 
@@ -31,11 +32,18 @@ base_url = "http://127.0.0.1/v1"
 wire_api = "responses"
 env_key = "AGENTRL_API_KEY"
 """
-DISABLED = ("plugins", "remote_plugin", "apps", "in_app_updates", "api_key_model_discovery")
+# features turned off: the network's (plugins, apps, updates, model discovery) and the
+# subagent tools (multi_agent: the multi_agent_v1 group, ~5k characters of schemas in every
+# prompt); ``extra_args=("--enable", "multi_agent")`` offers them (docs/agents.md)
+DISABLED = ("plugins", "remote_plugin", "apps", "in_app_updates", "api_key_model_discovery",
+            "multi_agent")
 
 
 def _command(binary: str, prompt: str, home: Path, extra: list[str]) -> list[str]:
-    disabled = [arg for feature in DISABLED for arg in ("--disable", feature)]
+    # a feature the extra arguments --enable is not disabled (Codex keeps the first flag)
+    enabled = {extra[i + 1] for i, arg in enumerate(extra[:-1]) if arg == "--enable"}
+    disabled = [arg for feature in DISABLED if feature not in enabled
+                for arg in ("--disable", feature)]
     return [binary, "exec", "--json", "--skip-git-repo-check",
             "--dangerously-bypass-approvals-and-sandbox", "-m", MODEL_NAME,
             "-c", "analytics.enabled=false",

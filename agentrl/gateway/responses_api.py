@@ -11,10 +11,13 @@ session records the same token-exact trajectory), and the completion back into a
 - ``previous_response_id``: the conversation of that response of this session (its input
   and its output) comes first, as OpenAI chains responses (its ``instructions`` are not
   carried over); an id this session never gave is a 400;
-- ``tools`` (function tools: ``name``, ``description``, ``parameters``), ``tool_choice``
-  ``auto`` / ``none``, ``max_output_tokens``, ``temperature``, ``top_p``, ``stream``;
+- ``tools`` (function tools: ``name``, ``description``, ``parameters``; a ``namespace``
+  group's function tools, such as Codex's ``multi_agent_v1`` with its ``spawn_agent``, join
+  them under their own names), ``tool_choice`` ``auto`` / ``none``, ``max_output_tokens``,
+  ``temperature``, ``top_p``, ``stream``;
 - the answer: ``output`` items (a ``message`` with one ``output_text`` part, then one
-  ``function_call`` per call), ``status`` ``completed`` or ``incomplete``
+  ``function_call`` per call, with its ``namespace`` when the tool came from one: Codex runs
+  a group's tool only so), ``status`` ``completed`` or ``incomplete``
   (``incomplete_details.reason`` ``max_output_tokens``), ``usage``. With ``stream`` it
   comes as the Responses server-sent events (``response.created``,
   ``response.output_item.added``, text or argument deltas and their ``done`` events,
@@ -24,7 +27,7 @@ Accepted and ignored (what the Codex CLI sends with every turn; docs/gateway.md'
 ``store`` (nothing is stored but the session's own record), ``parallel_tool_calls`` (every
 call the parser finds is returned), ``reasoning``, ``include``, ``prompt_cache_key``,
 ``client_metadata``, ``metadata``, ``text``, ``truncation``, ``service_tier``, ``user``; hosted
-tools and ``namespace`` groups (``IGNORED_TOOLS``) are left out of the prompt.
+tools (``IGNORED_TOOLS``) are left out of the prompt.
 
 Not supported, refused with a 400 naming the field: other tool types, image and file
 inputs, reasoning items, ``tool_choice`` other than ``auto`` / ``none``.
@@ -42,10 +45,9 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 # tools the gateway cannot run, accepted and left out of the prompt (the model never sees
-# them, so never calls them): OpenAI's hosted tools, and Codex's `namespace` groups of
-# sub-agent tools (Codex sends web_search and a multi_agent namespace with every turn)
+# them, so never calls them): OpenAI's hosted tools (Codex sends web_search every turn)
 IGNORED_TOOLS = ("web_search", "web_search_preview", "file_search", "computer_use_preview",
-                 "code_interpreter", "image_generation", "local_shell", "mcp", "namespace")
+                 "code_interpreter", "image_generation", "local_shell", "mcp")
 MESSAGE_ROLES = {"user": "user", "system": "system", "developer": "system",
                  "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -122,7 +124,7 @@ def responses_to_chat_request(body: dict[str, Any], history: list[dict[str, Any]
         messages.insert(0, {"role": "system", "content": str(body["instructions"])})
     messages += input_messages(body.get("input"))
     tools = []
-    for i, tool in enumerate(body.get("tools") or []):
+    for i, tool in enumerate(_flat_tools(body.get("tools") or [])):
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind in IGNORED_TOOLS:  # hosted tools and groups: left out of the prompt
             logger.debug("responses: tools[%d] of type %r left out of the prompt", i, kind)
@@ -146,11 +148,33 @@ def responses_to_chat_request(body: dict[str, Any], history: list[dict[str, Any]
     return chat
 
 
+def _flat_tools(tools: list[Any]) -> list[Any]:
+    """``tools`` with each ``namespace`` group replaced by its function tools (the client
+    runs them: Codex's subagent tools)."""
+    flat = []
+    for tool in tools:
+        if isinstance(tool, dict) and tool.get("type") == "namespace":
+            flat += [{"type": "function", **inner} for inner in tool.get("tools") or []
+                     if isinstance(inner, dict) and inner.get("type", "function") == "function"]
+        else:
+            flat.append(tool)
+    return flat
+
+
+def tool_namespaces(tools: list[Any]) -> dict[str, str]:
+    """The namespace of each tool a ``namespace`` group of ``tools`` holds, by tool name."""
+    return {inner["name"]: tool["name"] for tool in tools
+            if isinstance(tool, dict) and tool.get("type") == "namespace"
+            for inner in tool.get("tools") or []
+            if isinstance(inner, dict) and isinstance(inner.get("name"), str)}
+
+
 def to_response(completion: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
     """The Responses answer of a chat completion."""
     choice = completion["choices"][0]
     message = choice["message"]
     output: list[dict[str, Any]] = []
+    namespaces = tool_namespaces(body.get("tools") or [])
     if message.get("content"):
         output.append({
             "type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}", "status": "completed",
@@ -158,8 +182,10 @@ def to_response(completion: dict[str, Any], body: dict[str, Any]) -> dict[str, A
             "content": [{"type": "output_text", "text": message["content"], "annotations": []}],
         })  # fmt: skip
     for call in message.get("tool_calls") or []:
+        name = call["function"]["name"]
         output.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:24]}",
-                       "call_id": call["id"], "name": call["function"]["name"],
+                       "call_id": call["id"], "name": name,
+                       **({"namespace": namespaces[name]} if name in namespaces else {}),
                        "arguments": call["function"]["arguments"], "status": "completed"})
     incomplete = choice["finish_reason"] == "length"
     usage = completion["usage"]
@@ -229,4 +255,5 @@ def response_stream_events(response: dict[str, Any]) -> Iterator[str]:
 
 
 __all__ = ["ResponsesRequestError", "conversation_after", "input_messages",
-           "response_stream_events", "responses_to_chat_request", "to_response"]
+           "response_stream_events", "responses_to_chat_request", "to_response",
+           "tool_namespaces"]

@@ -18,12 +18,13 @@ extends whichever segment its messages continue (not only the latest), so an age
 comes back to its thread after a subagent's calls continues its own segment. A new segment
 is linked by ``link``:
 
-- ``spawn``: its prompt holds the task of a subagent tool call (``SPAWN_TOOLS``: Claude
-  Code's ``Agent``/``Task`` ``prompt``, Codex's ``spawn_agent`` ``message``) that no segment
-  answered yet, and shares no turn with any segment (system messages at most): the
+- ``spawn``: a user message of its prompt past what it shares with any segment holds the
+  task of a subagent tool call (``SPAWN_TOOLS``: Claude Code's ``Agent``/``Task``
+  ``prompt``, Codex's ``spawn_agent`` ``message``) that no spawned segment took yet: the
   subagent's segment is a child of the segment that made the call, branching after the
   assistant message that holds it (the earliest such call first, so parallel subagents
-  each take their own call);
+  each take their own call; Codex's subagent shares the first messages, its instructions
+  and environment, with the main thread, Claude Code's none);
 - ``fork``: otherwise the segment that shares the longest message prefix with its prompt
   (the messages it keeps); on a tie, the one more of whose assistant messages its prompt
   carries (a compacted history keeps the last turns of the thread it replaces), then one
@@ -235,8 +236,7 @@ def link(segment: Segment, segments: list[Segment]) -> None:
         return
     prompt = segment.messages[: segment.prompt_messages]
     shared = [_common_prefix(other.messages, prompt) for other in segments]
-    turns_shared = any(m["role"] != "system" for m in prompt[: max(shared)])
-    spawn = None if turns_shared else _spawning_call(segments, prompt)
+    spawn = _spawning_call(segments, prompt[max(shared):])
     if spawn is not None:
         segment.parent, segment.branch_message = spawn
         segment.branch = "spawn"
@@ -252,10 +252,11 @@ def link(segment: Segment, segments: list[Segment]) -> None:
     segment.branch_token = _common_prefix(segments[segment.parent].input_ids, segment.input_ids)
 
 
-def _spawning_call(segments: list[Segment], prompt: list[dict]) -> tuple[int, int] | None:
+def _spawning_call(segments: list[Segment], new: list[dict]) -> tuple[int, int] | None:
     """(segment, messages before the branch) of the earliest subagent call (``SPAWN_TOOLS``)
-    whose task a user message of ``prompt`` holds and that no spawned segment took yet."""
-    users = [m["content"] for m in prompt if m["role"] == "user"]
+    whose task a user message of ``new`` (the prompt's messages no segment shares) holds
+    and that no spawned segment took yet."""
+    users = [m["content"] for m in new if m["role"] == "user"]
     taken: dict[tuple[int | None, int], int] = {}
     for child in segments:
         if child.branch == "spawn":

@@ -21,6 +21,11 @@ What triggers each, offline (docs/agents.md, "Session trees of the real CLIs"):
 - Codex compacts past ``model_auto_compact_token_limit`` (``-c``): its summarisation call
   is the whole history, a checkpoint request added and no tools; the compacted history keeps
   the first messages and the tools.
+- Codex's subagents are its ``multi_agent_v1`` tools (``--enable multi_agent``: the harness
+  turns them off by default; ``spawn_agent``, then ``wait_agent`` on the id it returns;
+  ``multi_agent_v2``, off by default in 0.171, is not exercised); the subagent runs beside the main thread, so the policy answers by
+  thread (``ThreadPolicy``: the main thread's prompts hold the episode's task) rather than by
+  call order.
 
 Marked ``harness``.
 """
@@ -29,6 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+from collections import Counter
 
 import pytest
 
@@ -47,24 +54,62 @@ COMPACT_ARGS = ("--bare", "--settings", json.dumps({"env": {
     "CLAUDE_CODE_AUTO_COMPACT_WINDOW": "100000", "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "3.5"}}))
 
 
-def _episode(agent_fn, replies: list[str], tokenizer, check: dict):
-    """One episode through agent mode with every segment trained: (output, policy outputs
-    in call order, the rows' trees by segment index)."""
+class ThreadPolicy:
+    """The scripted policy per thread: a call whose prompt holds ``marker`` (the episode's
+    task: only the main thread's prompts do) takes the next of ``main``'s replies, any other
+    the next of ``sub``'s; a reply may be a function of the decoded prompt. ``outputs``:
+    ``(thread, output ids)`` in call order."""
+
+    weight_version = 0
+
+    def __init__(self, main: list, sub: list, tokenizer, marker: str) -> None:
+        from agentrl.rollout.backends.scripted import ScriptedBackend
+
+        self.scripts = {"main": main, "sub": sub}
+        self.tokenizer, self.marker = tokenizer, marker
+        self.ids = ScriptedBackend(["-"], tokenizer)  # its reply -> output ids rule
+        self.turns: Counter[str] = Counter()
+        self.outputs: list[tuple[str, list[int]]] = []
+
+    async def generate(self, input_ids, sampling_params, request_id):
+        from agentrl.rollout.backends.base import GenerationOutput
+
+        text = self.tokenizer.decode(input_ids)
+        thread = "main" if self.marker in text else "sub"
+        reply = self.scripts[thread][self.turns[thread]]
+        self.turns[thread] += 1
+        ids = self.ids.output_ids(reply(text) if callable(reply) else reply, sampling_params)
+        self.outputs.append((thread, ids))
+        return GenerationOutput(ids, self.tokenizer.decode(ids), "stop", [0.0] * len(ids),
+                                meta_info={"weight_version": "0"})
+
+
+def _rollout(agent_fn, backend, tokenizer, check: dict):
+    """One episode through agent mode with every segment trained: the output, every row
+    completed."""
     from agentrl.gateway.agent_rollout import AgentRollout
-    from agentrl.rollout.backends.scripted import ScriptedBackend
 
     rollout = load_config(overrides=[
-        "data.max_prompt_length=20480", "data.max_response_length=8192",
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=28672",
+        "data.max_prompt_length=32768", "data.max_response_length=8192",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=40960",
         "actor_rollout_ref.rollout.agent_timeout=150",
         "actor_rollout_ref.rollout.agent_client=anthropic",
         "actor_rollout_ref.rollout.agent_segments=all",
         "actor_rollout_ref.rollout.multi_turn.enable=false",
     ]).actor_rollout_ref.rollout
-    backend = ScriptedBackend(replies, tokenizer)
     engine = AgentRollout(rollout, tokenizer, backend, agent_fn)
     out = asyncio.run(engine.agenerate_sequences(prompts_batch(1, extra_info=[check])))
     assert set(out.non_tensor_batch["request_state"]) == {"completed"}  # every row
+    return out
+
+
+def _episode(agent_fn, replies: list[str], tokenizer, check: dict):
+    """One episode over the scripted policy (replies in call order): (output, policy
+    outputs in call order, the rows by segment index)."""
+    from agentrl.rollout.backends.scripted import ScriptedBackend
+
+    backend = ScriptedBackend(replies, tokenizer)
+    out = _rollout(agent_fn, backend, tokenizer, check)
     calls = [ids for rid, ids in backend.outputs if "~side" not in rid]
     assert len(calls) == len(backend.outputs)  # no side call
     rows = {tree["index"]: i for i, tree in enumerate(out.non_tensor_batch["segment"])}
@@ -177,3 +222,39 @@ def test_codex_compaction_forks_and_restarts_from_the_thread(tiny_tokenizer, bwr
     assert "SUMMARY-OF-THE-WORK" in tiny_tokenizer.decode(
         out.batch["prompts"][rows[2]].tolist())
     _assert_every_policy_token_trains_once(out, calls)
+
+
+def test_codex_subagent_is_a_child_at_its_spawn_agent_call(tiny_tokenizer, bwrap):
+    agent = codex.agent(binary=cli_binary("AGENTRL_CODEX_BIN", "codex"), sandbox="bwrap",
+                        extra_args=("--enable", "multi_agent"))  # off by default
+
+    def wait(prompt: str) -> str:  # wait for the agent whose id spawn_agent returned
+        agent_id = re.search(r'agent_id[\\"]*:[\\"]*([0-9a-f-]{36})', prompt)[1]
+        return _tool_call("wait_agent", {"targets": [agent_id], "timeout_ms": 60000})
+
+    policy = ThreadPolicy(
+        main=[_tool_call("spawn_agent", {"message": "echo from-sub | tee note.txt"}), wait,
+              "done"],
+        sub=[shell_call("exec_command", "cmd", "echo from-sub | tee note.txt"), "sub done"],
+        tokenizer=tiny_tokenizer, marker="Question conv-0?")
+    out = _rollout(agent, policy, tiny_tokenizer, NOTE)
+    threads = [thread for thread, _ in policy.outputs]
+    assert sorted(threads) == ["main"] * 3 + ["sub"] * 2
+    rows = {tree["index"]: i for i, tree in enumerate(out.non_tensor_batch["segment"])}
+    assert sorted(rows) == [0, 1]
+    main, sub = (out.non_tensor_batch["segment"][rows[k]] for k in (0, 1))
+    assert (main["parent"], main["branch"]) == (None, None)
+    # a child of the main thread, after the assistant turn holding spawn_agent (two
+    # developer messages, the environment, the task, that turn), though it shares the
+    # first three messages with it
+    assert (sub["parent"], sub["branch"], sub["branch_message"]) == (0, "spawn", 5)
+    prompt = tiny_tokenizer.decode(out.batch["prompts"][rows[0]].tolist())
+    assert "spawn_agent" in prompt  # the group's tools are offered
+    assert list(out.non_tensor_batch["episode_row"])[rows[0]] == 0
+    assert _trained(out, rows[0]) == [t for th, ids in policy.outputs if th == "main"
+                                      for t in ids]
+    assert _trained(out, rows[1]) == [t for th, ids in policy.outputs if th == "sub"
+                                      for t in ids]
+    assert "from-sub" in _untrained_text(out, rows[1], tiny_tokenizer)
+    _assert_every_policy_token_trains_once(out, [ids for _, ids in policy.outputs])
+    assert out.meta_info["metrics"]["gateway/forks"] == 0

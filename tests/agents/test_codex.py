@@ -66,3 +66,13 @@ def test_a_fork_bomb_a_memory_hog_and_a_disk_filler_end_only_their_episodes(tiny
     one forks without end, one allocates 4 GB, one fills its workspace, one stops there."""
     out, results, took = run_limits_batch(_agent(**LIMIT_OPTIONS), lambda c: shell_call("exec_command", "cmd", c), tiny_tokenizer)
     assert_limits_held(out, results, took, tiny_tokenizer)
+
+
+def test_the_subagent_tools_are_off_unless_the_extra_arguments_enable_them(tmp_path):
+    def flags(extra: list[str]) -> list[str]:
+        command = codex.CODEX.command("codex", "task", tmp_path, extra)
+        return [command[i + 1] for i, arg in enumerate(command) if arg == "--disable"]
+
+    assert "multi_agent" in flags([])  # the multi_agent_v1 group is not sent by default
+    enabled = flags(["--enable", "multi_agent"])
+    assert "multi_agent" not in enabled and "plugins" in enabled

@@ -175,7 +175,21 @@ def test_a_codex_episode_with_parallel_calls_is_recorded_token_exact(tiny_tokeni
         t for _, out in backend.outputs for t in out]
     prompt = tiny_tokenizer.decode(ids[:trajectory["prompt_length"]])
     assert "You are a coding agent running in Codex." in prompt
-    assert "close_agent" not in prompt and "web_search" not in prompt  # left out
+    assert "web_search" not in prompt  # a hosted tool: left out
+    assert "close_agent" in prompt  # a namespace group's tool: Codex runs it
     tool_span = ids[trajectory["prompt_length"] + len(backend.outputs[0][1]):
                     len(ids) - len(backend.outputs[1][1])]
     assert "f.txt" in tiny_tokenizer.decode(tool_span)
+
+
+def test_a_namespace_groups_tool_is_offered_and_its_call_names_the_namespace(tiny_tokenizer):
+    """Codex runs a group's tool (its subagent tools) only when the call names the group."""
+    from agentrl.rollout.backends.scripted import ScriptedBackend as Replies
+
+    close = call_text("close_agent", "").replace('{"text": ""}', json.dumps({"cmd": "a1"}))
+    backend = Replies([close + "\n" + _exec_call("ls")], tiny_tokenizer)
+    with serve_in_thread(create_app(backend, tiny_tokenizer, model_name="policy")) as url:
+        calls = _done_items(httpx.post(f"{url}/sessions/ns/v1/responses",
+                                       json={**CODEX_FIELDS, "input": CODEX_INPUT}))
+    assert [(c["name"], c.get("namespace")) for c in calls] == [
+        ("close_agent", "multi_agent_v1"), ("exec_command", None)]
