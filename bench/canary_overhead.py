@@ -7,7 +7,7 @@ seconds over a sync-mode step's, on the CPU quickstart's shape.
 Each run is `agentrl smoke` (agentrl/smoke.py: the quickstart's tiny model, calculator task
 and GRPO on CPU, sync mode, in-process workers, the embedded hf engine) with
 ``rollout.canary=every_sync`` in a fresh process. Per step the canary's own time is its
-metric ``rollout/canary/seconds`` (the trainer's greedy canary set at the first sync, the
+metric ``timing/canary_s`` (the trainer's greedy canary set at the first sync, the
 trainer's forward on it and the engine's scoring after every sync); a run's figure is the
 median over its steps after the first (the first pays for warm-up and builds the set) of
 canary seconds / ``timing_s/step``. Prints one JSON line: the median of the runs' ratios
@@ -40,7 +40,7 @@ def run_variant(variant: str, steps: int, size: str, seed: int) -> dict:
                             overrides=["actor_rollout_ref.rollout.canary=every_sync",
                                        "trainer.logger=[file]"])  # fmt: skip
     step_s = [m["timing_s/step"] for m in history]
-    canary_s = [m.get("rollout/canary/seconds", float("nan")) for m in history]
+    canary_s = [m.get("timing/canary_s", float("nan")) for m in history]
     ratios = [c / s for c, s in zip(canary_s[1:], step_s[1:], strict=True)]
     return {"variant": variant, "step_s": step_s, "canary_s": canary_s,
             "median_ratio": statistics.median(ratios)}  # fmt: skip

@@ -209,7 +209,7 @@ class CanaryWatch:
             if mismatches:  # nothing drains them here: the weight check stops the run
                 raise mismatches[0] from err
             return {}
-        metrics["rollout/canary/seconds"] = time.perf_counter() - started
+        metrics["timing/canary_s"] = time.perf_counter() - started
         return metrics
 
     # ------------------------------------------------------------------ servers

@@ -558,6 +558,6 @@ def test_a_clean_25_step_sync_run_on_vllm_drains_nothing(vllm_servers, varied_mo
                   "logprob_gap_mean": [m["rollout/canary/logprob_gap_mean"] for m in history],
                   "kl_topk": [m["rollout/canary/kl_topk"] for m in history],
                   "drained": sum(m["rollout/canary/drained"] for m in history),
-                  "canary_s": [m["rollout/canary/seconds"] for m in history],
+                  "canary_s": [m["timing/canary_s"] for m in history],
                   "step_s": [m["timing_s/step"] for m in history]}  # fmt: skip
         Path(os.environ["AGENTRL_RECORD_CANARY"]).write_text(json.dumps(record, indent=1) + "\n")
