@@ -18,6 +18,7 @@ import threading
 import time
 import types
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -322,6 +323,64 @@ def assert_limits_held(out, results: dict[str, dict], took: float, tokenizer) ->
     for mode, text in zip(list(LIMIT_MODES)[1:], texts[1:], strict=True):
         assert f"survived-{mode}" not in text
     assert took < 55  # not the hostile episodes' `sleep 60`
+
+
+def episode_processes(root: Path) -> list[str]:
+    """The command lines of host processes that belong to an episode under ``root``: a
+    bwrap or a bridge (``root`` in their arguments), a CLI or what it started (``HOME`` in
+    an episode folder under ``root``)."""
+    found, marker = [], str(root).encode()
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and int(proc.name) != os.getpid():
+                cmdline = (proc / "cmdline").read_bytes()
+                environ = (proc / "environ").read_bytes().split(b"\0")
+                if marker in cmdline or any(v.startswith(b"HOME=" + marker) for v in environ):
+                    found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+def train_async(make_config, short_prompts, tmp_path: Path, monkeypatch, agent: str,
+                env: dict[str, str]) -> tuple[list[dict], list[dict], Path]:
+    """(the per-step metrics, the dumped rows, the episodes' root) of two trainer.mode=async
+    steps with ``agentrl.agents.<agent>.run`` as the agent function, the CLI's options in
+    ``env``. The policy is the tiny model on the rollout servers (the scripted backend has
+    none for the producer to reach): its text is the CLI's final answer."""
+    from agentrl.trainer import run_train
+
+    root = tmp_path / "episodes"
+    for key, value in {**env, "AGENTRL_AGENT_ROOT": str(root),
+                       "AGENTRL_AGENT_SANDBOX": "bwrap"}.items():
+        monkeypatch.setenv(key, value)  # the producer's process starts with them
+    history = run_train(make_config(
+        *short_prompts, "trainer.mode=async", "off_policy.max_staleness=1",
+        f"actor_rollout_ref.rollout.agent_function=agentrl.agents.{agent}.run",
+        "actor_rollout_ref.rollout.agent_timeout=120",
+        "actor_rollout_ref.rollout.multi_turn.enable=false",
+        "data.train_batch_size=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+        "data.max_prompt_length=8192", "data.max_response_length=32", "data.shuffle=false",
+        "actor_rollout_ref.rollout.max_model_len=8224",  # the tiny model's config says 4096
+        # the canary's calls queue behind the CLI's long prompts on the one busy server: a
+        # second sync's canary found the first still running ("duplicate request id
+        # 'agentrl-canary'") and stopped the run; not what this test is about
+        "actor_rollout_ref.rollout.canary=off",
+        "trainer.total_training_steps=2", f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
+    ))  # fmt: skip
+    rows = [json.loads(line) for step in (1, 2)
+            for line in (tmp_path / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
+    return history, rows, root
+
+
+def assert_trained_async(history: list[dict], rows: list[dict], root: Path) -> None:
+    """Two steps, no failed episode, every trained token versioned within the staleness
+    bound, n episodes of each prompt; nothing of the episodes left running or on disk."""
+    assert [m["training/global_step"] for m in history] == [1.0, 2.0]
+    assert all(m["rollout/agent_errors"] == 0 for m in history)
+    assert len(rows) == 4 and all(row["policy_versions"] for row in rows)
+    assert all(row["step"] - 1 - min(row["policy_versions"]) <= 1 for row in rows)
+    assert sorted(Counter(row["uid"] for row in rows).values()) == [2, 2]
+    assert episode_processes(root) == []
+    assert not root.exists() or list(root.iterdir()) == []
 
 
 def run_harness_episode(harness, task: dict, options) -> dict:

@@ -15,11 +15,13 @@ from tests.agents.conftest import (
     agent_rollout,
     assert_contained,
     assert_limits_held,
+    assert_trained_async,
     cli_binary,
     hostile_command,
     hostile_row,
     run_limits_batch,
     shell_call,
+    train_async,
 )
 
 pytestmark = pytest.mark.harness
@@ -103,3 +105,16 @@ def test_the_turn_budget_stops_the_cli(tiny_tokenizer, bwrap):
     assert results[0]["stopped"] == "turns" and results[0]["turns"] == 2
     assert results[0]["score"] == 1.0  # two commands ran, no third
     assert len([rid for rid, _ in backend.outputs if "~side" not in rid]) == 2
+
+
+@pytest.mark.slow
+def test_two_async_steps_version_every_token_and_leave_no_process(
+        make_config, short_prompts, tmp_path, monkeypatch, bwrap):
+    """agentrl.agents.claude_code.run as the agent function, trainer.mode=async: the
+    producer's process runs the CLI episodes in their cages (``--tools Bash``: a first call
+    of ~1.3k prompt tokens instead of ~4.2k, which the tiny model's one server thread pays
+    for)."""
+    env = {"AGENTRL_CLAUDE_BIN": cli_binary("AGENTRL_CLAUDE_BIN", "claude"),
+           "AGENTRL_CLAUDE_ARGS": "--bare --tools Bash"}
+    assert_trained_async(*train_async(make_config, short_prompts, tmp_path, monkeypatch,
+                                      "claude_code", env))
