@@ -77,6 +77,7 @@ def _segment(row: dict[str, Any], where: str) -> dict[str, Any]:
     return {
         "id": int(tree["index"]),
         "parent": tree["parent"],
+        "branch": tree.get("branch"),
         "branch_message": int(tree["branch_message"]),
         "branch_token": int(tree["branch_token"]),
         "side_call": bool(tree["side_call"]),

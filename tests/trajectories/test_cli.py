@@ -18,10 +18,11 @@ ROW = {"step": 1, "uid": "1-0", "score": 1.0, "prompt_ids": [5, 6], "response_id
 def _agent_rows() -> list[dict]:
     """One agent episode of two segments: the reward row is the second, a child of the
     first at message 1 and token 2."""
-    tree = {"index": 1, "parent": 0, "branch_message": 1, "branch_token": 2, "side_call": False,
-            "session_segments": 2, "session_side_calls": 0}
+    tree = {"index": 1, "parent": 0, "branch": "spawn", "branch_message": 1, "branch_token": 2,
+            "side_call": False, "session_segments": 2, "session_side_calls": 0}
     first = dict(ROW, episode_id="e0", episode_row=1, score=0.0,
-                 segment=dict(tree, index=0, parent=None, branch_message=0, branch_token=0))
+                 segment=dict(tree, index=0, parent=None, branch=None, branch_message=0,
+                              branch_token=0))
     return [dict(ROW, episode_id="e0", episode_row=0, segment=tree), first]
 
 
@@ -35,8 +36,8 @@ def test_export_writes_the_sessions_of_a_dump_directory(tmp_path, capfd):
     assert "wrote 2 sessions (3 segments, 6 policy tokens) from 2 dump files" in capfd.readouterr().out
     agent, engine = read_trajectories(out)
     assert agent["session_id"] == "step1/e0" and agent["reward"] == 1.0
-    assert [(s["id"], s["parent"], s["branch_token"]) for s in agent["segments"]] == [
-        (0, None, 0), (1, 0, 2)]
+    assert [(s["id"], s["parent"], s["branch"], s["branch_token"]) for s in agent["segments"]] == [
+        (0, None, None, 0), (1, 0, "spawn", 2)]
     segment = agent["segments"][1]
     assert segment["token_ids"] == [5, 6, 7, 8, 9] and segment["loss_mask"] == [0, 0, 1, 0, 1]
     assert segment["log_probs"] == [0.0, 0.0, -0.5, 0.0, -0.25]

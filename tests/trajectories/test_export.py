@@ -68,6 +68,7 @@ def test_a_forked_agent_run_exports_validates_and_trains_its_policy_tokens_only(
         # the tree the gateway recorded: the rewrite drops every message, keeps no message
         # but shares the user turn's opening tokens
         assert (first["id"], first["parent"], last["id"], last["parent"]) == (0, None, 1, 0)
+        assert (first["branch"], last["branch"]) == (None, "fork")  # a rewrite, not a subagent
         assert last["branch_message"] == 0 and 0 < last["branch_token"] < last["prompt_length"]
         assert first["token_ids"][: last["branch_token"]] == last["token_ids"][: last["branch_token"]]
         assert session["metadata"]["session_segments"] == 2 and session["reward"] is not None

@@ -59,6 +59,7 @@ def test_a_valid_tree_passes_both_checks_and_the_schema_file_is_the_shipped_one(
     (("segments", 1, "id"), 0, "segments[1].id 0 is used by an earlier segment"),
     (("segments", 1, "parent"), 1, "segments[1].parent 1: a parent's id is smaller"),
     (("segments", 1, "side_call"), True, "a side call has none"),
+    (("segments", 1, "branch"), "merge", "segments[1].branch: 'merge' is not one of"),
     (("extra",), 1, "Additional properties are not allowed ('extra' was unexpected)"),
 ])  # fmt: skip
 def test_each_broken_field_is_named(path, value, says):
