@@ -189,6 +189,56 @@ def response_tokens(data: DataProto) -> list[list[int]]:
     return [data.batch["responses"][i, : int(n)].tolist() for i, n in enumerate(lengths)]
 
 
+def shared_prefix_rank(rank: int, world_size: int, store: str, model_dir: str,
+                       out_dir: str) -> None:  # fmt: skip
+    """One rank of the sharded shared-prefix check (``torch.multiprocessing.spawn`` target).
+
+    Shards the tiny model with FSDP2 over ``world_size`` gloo ranks; each rank takes a GRPO
+    group of its own (and a forked session on rank 0), computes response log-probs and
+    entropy flat and with shared prefixes (several forwards before one backward), and
+    writes ``{out_dir}/rank{r}.json``: the largest log-prob difference, the largest
+    difference of the full (gathered) gradients, and the passes each path ran."""
+    import json
+
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.workers.forward import response_log_probs
+    from agentrl.workers.fsdp import device_mesh, shard_model
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world_size)  # fmt: skip
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir).train()
+        shard_model(model, device_mesh(world_size, torch.device("cpu")), None)
+        vocab = model.config.vocab_size
+        rows = grpo_group_rows(4, 40 + 4 * rank, 8, vocab, seed=rank)
+        if rank == 0:
+            rows += forked_session_rows(3, 24, 16, vocab, seed=9)
+        batch = batch_from_rows(rows).batch
+        passes: list[int] = []
+        model.model.register_forward_pre_hook(lambda *_: passes.append(1))
+        results = []
+        for shared in (False, True):
+            passes.clear()
+            model.zero_grad(set_to_none=True)
+            log_probs, entropy = response_log_probs(model, batch, entropy=True, entropy_grad=True,
+                                                    shared_prefix=shared)  # fmt: skip
+            weights = torch.linspace(-1, 1, log_probs.numel()).reshape(log_probs.shape)
+            (log_probs * weights + 0.1 * entropy).sum().backward()
+            grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
+            results.append((log_probs.detach(), grads, len(passes)))
+        (flat, flat_grads, flat_passes), (shared, shared_grads, shared_passes) = results
+        grad_diff = max(float((shared_grads[n] - g).abs().max() / max(g.abs().max(), 1e-3))
+                        for n, g in flat_grads.items())  # fmt: skip
+        with open(Path(out_dir, f"rank{rank}.json"), "w") as f:
+            json.dump({"log_prob_diff": float((shared - flat).abs().max()),
+                       "relative_grad_diff": grad_diff, "flat_passes": flat_passes,
+                       "shared_passes": shared_passes}, f)  # fmt: skip
+    finally:
+        dist.destroy_process_group()
+
+
 def bucketed_sync_rank(
     rank: int, world_size: int, store: str, model_dir: str, bucket_bytes: int, out_dir: str,
     serve_url: str | None = None,

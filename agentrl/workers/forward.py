@@ -24,7 +24,9 @@ runs as a prefix tree (``agentrl.workers.prefix_tree``): each shared chunk once,
 row's own suffix with the chunk's KV cache as its past (expanded to the rows, positions
 and mask continuing the row's own), so every shared token is computed once in forward and,
 since the gradient flows back through the cache into the chunk's one computation, once in
-backward. Same numbers as the flat pass to float rounding. Where it cannot be exact
+backward. Same numbers as the flat pass to float rounding. Ranks agree on the number of
+passes (a plan's level count is per rank; FSDP needs the same collectives on every rank):
+a rank with fewer runs one-token dummy passes. Where it cannot be exact
 (``shared_prefix_problem``: another attention kernel, sliding-window or non-attention
 layers, activation checkpointing in training, which drops the cache; a head that cannot be
 chunked) or nothing is shared, the flat pass runs; the reason is logged once.
@@ -43,7 +45,7 @@ import torch.nn.functional as F
 
 from agentrl.algos import entropy_from_logits, logprobs_from_logits
 from agentrl.algos.chunked_head import head_log_probs
-from agentrl.workers.micro_batch import trim_window
+from agentrl.workers.micro_batch import agree_on_count, trim_window
 from agentrl.workers.prefix_tree import Level, PrefixPlan, plan_prefix_tree
 
 logger = logging.getLogger(__name__)
@@ -107,8 +109,19 @@ def response_log_probs(
             _log_once("its output layer is not a plain linear layer (full-logits path)")
         return full_logits_log_probs(model, batch, temperature, entropy, entropy_grad)
     plan = _plan(model, batch) if shared_prefix else None
+    extra = _extra_passes(plan) if shared_prefix else 0
     if plan is not None:
-        return _shared_log_probs(model, head, plan, batch, temperature, entropy, entropy_grad)
+        log_probs, ent = _shared_log_probs(model, head, plan, batch, temperature, entropy,
+                                           entropy_grad)  # fmt: skip
+    else:
+        log_probs, ent = _flat_log_probs(model, head, batch, temperature, entropy, entropy_grad)
+    return _with_dummy_passes(model, extra, log_probs), ent
+
+
+def _flat_log_probs(model: torch.nn.Module, head: torch.nn.Linear, batch: Any,
+                    temperature: float, entropy: bool,
+                    entropy_grad: bool) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """``response_log_probs`` in one pass over the trimmed micro-batch."""
     inputs, responses, keep = _trimmed_inputs(batch)
 
     def stats(hidden: Tensor) -> Tensor:  # (b, keep + 1, H) -> (b, keep, 2)
@@ -191,13 +204,21 @@ def response_values(model: torch.nn.Module, batch: Any, shared_prefix: bool = Fa
     """The value model's output for every response token (b, R): its scalar head at the
     position before the token; shared prefixes once with ``shared_prefix``."""
     plan = _plan(model, batch) if shared_prefix else None
+    extra = _extra_passes(plan) if shared_prefix else 0
     if plan is not None:
 
         def read(out: Any, level: Level) -> Tensor:  # (E, 1): the values at the level's entries
             values = out.logits.float()  # (k, S, 1)
             return values[level.entry_rows, level.entry_positions].reshape(-1, 1)
 
-        return _pad_to(_run_plan(model, plan, read)[..., 0], batch)  # (b, R)
+        values = _pad_to(_run_plan(model, plan, read)[..., 0], batch)  # (b, R)
+    else:
+        values = _flat_values(model, batch)
+    return _with_dummy_passes(model, extra, values)
+
+
+def _flat_values(model: torch.nn.Module, batch: Any) -> Tensor:
+    """``response_values`` in one pass over the trimmed micro-batch."""
     inputs, _, keep = _trimmed_inputs(batch)
     out = model(**inputs, use_cache=False)
     values = out.logits.float()  # (b, P' + keep, 1)
@@ -243,6 +264,24 @@ def _plan(model: torch.nn.Module, batch: Any) -> PrefixPlan | None:
         _log_once(problem)
         return None
     return plan_prefix_tree(batch)
+
+
+def _extra_passes(plan: PrefixPlan | None) -> int:
+    """How many passes this rank runs short of the rank with the most: under FSDP every
+    rank must run the same collectives, and a plan's level count is per rank. Agreed before
+    any pass, so the agreement's own collective comes first on every rank."""
+    passes = 1 if plan is None else len(plan.levels)
+    return agree_on_count(passes) - passes
+
+
+def _with_dummy_passes(model: torch.nn.Module, extra: int, result: Tensor) -> Tensor:
+    """``result`` after ``extra`` one-token dummy passes whose outputs join it times 0, so
+    their backward (and its collectives) runs too."""
+    for _ in range(extra):
+        ids = torch.zeros((1, 1), dtype=torch.long, device=model_device(model))
+        dummy = model(input_ids=ids, use_cache=False).logits
+        result = result + dummy.float().sum() * 0.0
+    return result
 
 
 def _cache_kwarg(model: torch.nn.Module) -> str:

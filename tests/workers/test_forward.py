@@ -248,3 +248,24 @@ def test_activation_checkpointing_in_training_runs_the_flat_pass(tiny_model_dir,
         tree, _ = response_log_probs(model, shared_batch, shared_prefix=True)
     assert len(calls) == 1 + 3
     torch.testing.assert_close(tree, shared.detach(), atol=2e-5, rtol=0)
+
+
+def test_shared_prefixes_under_fsdp2_on_two_ranks_give_the_flat_gradients(tiny_model_dir,
+                                                                          tmp_path):  # fmt: skip
+    """Two gloo ranks, the model sharded with FSDP2, each rank its own rows: the shared
+    path's several forwards before one backward reduce to the flat path's gradients."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    from agentrl.testing.workers import shared_prefix_rank
+
+    mp.spawn(shared_prefix_rank, args=(2, str(tmp_path / "store"), str(tiny_model_dir),
+                                       str(tmp_path)), nprocs=2, join=True)  # fmt: skip
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    # rank 0 also has a forked session (3 levels); rank 1 runs a dummy pass to match it
+    assert [r["shared_passes"] for r in results] == [3, 3]
+    assert all(r["flat_passes"] == 1 for r in results)
+    for result in results:
+        assert result["log_prob_diff"] < 2e-5
+        assert result["relative_grad_diff"] < 1e-5
