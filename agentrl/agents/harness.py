@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.agents.cage import CagedResult, Sandbox, SandboxSpec, same_place, sandbox_class
-from agentrl.agents.limits import EpisodeLimits
+from agentrl.agents.limits import EPISODE_PREFIX, EpisodeLimits
 from agentrl.agents.relay import SessionRelay
 from agentrl.agents.sandbox import SANDBOX_PATH, in_system_dirs, install_folder
 from agentrl.agents.workspace import (
@@ -275,7 +275,7 @@ async def run_episode(harness: Harness, task: Mapping[str, Any], client: Any,
     info = extra_info(task)
     root = Path(options.root or tempfile.gettempdir())
     root.mkdir(parents=True, exist_ok=True)
-    episode = Path(tempfile.mkdtemp(prefix="agentrl-ep-", dir=root))
+    episode = Path(tempfile.mkdtemp(prefix=EPISODE_PREFIX, dir=root))
     try:
         for sub in ("workspace", "home", "tmp"):
             (episode / sub).mkdir()

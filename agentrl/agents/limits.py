@@ -13,7 +13,9 @@ cgroups, where this machine lets us write them: v1 (one folder per controller: `
 enabled in its parent). The episode's cgroup is a child of the trainer's own, so the
 trainer's limits still hold above it. A limit trips when the kernel acted on it: an OOM
 kill in the cgroup (``memory.oom_control`` / ``memory.events``: ``oom_kill``), a refused
-fork (``pids.events``: ``max``); the CPU share only slows the episode. Where no cgroup is
+fork (``pids.events``: ``max``); the CPU share only slows the episode. A killed trainer's
+episodes die with it (bwrap's ``--die-with-parent``) but their empty cgroups stay: the
+first episode of a process removes those older than ``STALE_CGROUP_S``. Where no cgroup is
 writable, ``cgroup_support`` says why, a warning names it once, and only the disk watch and
 the per-process rlimits (sandbox.py) hold.
 """
@@ -35,6 +37,8 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
 DISK_EVERY_S = 1.0  # the disk watch walks the folders: at most this often
+EPISODE_PREFIX = "agentrl-ep-"  # the harness's episode (and check) cgroups' names
+STALE_CGROUP_S = 600.0  # an empty episode cgroup this old is a killed run's leftover
 EMPTY_ENTRY_BYTES = 4096  # what an entry holding no blocks (an empty file, a link) counts:
                           # a million empty files would otherwise escape the watch
 
@@ -252,8 +256,36 @@ class Limiter:
                     time.sleep(0.02)
 
 
+def sweep_stale_cgroups(parents: dict[str, Path], prefix: str = EPISODE_PREFIX,
+                        older_than_s: float = STALE_CGROUP_S) -> list[Path]:
+    """Remove the empty cgroups named ``prefix*`` under ``parents`` made more than
+    ``older_than_s`` ago: what a killed trainer left (its episodes' processes died with it,
+    their cgroups stayed). A cgroup that holds a process cannot be removed (rmdir fails);
+    the age spares one made a moment ago whose first process has not entered yet."""
+    removed = []
+    now = time.time()
+    for parent in parents.values():
+        with contextlib.suppress(OSError):
+            for folder in parent.iterdir():
+                if not (folder.name.startswith(prefix) and folder.is_dir()):
+                    continue
+                with contextlib.suppress(OSError):
+                    if now - folder.stat().st_mtime > older_than_s:
+                        folder.rmdir()
+                        removed.append(folder)
+    if removed:
+        logger.info("removed %d empty episode cgroups a stopped run left", len(removed))
+    return removed
+
+
+@functools.cache
+def _sweep_once(parents: tuple[tuple[str, Path], ...]) -> None:
+    sweep_stale_cgroups(dict(parents))
+
+
 def open_limiter(limits: EpisodeLimits, name: str, watched: list[Path]) -> Limiter:
-    """The episode's cgroup named ``name`` with ``limits`` written, under the trainer's own;
+    """The episode's cgroup named ``name`` with ``limits`` written, under the trainer's own
+    (the first time, what a killed run left there is swept: ``sweep_stale_cgroups``);
     without cgroups (a warning, once) a limiter that only watches the disk."""
     found = _parents() if (limits.memory_mb or limits.pids or limits.cpus) else "not asked"
     if isinstance(found, str):
@@ -261,6 +293,7 @@ def open_limiter(limits: EpisodeLimits, name: str, watched: list[Path]) -> Limit
             _warn_once(found)
         return Limiter(limits, 0, {}, watched)
     version, parents = found
+    _sweep_once(tuple(sorted(parents.items())))
     folders: dict[str, Path] = {}
     try:
         if version == 2:
@@ -301,4 +334,5 @@ def _write_limits(limits: EpisodeLimits, version: int, folders: dict[str, Path])
         (folders["cpu"] / "cpu.cfs_quota_us").write_text(str(quota))
 
 
-__all__ = ["EpisodeLimits", "Limiter", "cgroup_support", "open_limiter", "process_cgroups"]
+__all__ = ["EpisodeLimits", "Limiter", "cgroup_support", "open_limiter", "process_cgroups",
+           "sweep_stale_cgroups"]

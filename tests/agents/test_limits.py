@@ -97,3 +97,38 @@ def test_the_disk_limit_counts_what_the_run_adds_and_empty_files(tmp_path, monke
                                        EpisodeLimits(disk_mb=5)))
     assert (result.stopped, result.limit) == ("limit", "disk")  # 5000 x 4 KiB > 5 MB
     assert took < 10
+
+
+def test_a_killed_runs_empty_cgroups_are_swept_and_busy_ones_kept(tmp_path, cgroups):
+    """Empty cgroups named like an episode's, older than the bound, are removed; one that
+    holds a process, one of another name and one younger than the bound stay."""
+    import os
+    import subprocess
+
+    from agentrl.agents.limits import _parents, sweep_stale_cgroups
+
+    _, parents = _parents()
+    prefix = f"agentrl-ep-sweeptest-{os.getpid()}-"
+    made = {name: [parent / f"{prefix}{name}" for parent in parents.values()]
+            for name in ("empty", "busy")}
+    other = [parent / f"agentrl-other-{os.getpid()}" for parent in parents.values()]
+    for folder in [*made["empty"], *made["busy"], *other]:
+        folder.mkdir()
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        for folder in made["busy"]:
+            (folder / "cgroup.procs").write_text(str(sleeper.pid))
+        assert sweep_stale_cgroups(parents, prefix, older_than_s=3600) == []  # too young
+        removed = sweep_stale_cgroups(parents, prefix, older_than_s=0)
+        assert sorted(removed) == sorted(made["empty"])
+        assert all(folder.exists() for folder in [*made["busy"], *other])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for folder in [*made["busy"], *other]:
+            for _ in range(50):
+                try:
+                    folder.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.02)
