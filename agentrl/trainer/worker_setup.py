@@ -83,8 +83,16 @@ def default_canary_prompts(config: DictConfig, loaders: Any) -> list[list[int]] 
         return None
     loader = loaders.val if loaders.val is not None else loaders.train
     dataset = loader.dataset
-    count = min(int(rollout.canary_count), len(dataset))
-    return [[int(t) for t in dataset[i]["raw_prompt_ids"]] for i in range(count)]
+    try:
+        rows = [dataset[i] for i in range(min(int(rollout.canary_count), len(dataset)))]
+    except TypeError:  # a dataset without len or indexing (a user's custom class)
+        rows = []
+    prompts = [[int(t) for t in row["raw_prompt_ids"]] for row in rows
+               if isinstance(row, dict) and row.get("raw_prompt_ids") is not None]  # fmt: skip
+    if not prompts:
+        logger.warning("no canary prompts: the dataset gives no raw_prompt_ids; set "
+                       "actor_rollout_ref.rollout.canary_prompts (or canary=off)")
+    return prompts
 
 
 def with_rollout(worker_cfg: DictConfig, rollout: dict[str, Any]) -> DictConfig:

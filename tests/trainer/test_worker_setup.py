@@ -69,3 +69,31 @@ def test_the_bundles_hold_gpus_as_the_device_and_the_cluster_say(
     (pool,) = _Pool.made
     assert pool.process_on_nodes == [8, 8]
     assert pool.use_gpu is expected
+
+
+def test_default_canary_prompts_are_the_first_validation_prompts_as_the_rollout_renders_them(
+        caplog):  # fmt: skip
+    from types import SimpleNamespace
+
+    def loader(rows):
+        return SimpleNamespace(dataset=rows)
+
+    val = [{"raw_prompt_ids": [1, 2, i]} for i in range(6)]
+    train = [{"raw_prompt_ids": [7, i]} for i in range(6)]
+    config = load_config(overrides=[*_placeholders(), "actor_rollout_ref.rollout.canary_count=3"])
+    both = SimpleNamespace(val=loader(val), train=loader(train))
+    assert worker_setup.default_canary_prompts(config, both) == [[1, 2, 0], [1, 2, 1], [1, 2, 2]]
+    no_val = SimpleNamespace(val=None, train=loader(train))
+    assert worker_setup.default_canary_prompts(config, no_val) == [[7, 0], [7, 1], [7, 2]]
+    worker = worker_setup.worker_config(config, 10, [[7, 0]])
+    assert list(worker.actor_rollout_ref.rollout.canary_prompts) == [[7, 0]]
+    for override in ("canary=off", "canary_prompts=[hello]"):
+        given = load_config(overrides=[*_placeholders(), f"actor_rollout_ref.rollout.{override}"])
+        assert worker_setup.default_canary_prompts(given, both) is None
+    bare = SimpleNamespace(val=loader([{"prompt": "x"}]), train=None)
+    assert worker_setup.default_canary_prompts(config, bare) == []
+    assert "no canary prompts" in caplog.text
+
+
+def _placeholders() -> list[str]:
+    return ["actor_rollout_ref.model.path=/placeholder", "data.train_files=/placeholder.parquet"]
