@@ -261,3 +261,23 @@ def test_input_log_probs_from_logprob_start_len(served, prompts, varied_model_di
     assert later["meta_info"]["input_token_logprobs"] == entries[2:]
     bad = post(url, "/generate", {"input_ids": ids, "logprob_start_len": -5})
     assert bad.status_code == 400 and "logprob_start_len" in bad.text
+
+
+def test_input_top_log_probs_are_the_models_top_k_per_position(served, prompts,
+                                                               varied_model_dir):  # fmt: skip
+    url, _ = served
+    ids = prompts[1]
+    body = post(url, "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 0},
+                                   "return_logprob": True, "logprob_start_len": 0,
+                                   "top_logprobs_num": 3}).json()  # fmt: skip
+    top = body["meta_info"]["input_top_logprobs"]
+    assert len(top) == len(ids) and top[0] is None and all(len(t) == 3 for t in top[1:])
+    model = AutoModelForCausalLM.from_pretrained(varied_model_dir)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1]
+    values, indices = torch.log_softmax(logits, -1).topk(3, -1)  # (T - 1, 3)
+    assert [[e[1] for e in t] for t in top[1:]] == indices.tolist()
+    torch.testing.assert_close(torch.tensor([[e[0] for e in t] for t in top[1:]]), values,
+                               atol=1e-5, rtol=0)  # fmt: skip
+    bad = post(url, "/generate", {"input_ids": ids, "top_logprobs_num": 3})
+    assert bad.status_code == 400 and "input tokens only" in bad.text
