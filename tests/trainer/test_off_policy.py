@@ -57,6 +57,21 @@ def test_a_syncs_metrics_take_each_ranks_largest_and_the_drained_servers_their_u
     assert drained_servers([{"http://a": "gap 3 > 0.02"}, {}]) == {"http://a": "gap 3 > 0.02"}
 
 
+def test_the_producers_client_drains_and_readmits_as_the_workers_canary_did():
+    import asyncio
+
+    from agentrl.rollout.backends.sglang import SGLangBackend
+    from agentrl.trainer.producer_host import _set_drained
+
+    a, b, c = "http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"
+    backend = SGLangBackend([a, b, c])
+    asyncio.run(_set_drained(backend, {b: "canary log-prob gap 3 > threshold 0.02"}))
+    assert backend.drained() == [b]
+    assert {backend.pool.pick(f"t{i}") for i in range(6)} == {a, c}
+    asyncio.run(_set_drained(backend, {c: "gap"}))  # b passed since, c diverged
+    assert backend.drained() == [c]
+
+
 def test_cpu_split_gives_the_servers_half_the_cores():
     assert cpu_split(1, cores=2) == (1, 1)
     assert cpu_split(1, cores=16) == (8, 8)
