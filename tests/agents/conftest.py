@@ -249,9 +249,10 @@ def hostile_command(targets: HostileTargets, rm: str = "rm") -> str:
             f"echo '== env'; (env; cat /proc/[0-9]*/environ) 2>/dev/null | tr '\\0' '\\n' "
             f"| grep -a {SECRET_ENV} || echo env-clean; "
             f"echo '== write'; {{ {writes} }} 2>&1 | head -c 1000; "
-            f"echo '== daemon'; setsid nohup {targets.daemon} >/dev/null 2>&1 & sleep 0.5; "
-            f"for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done 2>/dev/null "
-            f"| grep -c '^{targets.daemon} *$' | sed 's/^/daemon-running /'; "
+            f"echo '== daemon'; setsid nohup {targets.daemon} >/dev/null 2>&1 & "
+            f"for i in $(seq 50); do n=$(for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; "
+            f"echo; done 2>/dev/null | grep -c '^{targets.daemon} *$'); "
+            f"[ $n -gt 0 ] && break; sleep 0.1; done; echo daemon-running $n; "
             f"{_GATEWAY}; "
             f"echo forged > hidden.txt; echo 42 > answer.txt; echo '== end'")
 
