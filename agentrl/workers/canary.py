@@ -219,8 +219,10 @@ class CanaryWatch:
         for server in servers:
             self._index.setdefault(server, len(self._index))
         scores = self.loop.run(self._score_all(canary, servers))
-        if self.thresholds is None:
-            self.thresholds = Thresholds.calibrate(list(scores.values()), self.settings.margin,
+        if self.thresholds is None:  # on the servers that passed the weight check
+            sound = [score for s, score in scores.items() if s not in failed] or list(
+                scores.values())
+            self.thresholds = Thresholds.calibrate(sound, self.settings.margin,
                                                    self.settings.floor)  # fmt: skip
             logger.info("canary thresholds calibrated on %d server(s): log-prob gap %.4g, "
                         "top-k KL %s", len(scores), self.thresholds.logprob_gap_max,

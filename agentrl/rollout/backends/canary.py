@@ -18,8 +18,9 @@ What is measured per server, over every scored token of every canary sequence:
   None where it does not.
 
 Thresholds are calibrated per engine and dtype at the first sync, where every server was
-just sent the same weights as the trainer holds: the median of the servers' values (one
-broken server of three does not set the bar) times ``margin``, at least ``floor``. So an
+just sent the same weights as the trainer holds: the low median of the servers' values (one
+broken server of three, or of two, does not set the bar) times ``margin``, at least
+``floor``. So an
 fp32 server (gaps ~1e-6) is held to the floor and a bf16 one (gaps ~0.1) to a few times
 its own rounding: both are watched.
 """
@@ -125,8 +126,8 @@ class Thresholds:
 
     @classmethod
     def calibrate(cls, scores: Sequence[CanaryScore], margin: float, floor: float) -> Thresholds:
-        """From the servers' scores at the first sync (identical weights): the median of
-        each value times ``margin``, at least ``floor``."""
+        """From the servers' scores at the first sync (identical weights): the low median
+        of each value times ``margin``, at least ``floor``."""
         if not scores:
             raise ValueError("calibrating the canary needs at least one server's score")
         gap = _bar([s.logprob_gap_max for s in scores], margin, floor)
@@ -148,7 +149,7 @@ def _bar(values: list[float], margin: float, floor: float) -> float:
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return floor
-    return max(floor, margin * statistics.median(finite))
+    return max(floor, margin * statistics.median_low(finite))
 
 
 def canary_after_sync(mode: str, every_n: int, sync_number: int) -> bool:

@@ -58,13 +58,15 @@ def test_thresholds_are_the_median_times_the_margin_with_a_floor():
               CanaryScore(5.0, 1.0, 3.0)]  # one broken server does not set the bar
     fp32 = Thresholds.calibrate(scores, margin=4.0, floor=0.02)
     assert fp32.logprob_gap_max == 0.02 and fp32.kl_topk == 0.02
-    bf16 = Thresholds.calibrate([CanaryScore(0.1, 0.01, 0.05), CanaryScore(0.15, 0.01, 0.05)],
-                                margin=4.0, floor=0.02)  # fmt: skip
+    bf16 = Thresholds.calibrate([CanaryScore(0.1, 0.01, 0.05), CanaryScore(0.125, 0.01, 0.05),
+                                 CanaryScore(0.15, 0.01, 0.05)], margin=4.0, floor=0.02)
     assert bf16.logprob_gap_max == pytest.approx(0.5) and bf16.kl_topk == pytest.approx(0.2)
     assert bf16.diverged(CanaryScore(0.4, 0.1, 0.1)) is None
     assert "log-prob gap 0.6 > threshold 0.5" in bf16.diverged(CanaryScore(0.6, 0.1, 0.1))
     assert "top-k KL 0.3 > threshold 0.2" in bf16.diverged(CanaryScore(0.4, 0.1, 0.3))
     assert bf16.diverged(CanaryScore(math.nan, 0.1, 0.1)) is not None
+    two = Thresholds.calibrate([CanaryScore(0.1, 0.01), CanaryScore(3.0, 1.0)], 4.0, 0.02)
+    assert two.logprob_gap_max == pytest.approx(0.4)  # the broken one of two does not count
 
 
 @pytest.mark.parametrize(("mode", "runs"), [
