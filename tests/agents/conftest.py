@@ -168,10 +168,10 @@ class HostileTargets:
 
 @pytest.fixture
 def hostile_targets(monkeypatch):
-    """The targets (``HostileTargets``): secret files in the home, under /srv, in a dataset
-    (a parquet under ~/data-like folder) and in a checkpoint (a run dir at the trainer's
-    default ``checkpoints/`` in the checkout); the trainer's environment holding SECRET;
-    checked by the test, removed afterwards."""
+    """The targets (``HostileTargets``): secret files in the home, under /srv (where
+    writable), in a dataset (a parquet in a folder of the home, as ``~/data/...``) and in a
+    checkpoint (a run dir under the trainer's default ``checkpoints/`` in the checkout); the
+    trainer's environment holding SECRET; checked by the test, removed afterwards."""
     monkeypatch.setenv(SECRET_ENV, SECRET)
     sentinel = Path(tempfile.mkdtemp(prefix="agentrl-sentinel-", dir="/tmp"))
     (sentinel / "keep.txt").write_text("still here")
