@@ -45,6 +45,7 @@ import torch.nn.functional as F
 
 from agentrl.algos import entropy_from_logits, logprobs_from_logits
 from agentrl.algos.chunked_head import head_log_probs
+from agentrl.workers.lora import base_model
 from agentrl.workers.micro_batch import agree_on_count, trim_window
 from agentrl.workers.prefix_tree import Level, PrefixPlan, plan_prefix_tree
 
@@ -285,8 +286,10 @@ def _with_dummy_passes(model: torch.nn.Module, extra: int, result: Tensor) -> Te
 
 
 def _cache_kwarg(model: torch.nn.Module) -> str:
-    """transformers 5 names the KV-cache argument ``cache``; older releases ``past_key_values``."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    """transformers 5 names the KV-cache argument ``cache``; older releases ``past_key_values``
+    (asked of the Hugging Face model: a peft model's forward takes ``**kwargs``)."""
+    forward_args = inspect.signature(base_model(model).forward).parameters
+    return "cache" if "cache" in forward_args else "past_key_values"
 
 
 def _run_plan(

@@ -158,7 +158,7 @@ def _log_probs_and_grads(model, batch, shared):
     weights = torch.linspace(-1, 1, log_probs.numel()).reshape(log_probs.shape)
     ((log_probs * weights + 0.1 * entropy) * batch["attention_mask"][:, -log_probs.shape[1]:]
      ).sum().backward()  # fmt: skip
-    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return log_probs.detach(), entropy.detach(), grads
 
 
@@ -269,3 +269,25 @@ def test_shared_prefixes_under_fsdp2_on_two_ranks_give_the_flat_gradients(tiny_m
     for result in results:
         assert result["log_prob_diff"] < 2e-5
         assert result["relative_grad_diff"] < 1e-5
+
+
+def test_shared_prefixes_with_lora_adapters_give_the_flat_numbers(tiny_model_dir, shared_batch):
+    """A peft model (its forward takes **kwargs: the cache goes by the HF model's name)."""
+    pytest.importorskip("peft")
+    from omegaconf import OmegaConf
+
+    from agentrl.workers.lora import apply_lora
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    lora = OmegaConf.create({"target_modules": "all-linear", "lora_rank": 4, "lora_alpha": 8})
+    model = apply_lora(model, lora).train()
+    torch.manual_seed(0)
+    for name, param in model.named_parameters():
+        if "lora_B" in name:  # non-zero adapters, so their gradients and outputs matter
+            torch.nn.init.normal_(param, std=0.1)
+    *flat, flat_grads = _log_probs_and_grads(model, shared_batch, shared=False)
+    calls = _passes(model)
+    *shared, shared_grads = _log_probs_and_grads(model, shared_batch, shared=True)
+    assert len(calls) == 3
+    assert sorted(flat_grads) == sorted(shared_grads) and all("lora_" in n for n in flat_grads)
+    _assert_same(shared, flat, shared_grads, flat_grads)
