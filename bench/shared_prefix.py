@@ -17,8 +17,10 @@ It prints one JSON line; per workload: ``flat_positions`` and ``shared_positions
 positions the passes compute, padding included: flat is rows x the trimmed width, the tree
 the sum of its levels' rows x widths), ``tokens_ratio`` (shared over flat; issue 54's
 target <= 0.5), ``step_s_flat``, ``step_s_shared``, ``time_ratio`` (target <= 0.7),
-``levels`` and ``max_abs_diff`` (the largest log-prob difference between the paths). Run
-it alone on the machine: timings taken beside another job are wrong.
+``cpu_s_flat``, ``cpu_s_shared`` and ``cpu_ratio`` (the process's CPU seconds, all threads:
+a hint on a busy machine, not the target), ``levels`` and ``max_abs_diff`` (the largest
+log-prob difference between the paths). Run it alone on the machine: timings taken beside
+another job are wrong.
 """
 
 from __future__ import annotations
@@ -31,18 +33,18 @@ import tempfile
 import time
 
 
-def step_time(model, batch, shared: bool) -> tuple[float, object]:
-    """One forward + backward of a micro-batch; (seconds, log-probs)."""
+def step_time(model, batch, shared: bool) -> tuple[float, float, object]:
+    """One forward + backward of a micro-batch; (wall seconds, CPU seconds, log-probs)."""
     from agentrl.workers.forward import response_log_probs
 
     model.zero_grad(set_to_none=True)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     log_probs, entropy = response_log_probs(
         model, batch, entropy=True, entropy_grad=True, shared_prefix=shared
     )
     mask = batch["attention_mask"][:, -log_probs.shape[1] :]
     ((log_probs + 0.01 * entropy) * mask).sum().backward()
-    return time.perf_counter() - started, log_probs.detach()
+    return time.perf_counter() - started, time.process_time() - cpu_started, log_probs.detach()
 
 
 def measure(model, rows: list, repeats: int) -> dict:
@@ -59,14 +61,17 @@ def measure(model, rows: list, repeats: int) -> dict:
     flat_positions = padded_tokens(data, [list(range(len(data)))])
     shared_positions = sum(level.input_ids.numel() for level in plan.levels)
     times: dict[bool, list[float]] = {False: [], True: []}
+    cpu: dict[bool, list[float]] = {False: [], True: []}
     outputs = {}
     for shared in (False, True):  # warm-up
-        _, outputs[shared] = step_time(model, batch, shared)
+        *_, outputs[shared] = step_time(model, batch, shared)
     for _ in range(repeats):
         for shared in (False, True):
-            seconds, _ = step_time(model, batch, shared)
+            seconds, cpu_seconds, _ = step_time(model, batch, shared)
             times[shared].append(seconds)
+            cpu[shared].append(cpu_seconds)
     flat_s, shared_s = statistics.median(times[False]), statistics.median(times[True])
+    flat_cpu, shared_cpu = statistics.median(cpu[False]), statistics.median(cpu[True])
     return {
         "rows": len(rows),
         "levels": len(plan.levels),
@@ -77,6 +82,9 @@ def measure(model, rows: list, repeats: int) -> dict:
         "step_s_flat": flat_s,
         "step_s_shared": shared_s,
         "time_ratio": shared_s / flat_s,
+        "cpu_s_flat": flat_cpu,
+        "cpu_s_shared": shared_cpu,
+        "cpu_ratio": shared_cpu / flat_cpu,
         "max_abs_diff": float((outputs[True] - outputs[False]).abs().max()),
     }
 
