@@ -8,7 +8,8 @@ policy):
 - ``create_file``: create ``NAME`` holding exactly one given line;
 - ``count_lines``: count the lines of ``data.txt`` and write the number to ``count.txt``;
 - ``fix_bug``: ``calc.py`` has a one-line bug (a wrong operator); the prompt says what the
-  function must compute, and the hidden ``test_calc.py`` (a check file) checks it.
+  function must compute, and the hidden ``test_calc.py`` (a check file) checks it, running
+  the policy's function in a child process and judging its results itself (``_FIX_BUG_TEST``).
 
     rows = make_shell_task_rows(12, "train", seed=0)
     write_shell_task_dataset("~/data/shell_tasks", n_train=64, n_test=16, seed=0)
@@ -54,17 +55,39 @@ def _count_lines(rng: random.Random) -> tuple[str, list[dict], str, list[dict]]:
     return prompt, [{"path": "data.txt", "content": content}], check, []
 
 
+# The hidden test of `fix_bug`. The policy's code is untrusted even in the check: imported
+# into the test's own process it could end it with status 0 (`os._exit(0)` in calc.py), or
+# read the test's file for the answers. So the test (run with `python3 -I`: no workspace
+# module shadows what it imports) deletes its own file, runs the policy's function in a
+# child process given only the cases, and judges the child's printed results itself; the
+# child's exit status counts for nothing.
+_FIX_BUG_TEST = """\
+import json, os, subprocess, sys
+os.unlink(os.path.abspath(__file__))  # the policy's code, run below, never sees it
+CASES = {cases!r}
+EXPECTED = {expected!r}
+CHILD = ("import json, os, sys; sys.path.insert(0, os.getcwd()); from calc import {name}; "
+         "print(json.dumps([{name}(a, b) for a, b in json.load(sys.stdin)]))")
+try:
+    run = subprocess.run([sys.executable, "-I", "-c", CHILD], input=json.dumps(CASES),
+                         capture_output=True, text=True, timeout=20)
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+except Exception as err:  # no answer, no JSON, a timeout: failed
+    sys.exit(f"no results from calc.{name}: {{err}}")
+sys.exit(0 if got == EXPECTED else f"calc.{name} gave {{got}}, expected {{EXPECTED}}")
+"""
+
+
 def _fix_bug(rng: random.Random) -> tuple[str, list[dict], str, list[dict]]:
     name = rng.choice(sorted(OPERATIONS))
     right, wrong = OPERATIONS[name]
     calc = f"def {name}(a, b):\n    return a {wrong} b\n"
-    cases = [(rng.randint(2, 20), rng.randint(2, 20)) for _ in range(3)]
-    asserts = "".join(f"assert {name}({a}, {b}) == {eval(f'{a} {right} {b}')}\n"
-                      for a, b in cases)
-    test = f"from calc import {name}\n\n{asserts}print('ok')\n"
+    cases = [[rng.randint(2, 20), rng.randint(2, 20)] for _ in range(3)]
+    expected = [eval(f"{a} {right} {b}") for a, b in cases]
+    test = _FIX_BUG_TEST.format(cases=cases, expected=expected, name=name)
     prompt = (f"calc.py has a one-line bug: {name}(a, b) must return a {right} b. Fix it "
               "(a hidden test checks it).")
-    return (prompt, [{"path": "calc.py", "content": calc}], "python3 test_calc.py",
+    return (prompt, [{"path": "calc.py", "content": calc}], "python3 -I test_calc.py",
             [{"path": "test_calc.py", "content": test}])
 
 

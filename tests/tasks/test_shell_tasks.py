@@ -73,3 +73,30 @@ def test_checks_fail_untouched_and_pass_solved_also_after_parquet(tmp_path):
     assert sorted(p.name for p in workspace.iterdir()) == ["calc.py"]
     (workspace / "test_calc.py").write_text("print('ok')\n")
     assert _check(row, workspace) != 0
+
+
+@pytest.mark.parametrize("planted", [
+    "import os\nos._exit(0)\n",  # ends the check's process with 0 when imported
+    "import sys\nsys.exit(0)\n",
+    # reads the hidden test for its answers and prints them
+    "import glob, re, sys\nfor p in glob.glob('*.py'):\n    t = open(p).read()\n"
+    "    m = re.search(r'EXPECTED = (\\[.*\\])', t)\n    if m: print(m.group(1)); sys.exit(0)\n",
+], ids=["os_exit", "sys_exit", "reads_the_test"])
+def test_a_fix_bug_check_is_not_fooled_by_the_policys_code(tmp_path, planted):
+    """The policy's calc.py runs in a child of the hidden test, with the test's file gone:
+    ending the process with status 0 or reading the test for its answers fails the check,
+    and planted modules do not shadow what the test imports (python3 -I)."""
+    row = make_shell_task_rows(3, "train", seed=0)[2]
+    assert row["extra_info"]["kind"] == "fix_bug"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    make_workspace(row, workspace)
+    (workspace / "calc.py").write_text(planted)
+    assert _check(row, workspace) != 0
+    make_workspace(row, workspace)  # a fresh calc.py, fixed, beside planted stdlib shadows
+    _fix(row, workspace)
+    (workspace / "json.py").write_text("import os\nos._exit(0)\n")
+    (workspace / "subprocess.py").write_text("import os\nos._exit(0)\n")
+    assert _check(row, workspace) == 0
+    (workspace / "calc.py").write_text(planted)
+    assert _check(row, workspace) != 0
