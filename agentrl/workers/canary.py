@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -201,7 +202,7 @@ class CanaryWatch:
             return {}
         failed = {str(getattr(e, "server", "")): str(e) for e in mismatches}
         try:
-            metrics = self._check(canary, failed)
+            metrics = self._check(canary, failed, mismatches)
         except NotImplementedError as err:  # an engine API that cannot score prompts
             logger.warning("no canary on this backend: %s (actor_rollout_ref.rollout.canary)",
                            err)  # fmt: skip
@@ -214,11 +215,19 @@ class CanaryWatch:
 
     # ------------------------------------------------------------------ servers
 
-    def _check(self, canary: CanarySet, failed: dict[str, str]) -> dict[str, float]:
+    def _check(self, canary: CanarySet, failed: dict[str, str],
+               mismatches: Sequence[Exception] = ()) -> dict[str, float]:  # fmt: skip
         servers = list(self.backend.canary_servers())
         for server in servers:
             self._index.setdefault(server, len(self._index))
-        scores = self.loop.run(self._score_all(canary, servers))
+        answered = self.loop.run(self._score_all(canary, servers))
+        scores = {s: score for s, score in answered.items() if score is not None}
+        unscored = len(answered) - len(scores)
+        judged = [s for s in servers if s in scores or s in failed]
+        if not scores:  # nothing to compare with (a weight-check mismatch still raises)
+            if mismatches:
+                raise mismatches[0]
+            return {"rollout/canary/unscored": float(unscored)}
         if self.thresholds is None:  # on the servers that passed the weight check
             sound = [score for s, score in scores.items() if s not in failed] or list(
                 scores.values())
@@ -227,12 +236,12 @@ class CanaryWatch:
             logger.info("canary thresholds calibrated on %d server(s): log-prob gap %.4g, "
                         "top-k KL %s", len(scores), self.thresholds.logprob_gap_max,
                         self.thresholds.kl_topk)  # fmt: skip
-        diverging = {s: failed.get(s) or self.thresholds.diverged(score)
-                     for s, score in scores.items()}  # fmt: skip
+        diverging = {s: self.thresholds.diverged(score) for s, score in scores.items()}
         diverging = {s: why for s, why in diverging.items() if why}
+        diverging |= {s: why for s, why in failed.items() if s in judged}
         metrics = aggregate({s: scores[s] for s in sorted(scores, key=self._index.get)})
         metrics = {_renumber(k, scores, self._index): v for k, v in metrics.items()}
-        drained, readmitted = self._act(canary, servers, diverging)
+        drained, readmitted = self._act(canary, servers, diverging, judged)
         self._last = canary
         (drained_before, readmitted_before), self._between = self._between, [0, 0]
         metrics |= {
@@ -240,6 +249,7 @@ class CanaryWatch:
             "rollout/canary/readmitted": float(readmitted + readmitted_before),
             "rollout/canary/servers_out": float(len(self._drained())),
             "rollout/canary/threshold": self.thresholds.logprob_gap_max,
+            "rollout/canary/unscored": float(unscored),
         }
         return metrics
 
@@ -315,22 +325,24 @@ class CanaryWatch:
         drained = getattr(self.backend, "drained", None)
         return list(drained()) if drained is not None else []
 
-    async def _score_all(self, canary: CanarySet, servers: list[str]) -> dict[str, CanaryScore]:
+    async def _score_all(self, canary: CanarySet,
+                         servers: list[str]) -> dict[str, CanaryScore | None]:  # fmt: skip
         scored = await asyncio.gather(*(self._score(canary, s) for s in servers))
         return dict(zip(servers, scored, strict=True))
 
-    async def _score(self, canary: CanarySet, server: str) -> CanaryScore:
-        """One server's score; a server that cannot answer scores infinitely far."""
+    async def _score(self, canary: CanarySet, server: str) -> CanaryScore | None:
+        """One server's score; None when its call failed (a busy or timed-out server is not
+        judged on it: that is the failover's business, not a divergence)."""
         from agentrl.rollout.backends.base import BackendError
 
-        k = self.settings.top_k
+        k, tag = self.settings.top_k, uuid.uuid4().hex[:8]  # ids unique across syncs
         try:
             answers = await asyncio.gather(*(
-                self.backend.score_on(server, ids, k, request_id=f"agentrl-canary-{i}")
+                self.backend.score_on(server, ids, k, request_id=f"agentrl-canary-{tag}-{i}")
                 for i, ids in enumerate(canary.sequences)))  # fmt: skip
         except BackendError as err:
             logger.warning("rollout server %s did not score the canary: %s", server, err)
-            return score_server(canary, [[] for _ in canary.sequences])
+            return None
         tops = [top for _, top in answers]
         return score_server(canary, [lp for lp, _ in answers],
                             None if any(t is None for t in tops) else tops)  # fmt: skip
@@ -348,7 +360,8 @@ class CanaryWatch:
                 still[server] = f"{why[server]}; its reload failed: {err}"
                 continue
             score = await self._score(canary, server)
-            again = self.thresholds.diverged(score)
+            again = ("it did not score the canary" if score is None
+                     else self.thresholds.diverged(score))  # fmt: skip
             if again is not None:
                 still[server] = f"{again} after a reload"
         return still

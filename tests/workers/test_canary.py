@@ -174,10 +174,13 @@ class _Servers:
         return list(self.offsets)
 
     async def score_on(self, server, ids, top_k=0, request_id=""):
+        from agentrl.rollout.backends.base import BackendError
         from agentrl.workers.canary import trainer_canary
 
         if self.unsupported:
             raise NotImplementedError("this API does not score prompts")
+        if self.offsets[server] is None:
+            raise BackendError(f"{server}/generate: timed out")
         log_probs = trainer_canary(self.model, [ids], 0).log_probs[0]
         return [v + self.offsets[server] for v in log_probs], None
 
@@ -207,6 +210,20 @@ def test_every_n_runs_at_syncs_1_and_1_plus_n_and_warn_trains_on(tiny_model_dir,
     assert metrics["rollout/canary/logprob_gap_max"] == pytest.approx(0.5, abs=1e-4)
     assert metrics["rollout/canary/drained"] == 0
     assert "training goes on (actor_rollout_ref.rollout.on_divergence=warn)" in caplog.text
+
+
+def test_a_server_whose_canary_call_fails_is_not_judged(tiny_model_dir, caplog):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    backend = _Servers(model, {"s0": 0.0})
+    watch = _watch(tiny_model_dir, backend)  # on_divergence: stop
+    assert watch.after_sync(model, 1)["rollout/canary/unscored"] == 0
+    backend.offsets["s0"] = None  # busy: its calls time out
+    busy = watch.after_sync(model, 2)  # no stop, no drain, no gap to report
+    assert busy["rollout/canary/unscored"] == 1 and set(busy) == {
+        "rollout/canary/unscored", "timing/canary_s"}
+    assert "did not score the canary: s0/generate: timed out" in caplog.text
+    backend.offsets["s0"] = 0.0
+    assert watch.after_sync(model, 3)["rollout/canary/drained"] == 0
 
 
 def test_a_backend_that_cannot_score_prompts_runs_no_canary(tiny_model_dir, caplog):
