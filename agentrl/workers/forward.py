@@ -312,7 +312,7 @@ def _run_plan(
         if past is None:
             cache = None if last else DynamicCache()
         else:  # the parents' keys and values, one row per piece: the past of each piece
-            layers = [(k[level.parent], v[level.parent]) for k, v in past]  # (k, h, past, d)
+            layers = [(_past(k, level), _past(v, level)) for k, v in past]  # (k, h, past, d)
             cache = DynamicCache(ddp_cache_data=layers)
         with around(level) if around is not None else nullcontext():
             out = model(
@@ -329,6 +329,12 @@ def _run_plan(
     gathered = entries[plan.index.to(device)]  # (b, keep, C)
     valid = plan.valid.to(device)[..., None]
     return torch.where(valid, gathered, torch.zeros_like(gathered))
+
+
+def _past(states: Tensor, level: Level) -> Tensor:
+    """The previous level's keys or values (k', h, T, d) as this level's past (k, h, past, d):
+    each piece's parent row, the kept columns."""
+    return states.index_select(0, level.parent).index_select(2, level.past_columns)
 
 
 def _shared_log_probs(model: torch.nn.Module, head: torch.nn.Linear, plan: PrefixPlan,

@@ -14,7 +14,9 @@ and the rows that share nothing, with no past; level d holds the children of lev
 nodes, each with its parent's KV cache as the past. Within a level the pieces are right-
 padded to one width; a level's attention mask is its past's mask followed by its own, so a
 past padded in the middle stays masked and every token sees exactly its own history, at
-its own position (``position_ids`` are token indices in the row).
+its own position (``position_ids`` are token indices in the row). Past columns that no
+piece of a level sees (the padding of a parent piece shorter than its level's widest) are
+dropped from that level's past.
 
 Outputs are read per "entry": a (level row, position, target token) whose hidden state
 gives the log-prob of the target (or the value at that position). A shared chunk's entries
@@ -55,9 +57,10 @@ class Level:
     """One forward pass of the plan: ``k`` pieces (chunks or row suffixes), right-padded."""
 
     input_ids: Tensor  # (k, S)
-    attention_mask: Tensor  # (k, past + S): the parent's mask, then the pieces' own
+    attention_mask: Tensor  # (k, past + S): the parents' kept columns' mask, then the own
     position_ids: Tensor  # (k, S)
     parent: Tensor | None  # (k,) the previous level's row whose KV cache is the past
+    past_columns: Tensor | None  # (past,) the parents' cache columns kept: any piece sees them
     entry_rows: Tensor  # (E,) level row of each output entry
     entry_positions: Tensor  # (E,) column in this level's S columns
     entry_targets: Tensor  # (E,) the token whose log-prob the entry gives
@@ -190,14 +193,17 @@ class _LevelBuilder:
             input_ids[i, : len(tokens)] = torch.from_numpy(tokens.astype(np.int64))
             own_mask[i, : len(tokens)] = 1
             positions[i] = start + torch.arange(width)
-        parent = None
+        parent = columns = None
         mask = own_mask
         if previous is not None:
             parent = torch.tensor([p for _, _, p in self.pieces], dtype=torch.long)
-            mask = torch.cat([previous.attention_mask[parent], own_mask], dim=1)
+            past = previous.attention_mask[parent]  # (k, previous past + previous S)
+            columns = torch.nonzero(past.any(0))[:, 0]  # padding no piece sees is dropped
+            mask = torch.cat([past[:, columns], own_mask], dim=1)
         entries = np.concatenate(self.entries) if self.entries else np.zeros((0, 3), np.int64)
         keys = torch.from_numpy(entries)  # (E, 3)
-        return Level(input_ids, mask, positions, parent, keys[:, 0], keys[:, 1], keys[:, 2])
+        return Level(input_ids, mask, positions, parent, columns, keys[:, 0], keys[:, 1],
+                     keys[:, 2])  # fmt: skip
 
 
 class _Index:

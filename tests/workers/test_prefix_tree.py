@@ -19,6 +19,8 @@ def _check_index(plan, batch) -> None:
         targets.append(level.entry_targets)
         absolute.append(level.position_ids[level.entry_rows, level.entry_positions])
     targets, absolute = torch.cat(targets), torch.cat(absolute)
+    for level in plan.levels[1:]:  # no past column that no piece sees
+        assert level.attention_mask[:, : -level.input_ids.shape[1]].bool().any(0).all()
     prompt_len = batch["attention_mask"][:, : batch["prompts"].shape[1]].sum(-1)  # (b,)
     for i in range(len(prompt_len)):
         for j in range(plan.keep):
