@@ -53,6 +53,15 @@ def make_trajectory_batch(
             response_mask[i, start : start + max(1, r // 4)] = 0
     attention_mask = torch.cat([prompt_mask, response_attention], dim=1)  # (n, P + R)
     advantages = torch.from_numpy(rng.normal(size=(n, R)).astype(np.float32)) * response_mask
+    return _trajectories(prompts, responses, attention_mask, response_mask, advantages,
+                         [str(i // 2) for i in range(n)])
+
+
+def _trajectories(prompts: torch.Tensor, responses: torch.Tensor, attention_mask: torch.Tensor,
+                  response_mask: torch.Tensor, advantages: torch.Tensor,
+                  uids: list[str]) -> DataProto:  # fmt: skip
+    """The batch of the engine's layout from its padded parts (``input_ids`` and
+    ``position_ids`` derived)."""
     return DataProto.from_dict(
         tensors={
             "prompts": prompts,
@@ -63,7 +72,7 @@ def make_trajectory_batch(
             "response_mask": response_mask,
             "advantages": advantages,
         },
-        non_tensors={"uid": [str(i // 2) for i in range(n)]},
+        non_tensors={"uid": uids},
     )
 
 
@@ -84,18 +93,8 @@ def batch_from_rows(rows: Sequence[tuple[Sequence[int], Sequence[int]]], seed: i
     response_mask = attention_mask[:, P:].clone()
     generator = torch.Generator().manual_seed(seed)
     advantages = torch.randn((n, R), generator=generator) * response_mask
-    return DataProto.from_dict(
-        tensors={
-            "prompts": prompts,
-            "responses": responses,
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention_mask,
-            "position_ids": torch.clamp(attention_mask.cumsum(-1) - 1, min=0),
-            "response_mask": response_mask,
-            "advantages": advantages,
-        },
-        non_tensors={"uid": [str(i) for i in range(n)]},
-    )
+    return _trajectories(prompts, responses, attention_mask, response_mask, advantages,
+                         [str(i) for i in range(n)])
 
 
 def grpo_group_rows(n: int, prompt_length: int, response_length: int, vocab_size: int,

@@ -29,6 +29,7 @@ from agentrl.trainer.off_policy import (
     verified_metrics,
 )
 from agentrl.trainer.watchdog import StageHangError
+from tests.trainer.conftest import serve_pids
 from tools.calculator import DEFAULT_SCHEMA
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"  # test plugins: rewards, tools
@@ -265,20 +266,6 @@ def test_the_watchdog_reports_the_rollout_process_in_async_mode(
                                                                         "2-1"}
 
 
-def _serve_pids(model_dir: Path) -> list[int]:
-    """The `agentrl serve` processes started for ``model_dir`` (a path of this test's own)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if "serve_cli" in cmdline and str(model_dir) in cmdline:
-                pids.append(int(entry.name))
-    return sorted(pids)
-
-
 @pytest.mark.slow
 def test_async_training_goes_on_when_a_server_is_killed_mid_run(
     make_config, tiny_model_dir, tmp_path, ray_cluster
@@ -301,7 +288,7 @@ def test_async_training_goes_on_when_a_server_is_killed_mid_run(
         deadline = time.monotonic() + 300
         while not (dumps / "1.jsonl").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        pids = _serve_pids(model)
+        pids = sorted(serve_pids(model))
         if len(pids) == 2:
             os.kill(pids[0], signal.SIGKILL)
             killed.append(pids[0])

@@ -23,6 +23,7 @@ import pytest
 from agentrl.algos import get_kl_controller
 from agentrl.trainer.alerts import BehaviourMonitor
 from agentrl.trainer.run_checkpoints import RunCheckpoints
+from tests.trainer.conftest import serve_pids
 
 
 class Loader:
@@ -116,20 +117,6 @@ def test_a_fresh_start_keeps_the_step_and_says_so(tmp_path, caplog):
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 
-def _serve_pids(model_dir: Path) -> set[int]:
-    """The `agentrl serve` processes started for ``model_dir`` (its own symlinked path)."""
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if "serve_cli" in cmdline and str(model_dir) in cmdline:
-                pids.add(int(entry.name))
-    return pids
-
-
 def _saved(marker: Path) -> int:
     """The last step whose checkpoint is complete (0: none yet)."""
     try:
@@ -194,9 +181,9 @@ def test_an_async_run_killed_at_random_moments_trains_every_prompt_once(
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         until = time.monotonic() + 30
-        while _serve_pids(model) and time.monotonic() < until:
+        while serve_pids(model) and time.monotonic() < until:
             time.sleep(0.1)
-        assert not _serve_pids(model), "a rollout server outlived the killed trainer"
+        assert not serve_pids(model), "a rollout server outlived the killed trainer"
         saved.append(_saved(marker))
         assert saved[-1] >= saved[-2] + 2
     assert saved[-1] < steps, "the runs finished before the last kill"
