@@ -153,6 +153,25 @@ def vllm_python() -> str:
     return python
 
 
+def _port_outside_the_ephemeral_range() -> int:
+    """A free TCP port below the OS's ephemeral range, which `bind(0)` never hands out: the
+    plugin's launcher picks its servers' ports with `bind(0)` while `plain` starts, and a
+    port `plain` was given and had not bound yet came back to it once (its server then
+    answered /health for the other's: a 404 on /update_weight_version)."""
+    import random
+    import socket
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.Random().sample(range(20000, max(20001, low)), 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
 @pytest.fixture(scope="module")
 def vllm_servers(varied_model_dir, tiny_model_dir):
     """The module's real vLLM servers, started at once (a CPU server takes tens of seconds
@@ -178,8 +197,8 @@ def vllm_servers(varied_model_dir, tiny_model_dir):
                        "actor_rollout_ref.rollout.server_cooldown_s=600",
                        "actor_rollout_ref.rollout.max_model_len=4096")
     tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
-    plain = ServerLauncher(tiny_model_dir, 1, command=[
-        python, "-m", "vllm.entrypoints.openai.api_server"], model_flag="--model",
+    plain = ServerLauncher(tiny_model_dir, 1, ports=[_port_outside_the_ephemeral_range()],
+        command=[python, "-m", "vllm.entrypoints.openai.api_server"], model_flag="--model",
         health_path="/health", ready_timeout=400,
         server_args={"dtype": "float32", "enforce_eager": True, "max_model_len": 512},
         env={"VLLM_CPU_KVCACHE_SPACE": "1"})  # fmt: skip
