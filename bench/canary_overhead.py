@@ -28,17 +28,27 @@ from pathlib import Path
 from fresh_process import in_fresh_processes, versions
 
 VARIANTS = ("canary",)
+# --shape quickstart: the smoke run at the quickstart's batch (recipes/quickstart/config.yaml:
+# 16 prompts x 8 samples, responses up to 160 tokens over up to 3 turns, mini-batches of 8)
+SHAPES = {
+    "smoke": (),
+    "quickstart": ("data.train_batch_size=16", "actor_rollout_ref.rollout.n=8",
+                   "data.max_response_length=160",
+                   "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
+                   "actor_rollout_ref.actor.ppo_mini_batch_size=8"),
+}
 
 
-def run_variant(variant: str, steps: int, size: str, seed: int) -> dict:
-    """One smoke run with the canary after every sync; its step and canary seconds."""
+def run_variant(variant: str, steps: int, size: str, seed: int, shape: str = "smoke") -> dict:
+    """One smoke run (at ``shape``'s batch) with the canary after every sync; its step and
+    canary seconds."""
     from agentrl.smoke import run_smoke
 
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as out:
         history = run_smoke(Path(out), steps=steps, size=size, seed=seed,
                             overrides=["actor_rollout_ref.rollout.canary=every_sync",
-                                       "trainer.logger=[file]"])  # fmt: skip
+                                       "trainer.logger=[file]", *SHAPES[shape]])  # fmt: skip
     step_s = [m["timing_s/step"] for m in history]
     canary_s = [m.get("timing/canary_s", float("nan")) for m in history]
     ratios = [c / s for c, s in zip(canary_s[1:], step_s[1:], strict=True)]
@@ -52,18 +62,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs (each a fresh process)")
     parser.add_argument("--size", default="tiny", help="tiny model size (make-tiny-model)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="smoke",
+                        help="the step's batch: the smoke run's, or the quickstart's")
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # the child
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the first step is left out as warm-up)")
     if args.variant is not None:
-        print(json.dumps(run_variant(args.variant, args.steps, args.size, args.seed)))
+        print(json.dumps(run_variant(args.variant, args.steps, args.size, args.seed,
+                                     args.shape)))
         return
-    argv = ["--steps", str(args.steps), "--size", args.size, "--seed", str(args.seed)]
+    argv = ["--steps", str(args.steps), "--size", args.size, "--seed", str(args.seed),
+            "--shape", args.shape]
     runs = [in_fresh_processes(__file__, "--variant", VARIANTS, argv)["canary"]
             for _ in range(args.repeats)]
     print(json.dumps({
-        "steps": args.steps, "repeats": args.repeats, "size": args.size,
+        "steps": args.steps, "repeats": args.repeats, "size": args.size, "shape": args.shape,
         "canary_over_step": round(statistics.median(r["median_ratio"] for r in runs), 5),
         "runs": [round(r["median_ratio"], 5) for r in runs],
         "canary_s": [[round(c, 4) for c in r["canary_s"]] for r in runs],
