@@ -86,8 +86,8 @@ class ProducerHost:
         self, count: int, policy_version: int, meta_info: dict[str, Any], timeout: float
     ) -> tuple[DataProto, TakeStats] | int:
         """The next ``count`` fresh groups as one DataProto (with the backend's metrics), with
-        the take's stats; when they
-        are not ready within ``timeout`` seconds, the number of groups finished so far."""
+        the take's stats; when they are not ready within ``timeout`` seconds, the number of
+        groups finished so far."""
         taken = self.producer.take(count, policy_version, timeout)
         if taken is None:
             return len(self.producer.finished)
