@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import sys
 import time
@@ -35,7 +34,11 @@ PATHS = ("new", "old")
 
 
 def _peak_rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    # VmHWM, this address space's peak: ru_maxrss survives execve on Linux, so a child of a
+    # big process (the test suite's) would start at its parent's peak and both paths tie
+    from agentrl.utils.memory import peak_rss_bytes
+
+    return peak_rss_bytes() / 2**30
 
 
 def _model(vocab: int, hidden: int, layers: int, seed: int):

@@ -154,8 +154,13 @@ def test_the_rollout_bench_runs_a_tiny_workload_over_engine_workers(tiny_model_d
 @pytest.mark.slow
 def test_the_update_memory_bench_compares_both_paths_on_a_small_model(capsys):
     update_memory = _bench_module("update_memory")
+    # a parent bigger than either child, as the one-process suite is: the children's peaks
+    # are their own (VmHWM), not the parent's carried across execve (ru_maxrss tied at 1.66)
+    ballast = bytearray(b"\x01") * (3 * 2**30)
     assert update_memory.main(["--rows", "2", "--length", "256", "--repeats", "1"]) == 0
+    del ballast
     line = _json_line(capsys.readouterr().out)
+    assert line["old"]["peak_rss_gb"] < 2.5
     assert {"peak_ratio", "time_ratio"} <= set(line)
     assert line["new"]["tokens"] == line["old"]["tokens"] == 512
     # at 2 x 256 tokens the full path's fp32 logits copies (151,936 a position) are what its
