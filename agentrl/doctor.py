@@ -7,7 +7,8 @@ installs it). Nothing is required for the core (training on CPU with the hf engi
 part serves one feature:
 
 - node and the agent CLIs, Claude Code and Codex (agentrl.agents, tests marked ``harness``),
-  and bubblewrap, their sandbox, and the cgroups that limit a whole episode;
+  and bubblewrap, their sandbox, and the cgroups that limit a whole episode; podman
+  (``sandbox: container``), rootless or not, and the episode limits its containers cannot get;
 - the vLLM environment ``.venv-vllm`` (``rollout.name=vllm`` on CPU, tests marked ``vllm``);
 - Chromium, for the report's browser test (tests/report/test_browser.py);
 - the environment packages reasoning-gym, textarena, openenv-core, verifiers (``agentrl env
@@ -30,8 +31,15 @@ from pathlib import Path
 
 from agentrl.agents.claude_code import CLAUDE_CODE
 from agentrl.agents.codex import CODEX
+from agentrl.agents.container import (
+    FALLBACK,
+    INSTALL_PODMAN,
+    find_podman,
+    podman_host,
+    podman_prefix,
+)
 from agentrl.agents.harness import INSTALL_CLIS
-from agentrl.agents.limits import cgroup_support
+from agentrl.agents.limits import EpisodeLimits, cgroup_support
 from agentrl.agents.sandbox import INSTALL_BWRAP, find_bwrap
 from agentrl.utils.command import main_of
 
@@ -108,6 +116,25 @@ def _cgroups() -> Part:
     return Part("episode cgroups", True, "memory, pids (and cpu where mounted)", install)
 
 
+def _podman() -> Part:
+    install = (f"{INSTALL_PODMAN}; rootless: the user needs /etc/subuid and /etc/subgid "
+               "ranges, and AGENTRL_PODMAN_RUNTIME=runc on a hybrid cgroup v1/v2 machine")
+    if find_podman() is None:
+        return Part("podman", False, "not found (sandbox=container)", install)
+    try:
+        host = podman_host(tuple(podman_prefix()))
+    except RuntimeError as err:
+        return Part("podman", False, str(err), install)
+    if not host.rootless:
+        return Part("podman", True, "as root: episode memory, pids and cpu limits", install)
+    missing = host.unenforced(EpisodeLimits(memory_mb=1, pids=1, cpus=1.0))
+    detail = f"rootless, cgroup {host.cgroup_version}: episode limits " + (
+        f"{', '.join(sorted(host.controllers))} held; " if host.controllers else "") + (
+        f"{', '.join(missing)} not enforced in containers: "
+        f"{'; '.join(FALLBACK[name] for name in missing)}" if missing else "all held")
+    return Part("podman", True, detail, install)
+
+
 def collect() -> list[Part]:
     """Every optional part, in the order they are listed."""
     return [
@@ -116,6 +143,7 @@ def collect() -> list[Part]:
         _cli(CODEX, f"bash {INSTALL_CLIS}"),
         _binary("bubblewrap", find_bwrap(), INSTALL_BWRAP),
         _cgroups(),
+        _podman(),
         _vllm(),
         _binary("chromium", str(CHROMIUM) if CHROMIUM.exists() else None,
                 "apt-get install chromium (the report's browser test)"),

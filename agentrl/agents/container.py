@@ -289,6 +289,6 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "(no message)"
 
 
-__all__ = ["INSTALL_PODMAN", "PODMAN_ENV", "ROOTFUL", "RUNTIME_ENV", "ContainerSandbox",
+__all__ = ["FALLBACK", "INSTALL_PODMAN", "PODMAN_ENV", "ROOTFUL", "RUNTIME_ENV", "ContainerSandbox",
            "PodmanHost", "container_argv", "find_podman", "podman", "podman_host",
            "podman_prefix"]
