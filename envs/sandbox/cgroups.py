@@ -9,10 +9,14 @@ joins before it starts anything, so the limits cover the whole run:
         v2: memory.max, memory.swap.max = 0, pids.max
         v1: memory/.../memory.limit_in_bytes (+ memsw), pids/.../pids.max
 
-After the run every process left in the cgroup is killed and the cgroup removed; a server
-that starts removes the cgroups of predecessors that died (their pid is gone). Where this is
-impossible (not root, no delegation, a read-only /sys/fs/cgroup) ``detect_cgroups`` says why
-and the sandbox runs with the per-process limits only.
+After the run every process left in the cgroup is killed and the cgroup removed, and the
+server's folder with it once no other run holds one there (the next run makes it again): a
+server, or a runner nobody closed, leaves no empty cgroup behind between runs. A server that
+starts removes what others left: the cgroups of servers that died (their pid is gone), and
+any empty ``agentrl-sandbox-*`` older than the harness's ``STALE_CGROUP_S`` whatever its pid (a pid the
+kernel gave again; the harness's sweep, ``agentrl.agents.limits.sweep_stale_cgroups``).
+Where this is impossible (not root, no delegation, a read-only /sys/fs/cgroup)
+``detect_cgroups`` says why and the sandbox runs with the per-process limits only.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+from agentrl.agents.limits import sweep_stale_cgroups
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +100,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_stale() -> int:
-    """Remove the cgroups (and kill the processes) of sandbox servers that are gone."""
+    """Remove the cgroups (and kill the processes) of sandbox servers that are gone, then
+    the empty ones older than ``STALE_CGROUP_S`` whatever their pid; returns how many."""
     _, roots = _hierarchies()
     removed = 0
     for root in roots:
@@ -108,7 +115,7 @@ def remove_stale() -> int:
                 removed += 1
     if removed:
         logger.warning("sandbox: removed %d cgroup(s) a crashed server left", removed)
-    return removed
+    return removed + len(sweep_stale_cgroups({str(root): root for root in roots}, PREFIX))
 
 
 @dataclass
@@ -117,6 +124,7 @@ class RunCgroup:
 
     version: str
     dirs: list[Path]
+    parents: list[Path]  # the server's folders: removed with the last run in them
 
     def procs_files(self) -> tuple[str, ...]:
         """The files the launcher writes its pid to (one per hierarchy)."""
@@ -136,13 +144,19 @@ class RunCgroup:
         return False
 
     def close(self) -> None:
-        """Kill whatever is left of the run and remove its cgroup(s)."""
+        """Kill whatever is left of the run, remove its cgroup(s) and the server's folder
+        where no other run holds one (rmdir refuses a folder that still has a cgroup)."""
         for directory in self.dirs:
             _kill_and_remove(directory)
+        for parent in self.parents:
+            with contextlib.suppress(OSError):
+                parent.rmdir()
 
 
 class CgroupManager:
-    """Makes one cgroup per run under this server's own parent cgroup(s)."""
+    """Makes one cgroup per run under this server's own parent cgroup(s), which exist
+    while a run holds one (``make`` makes them, the last ``RunCgroup.close`` removes them;
+    both run on the event loop's thread, so no run's ``make`` falls between the two)."""
 
     def __init__(self, version: str, parents: list[Path]) -> None:
         self.version = version
@@ -150,33 +164,36 @@ class CgroupManager:
 
     @classmethod
     def create(cls) -> CgroupManager:
-        """This server's parent cgroup(s); raises OSError where they cannot be made."""
+        """This server's parent cgroup(s), made and removed again to see that they can be;
+        raises OSError where they cannot."""
         version, roots = _hierarchies()
         if version is None:
             raise OSError("no cgroup v2 hierarchy and no cgroup v1 memory+pids controllers")
         name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        parents = []
+        manager = cls(version, [root / name for root in roots])
         try:
-            for root in roots:
-                parent = root / name
+            manager._make_parents()
+        finally:
+            manager.close()
+        return manager
+
+    def _make_parents(self) -> None:
+        for parent in self.parents:
+            if not parent.is_dir():
                 parent.mkdir()
-                parents.append(parent)
-                if version == "v2":
+                if self.version == "v2":
                     _write(parent / "cgroup.subtree_control", "+memory +pids")
-        except OSError:
-            for parent in parents:
-                _kill_and_remove(parent)
-            raise
-        return cls(version, parents)
 
     def make(self, slot: int, memory_mb: int, max_processes: int) -> RunCgroup:
         """A fresh cgroup for the run in ``slot``; raises OSError on failure."""
         dirs = [parent / f"run-{slot}" for parent in self.parents]
-        for directory in dirs:
-            _kill_and_remove(directory)  # a previous run's, should it remain
-            directory.mkdir()
+        run = RunCgroup(self.version, dirs, self.parents)
         limit = str(memory_mb << 20)
         try:
+            self._make_parents()
+            for directory in dirs:
+                _kill_and_remove(directory)  # a previous run's, should it remain
+                directory.mkdir()
             if self.version == "v2":
                 (directory,) = dirs
                 _write(directory / "memory.max", limit)
@@ -192,10 +209,9 @@ class CgroupManager:
                         _write(memsw, limit)
                 _write(pids / "pids.max", str(max_processes))
         except OSError:
-            for directory in dirs:
-                _kill_and_remove(directory)
+            run.close()
             raise
-        return RunCgroup(self.version, dirs)
+        return run
 
     def close(self) -> None:
         for parent in self.parents:
