@@ -419,9 +419,9 @@ def rootless() -> Rootless:
     except KeyError:
         pytest.skip(f"no user {name!r} to run rootless podman as (useradd -m {name}: Debian "
                     f"gives it /etc/subuid and /etc/subgid ranges; or set {ROOTLESS_USER_ENV})")
+    subuid = Path("/etc/subuid")
     if not any(line.split(":")[0] in (user.pw_name, str(user.pw_uid))
-               for line in Path("/etc/subuid").read_text().splitlines()
-               if Path("/etc/subuid").exists()):
+               for line in (subuid.read_text().splitlines() if subuid.exists() else [])):
         pytest.skip(f"{user.pw_name} has no /etc/subuid range: rootless podman needs one")
     prefix = _as_user(user)
     python, base_prefix, path = _python_for(prefix)
