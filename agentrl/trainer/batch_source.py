@@ -1,25 +1,32 @@
 """Where a training step's batch comes from: the one thing (with when weights sync) in which
 the sync and the off-policy trainers differ.
 
-`PPOTrainer` runs the same step for both (trainer/ppo_trainer.py); each call gets the step's
-`StepContext` (step_context.py: the worker groups, the config sections, the reward function,
-the trace, the watchdog and the stage timer), never the trainer:
+`PPOTrainer` (trainer/ppo_trainer.py) asks its source this, in this order, and nothing
+else; from `running` on, the calls get the run's `StepContext` (step_context.py: the worker
+groups, the config sections, the reward function, the trace, the watchdog and the stage
+timer), never the trainer:
 
-    data, metrics = source.next_batch(ctx, step, timing)         # scored trajectories
-    data = policy_step(data, ...)                                 # trainer/policy_step.py
-    metrics |= source.after_update(ctx, step, timing)            # e.g. weight sync
-    metrics |= source.step_metrics(data, step, timing)
+    workers = source.start_workers(config, worker_config)          # init_workers
+    with source.running(ctx, batches, global_step, resumed):       # fit
+        data, metrics = source.run_step(ctx, step, timing, update)  # each step
+    source.state_dict()                                            # a checkpoint's share
+    source.close(workers)                                          # close
+
+`update(data, sync_weights=..., metrics=...)` is the step's `policy_step` (policy_step.py):
+the source gets its batch, hands it to `update`, and does what the update needs after it.
 
 `RolloutInStep` (here, `trainer.mode: sync`) rolls the loader's next batch out inside the
 step, scores it, and with `algorithm.filter_groups` generates more until enough prompts
 disagree; the actor syncs the rollout's weights at the end of its update. The off-policy
-source (`ProducerBatchSource`, trainer/off_policy.py) takes finished groups from a
-producer that generates on servers of its own, and syncs the weights after the update.
+source (`ProducerBatchSource`, trainer/off_policy.py) starts servers of its own before the
+workers, takes finished groups from a producer that generates on them, and syncs the
+weights after the update.
 """
 
 from __future__ import annotations
 
 import contextlib
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -37,49 +44,50 @@ from agentrl.trainer.scoring import (
     settle_infra_failures,
 )
 from agentrl.trainer.step_context import StepContext
+from agentrl.trainer.worker_setup import Workers, start_workers
 
 
-class BatchSource(Protocol):
-    """What the trainer asks of a batch source, in the order it asks."""
+class Update(Protocol):
+    """The step's policy update (`policy_step` with the step and its context bound): adds
+    to `metrics`, returns the updated batch; `sync_weights`: the actor syncs the rollout's
+    weights at the end of its update."""
 
-    #: the actor syncs the rollout's weights at the end of `update_actor`
-    sync_weights_in_update: bool
+    def __call__(self, data: DataProto, *, sync_weights: bool,
+                 metrics: dict[str, float]) -> DataProto: ...  # fmt: skip
 
-    def prepare_workers(self, worker_config: DictConfig) -> DictConfig:
-        """Before the worker group starts: the config the workers start with, made from the
-        trainer's `worker_config` (a new one where the source changes it: the trainer's
-        stays as it is)."""
 
-    def workers_started(self, ctx: StepContext) -> None:
-        """After the worker group has loaded its models."""
+class BatchSource(ABC):
+    """What the trainer asks of a batch source (module docstring). The defaults are a
+    source whose rollout lives in the workers: they start as the trainer configured them,
+    and a checkpoint holds nothing of the source."""
 
-    def start(self, ctx: StepContext, batches: Iterator[dict[str, Any]],
-              global_step: int) -> None:  # fmt: skip
-        """Before the first step of `fit`: the loader's batches, epoch after epoch, and the
-        step trained last (0 on a fresh start)."""
+    def start_workers(self, config: DictConfig, worker_config: DictConfig) -> Workers:
+        """Start the worker group and load its models (`worker_setup.start_workers`);
+        `worker_config` is the trainer's, which a source that changes it copies."""
+        return start_workers(config, worker_config)
 
-    def next_batch(self, ctx: StepContext, step: int,
-                   timing: dict[str, float]) -> tuple[DataProto, dict[str, float]]:  # fmt: skip
-        """Step `step`'s scored trajectories and the metrics of getting them."""
+    @abstractmethod
+    def running(self, ctx: StepContext, batches: Iterator[dict[str, Any]], global_step: int,
+                resumed: dict[str, Any]) -> contextlib.AbstractContextManager[None]:  # fmt: skip
+        """Around `fit`'s steps: the loader's batches, epoch after epoch, the step trained
+        last (0 on a fresh start) and the driver state the run resumed from (a checkpoint's
+        `data.pt`, with the source's `state_dict`; empty on a fresh start)."""
 
-    def after_update(self, ctx: StepContext, step: int,
-                     timing: dict[str, float]) -> dict[str, float]:  # fmt: skip
-        """After the update, inside the step's time."""
-
-    def step_metrics(self, data: DataProto, step: int,
-                     timing: dict[str, float]) -> dict[str, float]:  # fmt: skip
-        """The source's metrics of the finished step."""
-
-    def stop(self) -> None:
-        """After the last step of `fit` (or its failure)."""
+    @abstractmethod
+    def run_step(self, ctx: StepContext, step: int, timing: dict[str, float],
+                 update: Update) -> tuple[DataProto, dict[str, float]]:  # fmt: skip
+        """Step `step`: its scored trajectories through `update`; returns the updated batch
+        and the step's metrics of getting it (and of the weight sync)."""
 
     def state_dict(self) -> dict[str, Any]:
-        """The source's share of a checkpoint's driver state."""
+        """The source's share of a checkpoint's driver state (none by default); `running`
+        gets it back in the state a run resumes from."""
+        return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-    def closing(self) -> contextlib.AbstractContextManager[None]:
-        """Around the worker group's teardown in `close`."""
+    def close(self, workers: Workers | None) -> None:
+        """Close the workers `start_workers` started (None: they never started)."""
+        if workers is not None:
+            workers.close()
 
 
 def rollout_batch(
@@ -125,45 +133,34 @@ def generate_and_score(ctx: StepContext, batch_dict: dict[str, Any], step: int,
     return data
 
 
-class RolloutInStep:
-    """`trainer.mode: sync`: each step rolls out the loader's next batch (module doc)."""
+def rollout_step(ctx: StepContext, batch_dict: dict[str, Any],
+                 more_batches: Iterator[dict[str, Any]] | None, step: int,
+                 timing: dict[str, float], update: Update) -> tuple[DataProto, dict[str, float]]:  # fmt: skip
+    """A sync step: `rollout_batch`, then `update`, which syncs the rollout's weights."""
+    data, metrics = rollout_batch(ctx, batch_dict, more_batches, step, timing)
+    return update(data, sync_weights=True, metrics=metrics), metrics
 
-    sync_weights_in_update = True
+
+class RolloutInStep(BatchSource):
+    """`trainer.mode: sync`: each step rolls out the loader's next batch (module doc)."""
 
     def __init__(self) -> None:
         self.batches: Iterator[dict[str, Any]] | None = None
 
-    def prepare_workers(self, worker_config: DictConfig) -> DictConfig:
-        return worker_config
-
-    def workers_started(self, ctx: StepContext) -> None:
-        pass
-
-    def start(self, ctx: StepContext, batches: Iterator[dict[str, Any]],
-              global_step: int) -> None:  # fmt: skip
+    @contextlib.contextmanager
+    def running(self, ctx: StepContext, batches: Iterator[dict[str, Any]], global_step: int,
+                resumed: dict[str, Any]) -> Iterator[None]:  # fmt: skip
         self.batches = batches
+        try:
+            yield
+        finally:
+            self.batches = None
 
-    def next_batch(self, ctx: StepContext, step: int,
-                   timing: dict[str, float]) -> tuple[DataProto, dict[str, float]]:  # fmt: skip
-        assert self.batches is not None, "start() first"
-        return rollout_batch(ctx, next(self.batches), self.batches, step, timing)
+    def run_step(self, ctx: StepContext, step: int, timing: dict[str, float],
+                 update: Update) -> tuple[DataProto, dict[str, float]]:  # fmt: skip
+        assert self.batches is not None, "run_step runs inside running()"
+        return rollout_step(ctx, next(self.batches), self.batches, step, timing, update)
 
-    def after_update(self, ctx: StepContext, step: int,
-                     timing: dict[str, float]) -> dict[str, float]:  # fmt: skip
-        return {}
 
-    def step_metrics(self, data: DataProto, step: int,
-                     timing: dict[str, float]) -> dict[str, float]:  # fmt: skip
-        return {}
-
-    def stop(self) -> None:
-        self.batches = None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
-
-    def closing(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
+__all__ = ["BatchSource", "RolloutInStep", "Update", "generate_and_score", "rollout_batch",
+           "rollout_step"]

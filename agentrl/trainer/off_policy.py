@@ -9,7 +9,7 @@ The rollout runs on inference servers of its own, which the backend's plugin lau
 (the embedded engine, one process per server), SGLang or vLLM servers for ``sglang`` and
 ``vllm``; or the servers at ``server_urls``. The workers' rollout keeps its backend name and
 gets the servers' URLs, so its plugin builds HTTP clients of them. A ``RolloutProducer`` (producer.py) drives
-them from a process of its own (a Ray actor, producer_host.py) and keeps generating while
+them from a process of its own (``ProducerHost``, a Ray actor, producer_host.py) and keeps generating while
 the actor trains in its workers; this process pushes it the loader's batches as its throttle
 allows. The actor's workers reach the same servers for validation and weight sync. A step:
 
@@ -22,9 +22,10 @@ allows. The actor's workers reach the same servers for validation and weight syn
     -> one_step_off: wait until nothing is generating -> weight sync -> set_version(step)
 
 Everything from the reward on is the sync trainer's code: `OffPolicyTrainer` is `PPOTrainer`
-with a `ProducerBatchSource` (batch_source.py), which adds the servers, the producer and its
-versions, and the producer's share of a checkpoint (the finished groups not trained yet and
-the unfinished prompts, so a resumed run trains every prompt once).
+with a `ProducerBatchSource` (a `BatchSource`, batch_source.py), which adds the servers, the
+producer and its versions, and the producer's share of a checkpoint (the finished groups not
+trained yet and the unfinished prompts, so a resumed run trains every prompt once). It calls
+the producer's process by its methods on the actor handle (``self.host.take_batch.remote``).
 """
 
 from __future__ import annotations
@@ -43,12 +44,13 @@ from agentrl.config import chat_template_kwargs
 from agentrl.distributed.worker import free_address
 from agentrl.protocol import DataProto
 from agentrl.rollout.output import model_token_versions
+from agentrl.trainer.batch_source import BatchSource, Update
 from agentrl.trainer.dynamic_sampling import collect_informative
 from agentrl.trainer.ppo_trainer import PPOTrainer
 from agentrl.trainer.producer import TakeStats
 from agentrl.trainer.scoring import isolate_failed, score, settle_infra_failures
 from agentrl.trainer.step_context import StepContext
-from agentrl.trainer.worker_setup import init_ray, stop_ray, with_rollout
+from agentrl.trainer.worker_setup import Workers, init_ray, start_workers, stop_ray, with_rollout
 
 logger = logging.getLogger(__name__)
 
@@ -132,31 +134,39 @@ def drained_servers(reported: Any) -> dict[str, str]:
     return out
 
 
-class ProducerBatchSource:
+def _wait(answer: Any, timeout: float | None = None) -> Any:
+    """The answer of a call to the producer's process (``host.<method>.remote(...)``)."""
+    import ray
+
+    return ray.get(answer, timeout=timeout)
+
+
+class ProducerBatchSource(BatchSource):
     """The off-policy batch source: servers of its own, a producer that keeps generating on
     them, each step's batch taken from its finished groups, the weights synced after the
     update (module docstring)."""
 
-    sync_weights_in_update = False  # the step syncs when the producer allows
-
     def __init__(self, config: DictConfig) -> None:
         self.config = config
         self.mode = str(config.trainer.mode)
-        self.host: Any = None  # the ProducerHost actor
+        self.host: Any = None  # the ProducerHost actor (producer_host.py)
         self.batches: Iterator[dict[str, Any]] | None = None
         self.stats: list[TakeStats] = []  # the step's takes
         self._started = False
         self._launcher: Any = None
-        self._ray_temp_dir: str | None = None  # a Ray started here (stopped by closing)
-        self._restored: dict[str, Any] | None = None  # a checkpoint's producer state
+        self._ray_temp_dir: str | None = None  # a Ray started here (stopped by close)
         self._threads_before: int | None = None
-        self._rollout: dict[str, Any] = {}  # the workers' rollout config (prepare_workers)
+        self._rollout: dict[str, Any] = {}  # the workers' rollout config, with the servers
 
     # ------------------------------------------------------------------ setup
 
-    def prepare_workers(self, worker_config: DictConfig) -> DictConfig:
-        """Start the inference servers; the workers' config is a copy of `worker_config`
+    def start_workers(self, config: DictConfig, worker_config: DictConfig) -> Workers:
+        """Start the inference servers, then the workers with a copy of `worker_config`
         whose rollout points at them (`worker_config` itself is not changed)."""
+        return start_workers(config, self.workers_config(worker_config))
+
+    def workers_config(self, worker_config: DictConfig) -> DictConfig:
+        """Start the servers; the workers' config: `worker_config` pointing at them."""
         # the workers' rollout (their canary's prompts filled in: worker_setup.worker_config)
         rollout = OmegaConf.to_container(worker_config.actor_rollout_ref.rollout, resolve=True)
         urls = self._start_servers(rollout)
@@ -167,10 +177,30 @@ class ProducerBatchSource:
         self._rollout = rollout
         return with_rollout(worker_config, rollout)
 
-    def workers_started(self, ctx: StepContext) -> None:
-        """The producer's process (producer_host.py), its stacks in the watchdog's reports."""
-        import ray
+    def _start_servers(self, rollout: dict[str, Any]) -> list[str]:
+        from agentrl.rollout.backends.factory import server_launcher
 
+        if rollout["server_urls"]:
+            return list(rollout["server_urls"])
+        model, env = self.config.actor_rollout_ref.model, None
+        if not torch.cuda.is_available():  # servers and trainer share the CPU cores
+            server_threads, trainer_threads = cpu_split(int(rollout["num_servers"] or 1))
+            env = {"OMP_NUM_THREADS": str(server_threads)}
+            self._threads_before = torch.get_num_threads()  # restored by close
+            torch.set_num_threads(trainer_threads)
+            logger.info("%s on CPU: %d thread(s) per rollout server, %d for training",
+                        self.mode, server_threads, trainer_threads)
+        self._launcher = server_launcher(
+            rollout, str(model.path), seed=int(self.config.trainer.seed),
+            trust_remote_code=bool(model.trust_remote_code), env=env,
+            host=server_host(self.config),
+        )  # fmt: skip
+        urls = self._launcher.start()
+        logger.info("%s: rollout servers %s", self.mode, ", ".join(urls))
+        return urls
+
+    def _start_host(self, ctx: StepContext) -> None:
+        """The producer's process (producer_host.py), its stacks in the watchdog's reports."""
         from agentrl.trainer.producer_host import start_producer_host
 
         cfg, model, rollout = self.config, self.config.actor_rollout_ref.model, self._rollout
@@ -186,57 +216,50 @@ class ProducerBatchSource:
             total_batches=ctx.total_training_steps, trace=ctx.trace.enabled,
         )  # fmt: skip
         ctx.watchdog.register_source(
-            "async-rollout", lambda: ray.get(self.host.stacks.remote(), timeout=30)
+            "async-rollout", lambda: _wait(self.host.stacks.remote(), timeout=30)
         )
-
-    def _start_servers(self, rollout: dict[str, Any]) -> list[str]:
-        from agentrl.rollout.backends.factory import server_launcher
-
-        if rollout["server_urls"]:
-            return list(rollout["server_urls"])
-        model, env = self.config.actor_rollout_ref.model, None
-        if not torch.cuda.is_available():  # servers and trainer share the CPU cores
-            server_threads, trainer_threads = cpu_split(int(rollout["num_servers"] or 1))
-            env = {"OMP_NUM_THREADS": str(server_threads)}
-            self._threads_before = torch.get_num_threads()  # restored by closing
-            torch.set_num_threads(trainer_threads)
-            logger.info("%s on CPU: %d thread(s) per rollout server, %d for training",
-                        self.mode, server_threads, trainer_threads)
-        self._launcher = server_launcher(
-            rollout, str(model.path), seed=int(self.config.trainer.seed),
-            trust_remote_code=bool(model.trust_remote_code), env=env,
-            host=server_host(self.config),
-        )  # fmt: skip
-        urls = self._launcher.start()
-        logger.info("%s: rollout servers %s", self.mode, ", ".join(urls))
-        return urls
-
-    def _call(self, method: str, *args: Any) -> Any:
-        """`ProducerHost.method(*args)` in its process, waited for."""
-        import ray
-
-        return ray.get(getattr(self.host, method).remote(*args))
 
     # ------------------------------------------------------------------ the steps
 
-    def start(self, ctx: StepContext, batches: Iterator[dict[str, Any]],
-              global_step: int) -> None:  # fmt: skip
+    @contextlib.contextmanager
+    def running(self, ctx: StepContext, batches: Iterator[dict[str, Any]], global_step: int,
+                resumed: dict[str, Any]) -> Iterator[None]:  # fmt: skip
+        """The producer (its process started the first time) with the buffer of the
+        checkpoint the run `resumed` from, started at `global_step`'s version and fed;
+        stopped after the steps."""
+        if self.host is None:
+            self._start_host(ctx)
         self.batches = batches
-        if self._restored is not None:
-            self._call("load_state_dict", self._restored)
-            self._restored = None
-        self._call("start", global_step)
+        if resumed.get("rollout_buffer") is not None:
+            _wait(self.host.load_state_dict.remote(resumed["rollout_buffer"]))
+        _wait(self.host.start.remote(global_step))
         self._started = True
-        self._feed()
+        try:
+            self._feed()
+            yield
+        finally:
+            self._stop()
 
     def _feed(self) -> None:
         """Push the loader batches the producer's throttle lets start (the data order stays
         in this process, so a checkpoint's loader position and buffer agree)."""
-        for _ in range(self._call("batches_wanted")):
-            self._call("add_batch", next(self.batches))
+        for _ in range(_wait(self.host.batches_wanted.remote())):
+            _wait(self.host.add_batch.remote(next(self.batches)))
 
-    def next_batch(self, ctx: StepContext, step: int,
-                   timing: dict[str, float]) -> tuple[DataProto, dict[str, float]]:  # fmt: skip
+    def run_step(self, ctx: StepContext, step: int, timing: dict[str, float],
+                 update: Update) -> tuple[DataProto, dict[str, float]]:  # fmt: skip
+        """The step's batch (`_next_batch`), `update` (the actor does not sync), the weight
+        sync (`_sync_weights`), and the producer's `async/*` metrics of the step."""
+        data, metrics = self._next_batch(ctx, step, timing)
+        data = update(data, sync_weights=False, metrics=metrics)
+        metrics |= self._sync_weights(ctx, step, timing)
+        metrics |= take_metrics(self.stats, timing["wait_for_rollouts"], step - 1)
+        return data, metrics | staleness_metrics(
+            data.batch["rollout_versions"], data.batch["response_mask"], step - 1
+        )
+
+    def _next_batch(self, ctx: StepContext, step: int,
+                    timing: dict[str, float]) -> tuple[DataProto, dict[str, float]]:  # fmt: skip
         """Finished groups from the producer (stage `wait_for_rollouts`), scored; with
         `algorithm.filter_groups`, the sync step's dynamic sampling (dynamic_sampling.py)
         over further takes, each granting the producer one more loader batch."""
@@ -246,7 +269,7 @@ class ProducerBatchSource:
             return data, {}
 
         def more(round_: int) -> DataProto:
-            self._call("allow_more", 1)
+            _wait(self.host.allow_more.remote(1))
             self._feed()
             return self._take_scored(ctx, step, timing)
 
@@ -271,72 +294,66 @@ class ProducerBatchSource:
         meta = {"temperature": float(ctx.rollout.temperature), "global_steps": step}
         finished = -1
         while True:
-            reply = self._call("take_batch", int(ctx.data.train_batch_size), step - 1,
-                               meta, _POLL_S)
+            reply = _wait(self.host.take_batch.remote(int(ctx.data.train_batch_size),
+                                                      step - 1, meta, _POLL_S))  # fmt: skip
             if not isinstance(reply, int):
                 return reply
             if reply != finished:
                 finished = reply
                 ctx.watchdog.beat("wait_for_rollouts")
 
-    def after_update(self, ctx: StepContext, step: int,
-                     timing: dict[str, float]) -> dict[str, float]:  # fmt: skip
+    def _sync_weights(self, ctx: StepContext, step: int,
+                      timing: dict[str, float]) -> dict[str, float]:  # fmt: skip
         """Weight sync (one_step_off: once nothing is generating), the producer's new
         version, and the batches its throttle now lets start."""
         metrics = {}
         with ctx.stage("weight_sync", timing):
             if self.mode == "one_step_off":
-                metrics["async/sync_wait_s"] = self._call("wait_idle")
+                metrics["async/sync_wait_s"] = _wait(self.host.wait_idle.remote())
             synced = ctx.models.actor_rollout.sync_rollout_weights()
             # the producer routes around the servers the workers' canary drained
-            self._call("set_drained", drained_servers(ctx.models.actor_rollout.drained_servers()))
-            self._call("set_version", step)
+            drained = drained_servers(ctx.models.actor_rollout.drained_servers())
+            _wait(self.host.set_drained.remote(drained))
+            _wait(self.host.set_version.remote(step))
         metrics |= verified_metrics(synced)
         if ctx.trace.enabled:  # what the producer did meanwhile, beside the trainer's stages
-            ctx.trace.add(self._call("drain_trace"))
+            ctx.trace.add(_wait(self.host.drain_trace.remote()))
         self._feed()
         return metrics
 
-    def step_metrics(self, data: DataProto, step: int,
-                     timing: dict[str, float]) -> dict[str, float]:  # fmt: skip
-        metrics = take_metrics(self.stats, timing["wait_for_rollouts"], step - 1)
-        return metrics | staleness_metrics(
-            data.batch["rollout_versions"], data.batch["response_mask"], step - 1
-        )
-
-    def stop(self) -> None:
-        """Cancel the producer's work in flight and close its engine (once; `closing` calls
+    def _stop(self) -> None:
+        """Cancel the producer's work in flight and close its engine (once; `close` calls
         it too, for a start that failed half-way)."""
         self.batches = None
         if self._started:
             self._started = False
-            self._call("close")
+            _wait(self.host.close.remote())
 
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
+        """The producer's buffer and queue (`running` restores them), while it runs."""
         if not self._started:
             return {}
         # with the loader's position it goes with (both pushed from this process)
-        return {"rollout_buffer": self._call("state_dict")}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._restored = state.get("rollout_buffer")
+        return {"rollout_buffer": _wait(self.host.state_dict.remote())}
 
     # ------------------------------------------------------------------ teardown
 
-    @contextlib.contextmanager
-    def closing(self) -> Iterator[None]:
-        """The producer goes first, then (the body) the workers, then Ray when it was
-        started here, the servers and the trainer's thread count."""
+    def close(self, workers: Workers | None) -> None:
+        """The producer goes first, then the workers, then Ray when it was started here,
+        the servers and the trainer's thread count."""
         try:
-            if self.host is not None:
-                import ray
+            try:
+                if self.host is not None:
+                    self._stop()
+            finally:
+                if self.host is not None:
+                    import ray
 
-                self.stop()
-                ray.kill(self.host)
-                self.host = None
-            yield
+                    ray.kill(self.host)
+                    self.host = None
+                super().close(workers)
         finally:
             try:
                 stop_ray(self._ray_temp_dir)

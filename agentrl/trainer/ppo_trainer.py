@@ -24,6 +24,7 @@ the trainer. The hang guard (hang_guard.py) times and watches every stage. The o
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,7 +42,7 @@ from agentrl.reward import load_reward_manager
 from agentrl.trainer import checkpointing as ckpt
 from agentrl.trainer import worker_setup
 from agentrl.trainer.alerts import BehaviourMonitor
-from agentrl.trainer.batch_source import BatchSource, RolloutInStep, rollout_batch
+from agentrl.trainer.batch_source import BatchSource, RolloutInStep, Update, rollout_step
 from agentrl.trainer.dump import dump_trajectories
 from agentrl.trainer.hang_guard import HangGuard
 from agentrl.trainer.metrics import (
@@ -61,7 +62,8 @@ from agentrl.trainer.validation import validate
 from agentrl.utils.seeding import seed_everything
 
 logger = logging.getLogger(__name__)
-GetBatch = Callable[[dict[str, float]], tuple[DataProto, dict[str, float]]]
+# a step of a batch source: (ctx, step, timing, update) -> (updated batch, metrics)
+RunStep = Callable[[StepContext, int, dict[str, float], Update], tuple[DataProto, dict[str, float]]]
 
 
 class PPOTrainer:
@@ -123,15 +125,13 @@ class PPOTrainer:
 
     def init_workers(self) -> None:
         """Start the worker group (in-process or Ray) and load the models."""
-        workers_config = self.source.prepare_workers(self.worker_config)
-        self.workers = worker_setup.start_workers(self.config, workers_config)
+        self.workers = self.source.start_workers(self.config, self.worker_config)
         if (loop := self.workers.rollout_event_loop()) is not None:  # in a hang report
             self.watchdog.register_loop(loop, "rollout")
         self.context = StepContext.of(
             self.config, self.models, reward_fn=self.reward_fn, kl_ctrl=self.kl_ctrl,
             trace=self.trace, watchdog=self.watchdog, stage=self.stage, n_workers=self.n_workers,
             total_training_steps=self.total_training_steps)  # fmt: skip
-        self.source.workers_started(self.context)
 
     def fit(self) -> list[dict[str, float]]:
         """Train to `total_training_steps`; returns (and logs) one metrics dict per step."""
@@ -146,9 +146,19 @@ class PPOTrainer:
             self.tracking.log(self.val_metrics, step=self.global_steps)
         if self.config.trainer.val_only:
             return history
+        self.hang_guard.start()
         try:
-            self.hang_guard.start()
-            self.source.start(self.context, self.batches(), self.global_steps)
+            with self.source.running(self.context, self.batches(), self.global_steps,
+                                     self.checkpoints.resumed):  # fmt: skip
+                self._train(history)
+        finally:
+            self.hang_guard.stop()
+        return history
+
+    def _train(self, history: list[dict[str, float]]) -> None:
+        """`fit`'s steps, each step's metrics appended to `history`; a hang (the watchdog)
+        saves the last finished step and raises, the batch source still running."""
+        try:
             bar = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="rl",
                        unit="step")  # fmt: skip
             with bar:
@@ -167,12 +177,6 @@ class PPOTrainer:
             if hang is None or hang is err:
                 raise
             raise hang from err
-        finally:
-            try:
-                self.source.stop()
-            finally:
-                self.hang_guard.stop()
-        return history
 
     def _fit_step(self) -> tuple[dict[str, float], bool]:
         """Step `global_steps` of `fit` from the batch source, then alerts, validation,
@@ -180,9 +184,7 @@ class PPOTrainer:
         `trainer.alerts.stop_on_alert`: a checkpoint is saved first)."""
         step = self.global_steps
         self.hang_guard.remember(lambda: self.checkpoints.driver_state(step - 1))
-        ctx = self.context
-        metrics = self._run_step(lambda timing: self.source.next_batch(ctx, step, timing),
-                                 self.source)  # fmt: skip
+        metrics = self._run_step(self.source.run_step)
         alerts, alert_metrics = self.monitor.observe(step, metrics)
         metrics |= alert_metrics
         stop = bool(alerts) and self.config.trainer.alerts.stop_on_alert
@@ -204,22 +206,16 @@ class PPOTrainer:
         """One step on one batch of prompts, rolled out in the step: rollout -> reward ->
         advantage -> update. With `algorithm.filter_groups` (DAPO's dynamic sampling)
         further batches are drawn from `more_batches` until enough prompts disagree."""
-        step = self.global_steps
-        return self._run_step(
-            lambda timing: rollout_batch(self.context, batch_dict, more_batches, step, timing),
-            RolloutInStep(),
-        )
+        return self._run_step(lambda ctx, step, timing, update: rollout_step(
+            ctx, batch_dict, more_batches, step, timing, update))
 
-    def _run_step(self, get_batch: GetBatch, source: BatchSource) -> dict[str, float]:
-        """Step `global_steps`: the batch, the update, the source's after-update work (the
-        off-policy weight sync), then every metric of the step."""
-        step, timing = self.global_steps, {}
+    def _run_step(self, run: RunStep) -> dict[str, float]:
+        """Step `global_steps`: `run` gets the batch, updates on it (`policy_step`) and does
+        the source's after-update work (the off-policy weight sync); then every metric."""
+        step, timing, ctx = self.global_steps, {}, self.context
+        update = functools.partial(policy_step, step=step, ctx=ctx, timing=timing)
         with timer("step", timing):
-            data, metrics = get_batch(timing)
-            data = policy_step(data, step, self.context, metrics=metrics, timing=timing,
-                               sync_weights=source.sync_weights_in_update)  # fmt: skip
-            metrics |= source.after_update(self.context, step, timing)
-        metrics |= source.step_metrics(data, step, timing)
+            data, metrics = run(ctx, step, timing, update)
         if self.config.trainer.rollout_data_dir:
             dump_trajectories(Path(self.config.trainer.rollout_data_dir), data, step,
                               self.tokenizer)  # fmt: skip
@@ -284,12 +280,11 @@ class PPOTrainer:
         """Finish tracking, stop the rollout and the workers (and Ray if we started it)."""
         self.hang_guard.stop()
         self.trace.close()  # trainer.trace: the files still pending are written
-        with self.source.closing():
+        try:
             self.tracking.finish()
-            if self.workers is not None:
-                self.workers.close()
-                self.workers = None
-                self.context = None
+        finally:
+            workers, self.workers, self.context = self.workers, None, None
+            self.source.close(workers)
 
     def __enter__(self) -> PPOTrainer:
         return self

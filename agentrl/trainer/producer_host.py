@@ -6,16 +6,22 @@
     ray.get(host.add_batch.remote(batch_dict))            # the trainer pushes the data order
     reply = ray.get(host.take_batch.remote(16, 0, meta_info, 2.0))   # an int: not ready yet
 
+``ProducerHost`` is the ``RolloutProducer`` (producer.py) in a process of its own: the
+producer's methods (``start``, ``add_batch``, ``set_version``, ``wait_idle``, ``state_dict``,
+...) are the actor's, inherited, and the trainer calls each by its name on the actor handle
+(trainer/off_policy.py). What the process adds is here: building its rollout, a take that
+collects the groups into a DataProto, the canary's drains, its stacks, and closing it all.
+
 The actor builds the rollout a worker builds (``agentrl.workers.rollout_assembly.build_rollout``:
 an inference-backend client of the rollout servers, ``rollout`` being the plain rollout
 config with the servers' URLs (its backend's plugin builds HTTP clients of them), and the
 engine of the config's kind: the ``AsyncRolloutEngine`` with the configured tools and
 interactions, or in agent mode (``rollout.agent_function``) an ``AgentRollout`` that runs
 each sample's episode through its own session of an in-process gateway) on a
-``LoopThread``, and a ``RolloutProducer`` over its engine (producer.py). In
-its own process the agent loop's Python work never holds the trainer's interpreter lock. The
-actor is threaded (``max_concurrency``), so ``stacks`` answers while a ``take_batch`` waits:
-the trainer's hang watchdog reports this process's threads and tasks through it.
+``LoopThread``, and produces over its engine. In its own process the agent loop's Python
+work never holds the trainer's interpreter lock. The actor is threaded
+(``max_concurrency``), so ``stacks`` answers while a ``take_batch`` waits: the trainer's hang
+watchdog reports this process's threads and tasks through it.
 """
 
 from __future__ import annotations
@@ -26,14 +32,15 @@ from typing import Any
 from agentrl.protocol import DataProto
 from agentrl.trainer.producer import RolloutProducer, TakeStats
 from agentrl.utils.plain_config import plain_config
-from agentrl.utils.trace import Event, TraceRecorder
+from agentrl.utils.trace import TraceRecorder
 from agentrl.workers.rollout_assembly import with_backend_metrics
 
 _CONCURRENCY = 4  # take_batch, stacks, and the control calls at once
 
 
-class ProducerHost:
-    """The actor's body (see the module docstring); its methods mirror RolloutProducer's."""
+class ProducerHost(RolloutProducer):
+    """The actor's body (module docstring): a `RolloutProducer` over the rollout it builds,
+    with what its process adds; it overrides none of the producer's methods."""
 
     def __init__(
         self,
@@ -53,34 +60,19 @@ class ProducerHost:
 
         # the rollout a worker would build (its engine kind: the engine, or agent mode's
         # AgentRollout), with an HTTP client of the servers, on this process's loop
-        self.loop = LoopThread("agentrl-producer")
+        loop = LoopThread("agentrl-producer")
         self.rollout = build_rollout(
             plain_config({"rollout": rollout, "model": {"path": model_path}}),
-            load_tokenizer(**dict(tokenizer_source)), loop=self.loop,
+            load_tokenizer(**dict(tokenizer_source)), loop=loop,
             chat_template_kwargs=chat_template_kwargs,
         )  # fmt: skip
-        self.producer = RolloutProducer(self.rollout.engine, self.loop, n=n,
-                                        max_staleness=max_staleness, total_batches=total_batches,
-                                        trace=TraceRecorder("producer") if trace else None)
+        super().__init__(self.rollout.engine, loop, n=n, max_staleness=max_staleness,
+                         total_batches=total_batches,
+                         trace=TraceRecorder("producer") if trace else None)  # fmt: skip
 
     def ready(self) -> bool:
         """True once built (the constructor raised otherwise: a bad tool fails here)."""
         return True
-
-    def start(self, version: int) -> None:
-        self.producer.start(version)
-
-    def set_version(self, version: int) -> None:
-        self.producer.set_version(version)
-
-    def batches_wanted(self) -> int:
-        return self.producer.batches_wanted()
-
-    def allow_more(self, batches: int) -> None:
-        self.producer.allow_more(batches)
-
-    def add_batch(self, batch_dict: dict[str, Any]) -> None:
-        self.producer.add_batch(batch_dict)
 
     def take_batch(
         self, count: int, policy_version: int, meta_info: dict[str, Any], timeout: float
@@ -88,17 +80,13 @@ class ProducerHost:
         """The next ``count`` fresh groups as one DataProto (with the backend's metrics), with
         the take's stats; when they are not ready within ``timeout`` seconds, the number of
         groups finished so far."""
-        taken = self.producer.take(count, policy_version, timeout)
+        taken = self.take(count, policy_version, timeout)
         if taken is None:
-            return len(self.producer.finished)
+            return len(self.finished)
         groups, stats = taken
         # with the backend's own counts since the last take (lost and revived servers,
         # retries, `rollout/servers_alive`), as the in-step rollout reports them
-        return with_backend_metrics(self.producer.collect(groups, meta_info),
-                                    self.rollout.backend), stats
-
-    def wait_idle(self) -> float:
-        return self.producer.wait_idle()
+        return with_backend_metrics(self.collect(groups, meta_info), self.rollout.backend), stats
 
     def set_drained(self, drained: Mapping[str, str]) -> None:
         """Drain the servers the workers' canary drained (url -> why: no new calls, calls in
@@ -107,16 +95,6 @@ class ProducerHost:
         backend = self.rollout.backend
         if hasattr(backend, "drain"):
             self.loop.run(_set_drained(backend, dict(drained)))
-
-    def drain_trace(self) -> list[Event]:
-        """The producer's spans since the last call (``trace=True``: trainer.trace)."""
-        return self.producer.drain_trace()
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.producer.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.producer.load_state_dict(state)
 
     def stacks(self) -> str:
         """This process's thread stacks and the rollout loop's tasks (the watchdog)."""
@@ -128,7 +106,7 @@ class ProducerHost:
     def close(self) -> None:
         """Cancel what is in flight, then close the worker (backend client, loop)."""
         try:
-            self.producer.stop()
+            self.stop()
         finally:
             try:
                 self.rollout.close()

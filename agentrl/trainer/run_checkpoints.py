@@ -37,6 +37,7 @@ class RunCheckpoints:
         self.kl_ctrl = kl_ctrl
         self.monitor = monitor
         self.source = source
+        self.resumed: dict[str, Any] = {}  # the driver state `resume` loaded (the source's too)
 
     @property
     def root(self) -> Path:
@@ -68,7 +69,7 @@ class RunCheckpoints:
         if self.kl_ctrl is not None and "kl_coef" in state:
             self.kl_ctrl.value = state["kl_coef"]
         self.monitor.load_state_dict(state.get("alerts", {}))
-        self.source.load_state_dict(state)
+        self.resumed = state  # the batch source's share: BatchSource.running gets it
         step = int(state["global_step"])
         logger.info("resumed from %s at global step %d", self.resume_from, step)
         return step

@@ -2,8 +2,8 @@
 
     ctx = StepContext.of(config, models, reward_fn=..., kl_ctrl=..., trace=..., watchdog=...,
                          stage=..., n_workers=..., total_training_steps=...)
-    data, metrics = source.next_batch(ctx, step, timing)       # batch_source.py
-    data = policy_step(data, step, ctx, ...)                    # policy_step.py
+    data, metrics = source.run_step(ctx, step, timing, update)  # batch_source.py
+    data = policy_step(data, step, ctx, ...)                     # policy_step.py: `update`
 
 `PPOTrainer` builds it once, when its worker group has loaded the models (ppo_trainer.py),
 and hands it to the batch source, the rollout stages and the policy step (batch_source.py,

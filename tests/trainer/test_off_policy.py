@@ -15,6 +15,7 @@ import logging
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from agentrl.trainer.off_policy import (
     staleness_metrics,
     verified_metrics,
 )
+from agentrl.trainer.producer import TakeStats
 from agentrl.trainer.watchdog import StageHangError
 from tests.trainer.conftest import serve_pids
 from tools.calculator import DEFAULT_SCHEMA
@@ -108,7 +110,7 @@ def test_servers_listen_where_ranks_on_other_nodes_reach_them(monkeypatch, addre
         "trainer.mode=async", "actor_rollout_ref.rollout.name=sglang",
         f"ray_init.address={'null' if address is None else address}",
     ])  # fmt: skip
-    workers_config = off_policy.ProducerBatchSource(config).prepare_workers(config)
+    workers_config = off_policy.ProducerBatchSource(config).workers_config(config)
     assert made[0].get("host", "127.0.0.1") == host
     assert list(workers_config.actor_rollout_ref.rollout.server_urls) == [f"http://{host}:30000"]
     assert not config.actor_rollout_ref.rollout.server_urls  # the given config is not changed
@@ -314,3 +316,128 @@ def test_async_training_goes_on_when_a_server_is_killed_mid_run(
     assert history[-1]["rollout/servers_alive"] == 1
     assert all(r["response_ids"] for r in rows)  # every trajectory completed
     _assert_fresh(rows, 1)
+
+
+class _Producer:
+    """A stand-in for the producer's process: answers each call, records its name."""
+
+    def __init__(self, data):
+        self.data, self.calls, self.wanted = data, [], 1
+
+    def load_state_dict(self, state):
+        self.calls.append(("load_state_dict", state))
+
+    def start(self, version):
+        self.calls.append(("start", version))
+
+    def batches_wanted(self):
+        wanted, self.wanted = self.wanted, 0
+        return wanted
+
+    def add_batch(self, batch):
+        self.calls.append(("add_batch", batch))
+
+    def take_batch(self, count, policy_version, meta, timeout):
+        self.calls.append(("take_batch", count, policy_version))
+        return self.data, TakeStats(rollout_idle_s=0.5, dropped=2, buffer_size=3)
+
+    def set_drained(self, drained):
+        self.calls.append(("set_drained", drained))
+
+    def set_version(self, version):
+        self.calls.append(("set_version", version))
+        self.wanted = 1
+
+    def state_dict(self):
+        return {"queued": 1}
+
+    def close(self):
+        self.calls.append(("close",))
+
+
+class _Actor:
+    """`actor.method.remote(...)` on a local object, as a Ray actor handle answers it."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def __getattr__(self, name):
+        return SimpleNamespace(remote=getattr(self.target, name))
+
+
+def test_an_off_policy_step_takes_updates_without_syncing_then_syncs_and_feeds(monkeypatch):
+    """`ProducerBatchSource` around one step, its producer's process a local stand-in: the
+    checkpoint's buffer goes back before the start, the batch is taken and scored, the
+    update runs without the actor's own sync, then the weights sync, the producer gets the
+    drained servers and the new version, and its throttle's next batch is pushed."""
+    from contextlib import contextmanager
+
+    from agentrl.config import load_config
+    from agentrl.trainer import off_policy
+
+    monkeypatch.setattr(off_policy, "_wait", lambda answer, timeout=None: answer)
+    for name in ("isolate_failed", "settle_infra_failures"):
+        monkeypatch.setattr(off_policy, name, lambda *args: None)
+    monkeypatch.setattr(off_policy, "score", lambda data, *args: data)
+    config = load_config(overrides=[
+        "actor_rollout_ref.model.path=/placeholder", "data.train_files=/placeholder.parquet",
+        "trainer.mode=async",
+    ])  # fmt: skip
+    batch_size = int(config.data.train_batch_size)
+    data = SimpleNamespace(batch={"rollout_versions": torch.tensor([[2, 3], [3, -1]]),
+                                  "response_mask": torch.tensor([[1, 1], [1, 0]])})
+    producer = _Producer(data)
+    source = off_policy.ProducerBatchSource(config)
+    source.host = _Actor(producer)
+
+    @contextmanager
+    def stage(name, timing):
+        timing[name] = 1.25
+        yield
+
+    actor = SimpleNamespace(sync_rollout_weights=lambda: [{"rollout/weights_verified": 1.0}],
+                            drained_servers=lambda: [{"http://a": "gap"}])
+    ctx = SimpleNamespace(stage=stage, models=SimpleNamespace(actor_rollout=actor,
+                                                              reward_model=None),
+                          trace=SimpleNamespace(enabled=False, request=lambda data: None),
+                          watchdog=None, reward_fn=None, data=config.data,
+                          algorithm=config.algorithm, rollout=config.actor_rollout_ref.rollout)
+    updates = []
+
+    def update(data, *, sync_weights, metrics):
+        updates.append(sync_weights)
+        metrics["actor/pg_loss"] = 0.1
+        return data
+
+    resumed = {"global_step": 3, "rollout_buffer": {"queued": 1}}  # a checkpoint's data.pt
+    with source.running(ctx, iter(["batch 4", "batch 5"]), 3, resumed):
+        assert producer.calls == [("load_state_dict", {"queued": 1}), ("start", 3),
+                                  ("add_batch", "batch 4")]  # fmt: skip
+        assert source.state_dict() == {"rollout_buffer": {"queued": 1}}
+        timing: dict[str, float] = {}
+        out, metrics = source.run_step(ctx, 4, timing, update)
+    assert out is data and updates == [False]  # the actor does not sync in its update
+    assert producer.calls[3:] == [("take_batch", batch_size, 3), ("set_drained", {"http://a": "gap"}),
+                                  ("set_version", 4), ("add_batch", "batch 5"), ("close",)]
+    assert metrics == {
+        "actor/pg_loss": 0.1, "rollout/weights_verified": 1.0,
+        "async/buffer_size": 3.0, "async/trainer_idle_s": 1.25, "async/rollout_idle_s": 0.5,
+        "async/dropped_stale": 2.0, "async/policy_version": 3.0,
+        "async/staleness/mean": 0.5, "async/staleness/max": 1.0,
+        "async/versions_per_trajectory/mean": 1.5, "async/partial_episodes": 1.0,
+    }
+    assert set(timing) == {"wait_for_rollouts", "reward", "weight_sync"}
+    assert source.state_dict() == {}  # stopped: the producer's share went with it
+
+
+def test_closing_the_off_policy_source_closes_the_workers_it_started():
+    from agentrl.config import load_config
+    from agentrl.trainer import off_policy
+
+    config = load_config(overrides=[
+        "actor_rollout_ref.model.path=/placeholder", "data.train_files=/placeholder.parquet",
+        "trainer.mode=async",
+    ])  # fmt: skip
+    closed = []
+    off_policy.ProducerBatchSource(config).close(SimpleNamespace(close=lambda: closed.append(1)))
+    assert closed == [1]

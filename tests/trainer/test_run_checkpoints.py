@@ -46,9 +46,6 @@ class Source:
     def state_dict(self) -> dict:
         return {"producer": {"queued": self.queued}}
 
-    def load_state_dict(self, state: dict) -> None:
-        self.queued = state["producer"]["queued"]
-
 
 class Part:
     """A worker group's checkpoint calls: saving writes a file, loading records the path."""
@@ -99,7 +96,8 @@ def test_a_saved_step_resumes_every_part_of_the_driver(tmp_path):
     restored = SimpleNamespace(actor_rollout=Part(), critic=None)
     assert resuming.resume(restored, 0) == 4
     assert restored.actor_rollout.loaded == [str(path.resolve() / "actor")]
-    assert (loader.position, fresh_kl.value, source.queued) == (7, 0.0123, 3)
+    assert (loader.position, fresh_kl.value) == (7, 0.0123)
+    assert resuming.resumed["producer"] == {"queued": 3}  # for the source's `running`
     assert fresh_monitor.best == {"reward": 0.8}
 
 
@@ -110,6 +108,7 @@ def test_a_fresh_start_keeps_the_step_and_says_so(tmp_path, caplog):
         assert checkpoints.resume(SimpleNamespace(actor_rollout=Part(), critic=None), 0) == 0
     assert "training from scratch (resume_mode=disable)" in caplog.text
     assert "kl_coef" not in checkpoints.driver_state(0)  # no adaptive KL controller
+    assert checkpoints.resumed == {}
 
 
 # --- a run killed with kill -9 at random moments, resumed each time (issue 53's item 2) ---

@@ -1,0 +1,68 @@
+"""The producer's process: `ProducerHost` is the `RolloutProducer` in a Ray actor, with only
+what the process adds (no method that only forwards to the producer), and every call the
+off-policy source makes on the actor handle names a method the actor has. Runs of the actor
+itself: tests/trainer/test_off_policy.py."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import agentrl.trainer.off_policy as off_policy
+from agentrl.trainer.producer import RolloutProducer
+from agentrl.trainer.producer_host import ProducerHost
+
+
+def forwarders(class_source: str) -> list[str]:
+    """Methods whose body (docstring aside) is one call of another object's method with
+    the method's own parameters, unchanged: `return self.producer.start(version)`."""
+    (node,) = ast.parse(class_source).body
+    found = []
+    for function in node.body:
+        if not isinstance(function, ast.FunctionDef) or function.name == "__init__":
+            continue
+        body = [s for s in function.body
+                if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # fmt: skip
+        if len(body) != 1 or not isinstance(body[0], ast.Return | ast.Expr):
+            continue
+        call = body[0].value
+        params = [a.arg for a in function.args.args[1:]]
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and [ast.unparse(a) for a in call.args] == params and not call.keywords):  # fmt: skip
+            found.append(function.name)
+    return found
+
+
+def test_the_scan_finds_a_forwarder():
+    code = ("class H:\n    def start(self, version):\n        self.producer.start(version)\n"
+            "    def wanted(self):\n        'doc'\n        return self.producer.wanted()\n"
+            "    def take(self, n):\n        return self.producer.take(n + 1)\n")
+    assert forwarders(code) == ["start", "wanted"]
+
+
+def test_the_host_is_the_producer_with_no_forwarder():
+    assert issubclass(ProducerHost, RolloutProducer)
+    assert forwarders(inspect.getsource(ProducerHost)) == []
+    added = {name for name, value in vars(ProducerHost).items()
+             if callable(value) and not name.startswith("_")}  # fmt: skip
+    assert added == {"ready", "take_batch", "set_drained", "stacks", "close"}
+    assert not added & set(vars(RolloutProducer)), "the host overrides a producer method"
+
+
+def actor_calls(source: str) -> set[str]:
+    """The method names in `self.host.<name>.remote(...)`."""
+    calls = set()
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Attribute) and node.attr == "remote"
+                and isinstance(node.value, ast.Attribute)
+                and ast.unparse(node.value.value) == "self.host"):  # fmt: skip
+            calls.add(node.value.attr)
+    return calls
+
+
+def test_every_call_on_the_actor_names_a_method_it_has():
+    calls = actor_calls(Path(off_policy.__file__).read_text())
+    assert {"start", "add_batch", "take_batch", "set_version", "close"} <= calls  # the scan
+    methods = {name for name, value in inspect.getmembers(ProducerHost) if callable(value)}
+    assert calls - methods == set()
