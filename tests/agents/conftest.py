@@ -330,58 +330,145 @@ def episode_processes(root: Path) -> list[str]:
     """The command lines of host processes that belong to an episode under ``root``: a
     bwrap or a bridge (``root`` in their arguments), a CLI or what it started (``HOME`` in
     an episode folder under ``root``)."""
-    found, marker = [], str(root).encode()
+    return list(episode_pids(root).values())
+
+
+def episode_pids(root: Path) -> dict[int, str]:
+    """``episode_processes`` by process id."""
+    found, marker = {}, str(root).encode()
     for proc in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
             if proc.name.isdigit() and int(proc.name) != os.getpid():
                 cmdline = (proc / "cmdline").read_bytes()
                 environ = (proc / "environ").read_bytes().split(b"\0")
                 if marker in cmdline or any(v.startswith(b"HOME=" + marker) for v in environ):
-                    found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+                    found[int(proc.name)] = cmdline.replace(b"\0", b" ").decode(
+                        errors="replace")
     return found
 
 
-def train_async(make_config, short_prompts, tmp_path: Path, monkeypatch, agent: str,
-                env: dict[str, str]) -> tuple[list[dict], list[dict], Path]:
-    """(the per-step metrics, the dumped rows, the episodes' root) of two trainer.mode=async
-    steps with ``agentrl.agents.<agent>.run`` as the agent function, the CLI's options in
-    ``env``. The policy is the tiny model on the rollout servers (the scripted backend has
-    none for the producer to reach): its text is the CLI's final answer."""
-    from agentrl.trainer import run_train
+SCRIPTED_SERVERS = Path(__file__).parents[1] / "fixtures" / "scripted_servers.py"
 
-    root = tmp_path / "episodes"
-    for key, value in {**env, "AGENTRL_AGENT_ROOT": str(root),
-                       "AGENTRL_AGENT_SANDBOX": "bwrap"}.items():
-        monkeypatch.setenv(key, value)  # the producer's process starts with them
-    history = run_train(make_config(
-        *short_prompts, "trainer.mode=async", "off_policy.max_staleness=1",
+
+def async_overrides(agent: str, out: Path, steps: int = 2,
+                    replies: list[str] | None = None) -> list[str]:
+    """The overrides of ``trainer.mode=async`` steps with ``agentrl.agents.<agent>.run`` as
+    the agent function, one prompt a step, its dumps under ``out/rollouts``. The policy is
+    the tiny model on the rollout servers, its text the CLI's final answer; with ``replies``
+    the scripted policy instead (every episode's k-th call answered with ``replies[k]``),
+    behind servers of its own (tests/fixtures/scripted_servers.py: the scripted backend
+    has none for the producer to reach)."""
+    response = 32 if replies is None else 512
+    policy = []
+    if replies is not None:
+        path = out / "replies.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in replies))
+        policy = [f"actor_rollout_ref.rollout.name={SCRIPTED_SERVERS}:ScriptedServers",
+                  f"actor_rollout_ref.rollout.engine_kwargs.replies={path}"]
+    return [
+        *policy, "trainer.mode=async", "off_policy.max_staleness=1",
         f"actor_rollout_ref.rollout.agent_function=agentrl.agents.{agent}.run",
         "actor_rollout_ref.rollout.agent_timeout=120",
         "actor_rollout_ref.rollout.multi_turn.enable=false",
         "data.train_batch_size=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
-        "data.max_prompt_length=8192", "data.max_response_length=32", "data.shuffle=false",
-        "actor_rollout_ref.rollout.max_model_len=8224",  # the tiny model's config says 4096
-        # the canary's calls queue behind the CLI's long prompts on the one busy server: a
-        # second sync's canary found the first still running ("duplicate request id
-        # 'agentrl-canary'") and stopped the run; not what this test is about
-        "actor_rollout_ref.rollout.canary=off",
-        "trainer.total_training_steps=2", f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
-    ))  # fmt: skip
-    rows = [json.loads(line) for step in (1, 2)
+        "data.max_prompt_length=8192", f"data.max_response_length={response}",
+        "data.shuffle=false",  # the tiny model's config says 4096:
+        f"actor_rollout_ref.rollout.max_model_len={8192 + response}",
+        f"trainer.total_training_steps={steps}", f"trainer.rollout_data_dir={out / 'rollouts'}",
+    ]  # fmt: skip
+
+
+def agent_env(env: dict[str, str], root: Path) -> dict[str, str]:
+    """The CLI's options (``env``) with the episodes' root and the bwrap cage: what the
+    producer's process must start with."""
+    return {**env, "AGENTRL_AGENT_ROOT": str(root), "AGENTRL_AGENT_SANDBOX": "bwrap"}
+
+
+def train_async(make_config, short_prompts, tmp_path: Path, monkeypatch, agent: str,
+                env: dict[str, str], steps: int = 2,
+                replies: list[str] | None = None) -> tuple[list[dict], list[dict], Path]:
+    """(the per-step metrics, the dumped rows, the episodes' root) of ``steps``
+    trainer.mode=async steps (``async_overrides``), the CLI's options in ``env``, the
+    canary on as by default."""
+    from agentrl.trainer import run_train
+
+    root = tmp_path / "episodes"
+    for key, value in agent_env(env, root).items():
+        monkeypatch.setenv(key, value)  # the producer's process starts with them
+    history = run_train(make_config(*short_prompts,
+                                    *async_overrides(agent, tmp_path, steps, replies)))
+    rows = [json.loads(line) for step in range(1, steps + 1)
             for line in (tmp_path / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
     return history, rows, root
 
 
 def assert_trained_async(history: list[dict], rows: list[dict], root: Path) -> None:
-    """Two steps, no failed episode, every trained token versioned within the staleness
-    bound, n episodes of each prompt; nothing of the episodes left running or on disk."""
+    """Two steps, no failed episode, every trained token one the sessions recorded of the
+    policy (fewer where a call outran the trajectory's response budget) and versioned within
+    the staleness bound, n episodes of each prompt, the canary run after each sync and no
+    server drained; nothing of the episodes left running or on disk."""
     assert [m["training/global_step"] for m in history] == [1.0, 2.0]
     assert all(m["rollout/agent_errors"] == 0 for m in history)
+    assert all(0 < m["agent/tokens_trained"] <= m["agent/tokens_recorded"] for m in history)
+    assert all("rollout/canary/unscored" in m for m in history)  # it ran after each sync
+    assert all(m.get("rollout/canary/drained", 0) == 0 for m in history)  # none diverged
     assert len(rows) == 4 and all(row["policy_versions"] for row in rows)
     assert all(row["step"] - 1 - min(row["policy_versions"]) <= 1 for row in rows)
     assert sorted(Counter(row["uid"] for row in rows).values()) == [2, 2]
     assert episode_processes(root) == []
     assert not root.exists() or list(root.iterdir()) == []
+
+
+def kill_async_run(tiny_model_dir: Path, short_prompts, tmp_path: Path, agent: str,
+                   env: dict[str, str], replies: list[str], running: str, how: str,
+                   within_s: float = 15.0) -> tuple[list[str], list[str]]:
+    """(what of the episodes is still running ``within_s`` seconds after the trainer
+    ended, the log's tail): ``agentrl train`` of ``async_overrides`` under the scripted
+    ``replies``, in a process group of its own, stopped once an episode's cage runs a
+    command line holding ``running`` (its first reply's command): ``how`` is ``kill`` (SIGKILL to
+    the whole group: no clean-up code runs anywhere) or ``interrupt`` (SIGINT to the
+    trainer alone: it shuts down with the episodes in flight). The episodes' processes are
+    ``episode_pids`` of the run's own root; whatever outlives the check is killed."""
+    import signal
+    import subprocess
+    import sys
+
+    model = tmp_path / "model"  # a path of this run's own (its servers' command lines)
+    model.symlink_to(tiny_model_dir, target_is_directory=True)
+    root, log = tmp_path / "episodes", tmp_path / "train.log"
+    command = [sys.executable, "-m", "agentrl.cli", "train",
+               f"actor_rollout_ref.model.path={model}", *short_prompts,
+               "actor_rollout_ref.rollout.n=2", "algorithm.adv_estimator=grpo",
+               f"trainer.default_local_dir={tmp_path / 'ckpt'}", "trainer.logger=[console]",
+               "trainer.val_before_train=false",
+               *async_overrides(agent, tmp_path, steps=4, replies=replies)]
+    environ = {**os.environ, **agent_env(env, root),
+               "PYTHONPATH": f"{CHECKOUT}:{os.environ.get('PYTHONPATH', '')}"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, env=environ, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not any(running in line for line in episode_processes(root)):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no episode started in 300 s"
+            time.sleep(0.1)
+        if how == "kill":
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+        until = time.monotonic() + within_s
+        while episode_processes(root) and time.monotonic() < until:
+            time.sleep(0.2)
+        return episode_processes(root), log.read_text(errors="replace").splitlines()[-40:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pid in episode_pids(root):  # a failed check leaves nothing running either
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def run_harness_episode(harness, task: dict, options) -> dict:
