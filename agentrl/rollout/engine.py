@@ -56,7 +56,7 @@ from agentrl.rollout.state_handlers import StateHandlers
 from agentrl.rollout.waves import GenerationWaves
 from agentrl.tools import BaseTool
 from agentrl.utils.aio import LoopThread
-from agentrl.utils.gc_pause import rollout_gc
+from agentrl.utils.gc_pause import rollout_gc, young_threshold_for
 from agentrl.utils.plain_config import plain_config
 from agentrl.utils.trace import TRACE_EVENTS, TraceRecorder, span
 
@@ -162,7 +162,8 @@ class AsyncRolloutEngine(TrajectoryCollector):
         """
         started = time.perf_counter()
         trace = TraceRecorder.for_call(batch.meta_info, "rollout")
-        with rollout_gc():
+        n, _ = self.sampling_params(bool(batch.meta_info.get("validate", False)))
+        with rollout_gc(young_threshold_for(len(batch) * n)):
             requests, rows = await self._rollout(batch, on_request_done, pad=True, trace=trace)
             out = self.collect(requests, batch, time.perf_counter() - started, rows)
         if trace is not None:
@@ -200,7 +201,7 @@ class AsyncRolloutEngine(TrajectoryCollector):
         rate = 0.0 if validate else self.settings.over_sample_rate
         # every request starts at once: building them in chunks that start as they are built
         # helped the first chunks and delayed the last (measured slower at 2,048)
-        with rollout_gc():  # agentrl/utils/gc_pause.py: ~1 s of 9 at 2,048 requests
+        with rollout_gc(young_threshold_for(len(requests))):  # utils/gc_pause.py
             tasks = [asyncio.ensure_future(self.run_request(r, ctx)) for r in requests]
             if rate > 0:
                 await abort_stragglers(tasks, ctx, rate)
