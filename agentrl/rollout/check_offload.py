@@ -177,7 +177,9 @@ class CheckOffload:
         self._closer: weakref.finalize | None = None
         self._failed_start = False
         # checks waiting for the worker (while it runs the previous ones), and their sender
-        self._waiting: list[tuple[CheckInput, asyncio.Future]] = []
+        # (a deque: a call takes CHUNK from the front, `steal` from the back, each in
+        # O(1) per check however many queue; a list's slices copied the whole queue per call)
+        self._waiting: collections.deque[tuple[CheckInput, asyncio.Future]] = collections.deque()
         self._sender: asyncio.Future | None = None
         self._stealer: asyncio.Future | None = None  # `steal`'s task
         self._in_worker = 0  # checks sent to the worker or held back for it, not answered yet
@@ -295,7 +297,8 @@ class CheckOffload:
                     pending.append(batch)
                     conn.send_bytes(payload)
                 while staged is None and self._waiting and len(pending) < IN_FLIGHT:
-                    batch, self._waiting = self._waiting[:CHUNK], self._waiting[CHUNK:]
+                    batch = [self._waiting.popleft()
+                             for _ in range(min(CHUNK, len(self._waiting)))]  # fmt: skip
                     self._in_worker += len(batch)
                     payload = pickle.dumps([item for item, _ in batch],
                                            protocol=pickle.HIGHEST_PROTOCOL)  # fmt: skip
@@ -324,10 +327,10 @@ class CheckOffload:
                     future.cancel()
             raise
         except Exception as err:
-            unanswered = [entry for batch in pending for entry in batch] + self._waiting
+            unanswered = [entry for batch in pending for entry in batch] + list(self._waiting)
             if staged is not None:
                 unanswered += staged[0]
-            self._waiting = []
+            self._waiting.clear()
             logger.warning(
                 "the tokenization check of %d requests failed in its process (%s: %s); "
                 "checking them on the event loop (the next batch starts a new process)",
