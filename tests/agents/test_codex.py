@@ -121,11 +121,11 @@ def _exec(command: str) -> str:
 def test_scripted_async_steps_train_every_call_across_weight_updates(
         make_config, short_prompts, tmp_path, monkeypatch, tiny_tokenizer, bwrap):
     """The scripted policy behind servers of its own (tests/fixtures/scripted_servers.py),
-    three async steps: each Codex episode runs a 12-second command between its two calls, so
+    three async steps: each Codex episode runs a 20-second command between its two calls, so
     the third batch's episodes (started after the first sync) make their second call after
     the second: partial episodes, their tokens of two versions. Every trained token is one
     the policy answered (two calls' worth per episode, nothing else)."""
-    replies = [_exec("sleep 12; echo 42 > answer.txt"), "done"]
+    replies = [_exec("sleep 20; echo 42 > answer.txt"), "done"]
     history, rows, root = train_async(make_config, short_prompts, tmp_path, monkeypatch,
                                       "codex", _async_env(), steps=3, replies=replies)
     per_episode = sum(len(tiny_tokenizer.encode(r, add_special_tokens=False)) + 1
