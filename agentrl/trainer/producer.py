@@ -16,7 +16,8 @@ whose requests are episodes of the user's agent function, each through its own g
 session, with the same four methods: ``new_context``, ``build_requests``, ``run_request``,
 ``collect``) runs on an event loop in its own thread (``loop``, a ``LoopThread``), one
 coroutine per prompt group (``rollout.n`` requests), all sharing one batch context, so
-``max_concurrent_requests`` bounds the whole producer. The trainer runs it in a process of
+``max_concurrent_requests`` bounds the whole producer. Each of the trainer's calls runs on
+that loop too (``on_loop``), one method per operation. The trainer runs it in a process of
 its own (``ProducerHost``, a Ray actor): the agent loop's Python work (templates, tokenizer,
 HTTP) then never competes with the update for the trainer's interpreter lock.
 
@@ -56,9 +57,12 @@ they run (agentrl/utils/trace.py); the trainer takes them after each step's weig
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +116,25 @@ class TakeStats:
     buffer_size: int  # finished groups left waiting after the take
 
 
+def on_loop(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A producer method run on the producer's loop thread, the caller waiting for it: the
+    state it reads and changes is the loop's (its tasks, its ``asyncio.Event``). A coroutine
+    method is awaited there. The wrapper is a plain function (see ``_produce``)."""
+    is_coroutine = inspect.iscoroutinefunction(method)
+
+    @functools.wraps(method)
+    def call(self: RolloutProducer, *args: Any, **kwargs: Any) -> Any:
+        if is_coroutine:
+            return self.loop.run(method(self, *args, **kwargs))
+
+        async def on_the_loop() -> Any:
+            return method(self, *args, **kwargs)
+
+        return self.loop.run(on_the_loop())
+
+    return call
+
+
 class RolloutProducer:
     """See the module docstring."""
 
@@ -145,126 +168,43 @@ class RolloutProducer:
         self._idle_s = 0.0
         self._error: BaseException | None = None
 
-    # ------------------------------------------------------------------ trainer thread
+    # ------------------------------------------------------------------ the trainer's calls
 
     @property
     def started(self) -> bool:
         return self._main is not None
 
+    @on_loop
     def start(self, version: int) -> None:
         """Start producing with the servers at policy ``version``."""
         self.version = version
-        self.loop.run(self._start())
-
-    def set_version(self, version: int) -> None:
-        """The servers now hold ``version`` (called after each weight sync)."""
-        self.loop.run(self._set_version(version))
-
-    def batches_wanted(self) -> int:
-        """How many more loader batches the throttle lets start now."""
-        return self.loop.run(self._batches_wanted())
-
-    def allow_more(self, batches: int = 1) -> None:
-        """Let ``batches`` more loader batches start than the versions allow: a step that
-        needs more groups than one batch holds (algorithm.filter_groups dropped some)."""
-        self.loop.run(self._allow_more(batches))
-
-    def add_batch(self, batch_dict: dict[str, Any]) -> None:
-        """Queue the next loader batch (its prompts start when the throttle allows)."""
-        self.loop.run(self._add_batch(batch_dict))
-
-    def take(
-        self, count: int, policy_version: int, timeout: float | None = None
-    ) -> tuple[list[PromptGroup], TakeStats] | None:
-        """Block until ``count`` finished groups at most ``max_staleness`` versions older
-        than ``policy_version`` are ready; return them (first finished first). With
-        ``timeout``: None when they are not ready by then."""
-        return self.loop.run(self._take(count, policy_version, timeout))
-
-    def wait_idle(self) -> float:
-        """Block until nothing is generating (one_step_off, before a weight sync); returns
-        the seconds waited."""
-        return self.loop.run(self._wait_idle())
-
-    def collect(self, groups: list[PromptGroup], meta_info: dict[str, Any]) -> DataProto:
-        """The groups' trajectories as the sync rollout's DataProto (rows in ``groups``
-        order, n per prompt), with the rollout metrics over exactly these requests."""
-        batch = DataProto.concat([g.prompt for g in groups])
-        batch.meta_info.update(meta_info)
-        requests = []
-        for row, group in enumerate(groups):
-            for request in group.requests:
-                request.batch_data_id = row
-                requests.append(request)
-        return self.engine.collect(requests, batch, max(g.seconds for g in groups))
-
-    def drain_trace(self) -> list[Event]:
-        """The spans recorded since the last call (none without a ``trace`` recorder)."""
-        return [] if self.trace is None else self.loop.run(self._drain_trace())
-
-    def state_dict(self) -> dict[str, Any]:
-        """The checkpoint's share (module docstring)."""
-        return self.loop.run(self._state_dict())
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore ``state_dict``'s buffer and queue (before ``start``)."""
-        self.next_batch = int(state["next_batch"])
-        self.extra_batches = int(state.get("extra_batches", 0))
-        self.dropped_total = int(state.get("dropped_total", 0))
-        self.finished = [_group(g) for g in state["finished"]]
-        self.waiting = deque(_group(g) for g in state["unfinished"])
-
-    def stop(self) -> None:
-        """Cancel the producer and every request in flight (their tools are released)."""
-        if self._main is not None:
-            self.loop.run(self._stop(), timeout=120)
-
-    # ------------------------------------------------------------------ loop thread
-
-    async def _start(self) -> None:
         self._changed = asyncio.Event()
         self._ctx = self.engine.new_context(validate=False, trace=self.trace)
-        self._main = asyncio.ensure_future(self._produce())
+        self._main = asyncio.ensure_future(_produce(self))
 
-    async def _drain_trace(self) -> list[Event]:
-        return self.trace.drain()  # on the loop thread, where the requests record
-
-    async def _set_version(self, version: int) -> None:
+    @on_loop
+    def set_version(self, version: int) -> None:
+        """The servers now hold ``version`` (called after each weight sync)."""
         self.version = version
         self._changed.set()
 
-    async def _produce(self) -> None:
-        """Start queued prompts as the throttle allows, until stopped."""
-        try:
-            while True:
-                while self.waiting and self._allowed(self.waiting[0].batch_index):
-                    group = self.waiting.popleft()
-                    group.started_version = self.version
-                    task = asyncio.ensure_future(self._run(group))
-                    self.running[group.uid] = (group, task)
-                self._mark_idle(not self.running)
-                self._changed.clear()
-                await self._changed.wait()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as err:  # a bad row or a data error: the trainer sees it
-            logger.exception("the rollout producer stopped")
-            self._error = err
-            self._changed.set()
-
-    def _allowed(self, batch_index: int) -> bool:
-        return self.version + self.extra_batches >= batch_index - 1 - self.max_staleness
-
-    async def _batches_wanted(self) -> int:
+    @on_loop
+    def batches_wanted(self) -> int:
+        """How many more loader batches the throttle lets start now."""
         last = min(self.total_batches + self.extra_batches,
                    self.version + self.extra_batches + 1 + self.max_staleness)
         return max(0, last - self.next_batch + 1)
 
-    async def _allow_more(self, batches: int) -> None:
+    @on_loop
+    def allow_more(self, batches: int = 1) -> None:
+        """Let ``batches`` more loader batches start than the versions allow: a step that
+        needs more groups than one batch holds (algorithm.filter_groups dropped some)."""
         self.extra_batches += batches
         self._changed.set()
 
-    async def _add_batch(self, batch_dict: dict[str, Any]) -> None:
+    @on_loop
+    def add_batch(self, batch_dict: dict[str, Any]) -> None:
+        """Queue the next loader batch (its prompts start when the throttle allows)."""
         batch, index = DataProto.from_single_dict(batch_dict), self.next_batch
         batch.non_tensor_batch["uid"] = to_object_array(
             [f"{index}-{i}" for i in range(len(batch))], "uid"
@@ -275,44 +215,13 @@ class RolloutProducer:
         self.next_batch += 1
         self._changed.set()
 
-    async def _run(self, group: PromptGroup) -> None:
-        started = time.perf_counter()
-        try:
-            requests = self.engine.build_requests(group.prompt, self.n)
-            await asyncio.gather(*(self.engine.run_request(r, self._ctx) for r in requests))
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:  # a row the engine refuses: the trainer sees it in take
-            logger.exception("prompt %s: the rollout failed", group.uid)
-            self._error = err
-            self._changed.set()
-            return
-        finally:
-            self.running.pop(group.uid, None)
-        group.requests, group.seconds = requests, time.perf_counter() - started
-        self.finished.append(group)
-        self._changed.set()
-
-    def _mark_idle(self, idle: bool) -> None:
-        now = time.perf_counter()
-        if idle and self._idle_since is None:
-            self._idle_since = now
-        elif not idle and self._idle_since is not None:
-            self._idle_s += now - self._idle_since
-            self._idle_since = None
-
-    def _idle_seconds(self) -> float:
-        """Idle time since the last call (the part of a current idle spell included)."""
-        now = time.perf_counter()
-        idle = self._idle_s + (now - self._idle_since if self._idle_since is not None else 0.0)
-        self._idle_s = 0.0
-        if self._idle_since is not None:
-            self._idle_since = now
-        return idle
-
-    async def _take(
-        self, count: int, policy_version: int, timeout: float | None
+    @on_loop
+    async def take(
+        self, count: int, policy_version: int, timeout: float | None = None
     ) -> tuple[list[PromptGroup], TakeStats] | None:
+        """Block until ``count`` finished groups at most ``max_staleness`` versions older
+        than ``policy_version`` are ready; return them (first finished first). With
+        ``timeout``: None when they are not ready by then."""
         deadline = None if timeout is None else time.perf_counter() + timeout
         while True:
             if self._error is not None:
@@ -340,6 +249,82 @@ class RolloutProducer:
         self._changed.set()  # room for the throttle to look again
         return groups, TakeStats(self._idle_seconds(), dropped, len(self.finished))
 
+    @on_loop
+    async def wait_idle(self) -> float:
+        """Block until nothing is generating (one_step_off, before a weight sync); returns
+        the seconds waited."""
+        started = time.perf_counter()
+        while self.running:
+            self._changed.clear()
+            await self._changed.wait()
+        return time.perf_counter() - started
+
+    def collect(self, groups: list[PromptGroup], meta_info: dict[str, Any]) -> DataProto:
+        """The groups' trajectories as the sync rollout's DataProto (rows in ``groups``
+        order, n per prompt), with the rollout metrics over exactly these requests."""
+        batch = DataProto.concat([g.prompt for g in groups])
+        batch.meta_info.update(meta_info)
+        requests = []
+        for row, group in enumerate(groups):
+            for request in group.requests:
+                request.batch_data_id = row
+                requests.append(request)
+        return self.engine.collect(requests, batch, max(g.seconds for g in groups))
+
+    @on_loop
+    def drain_trace(self) -> list[Event]:
+        """The spans recorded since the last call (none without a ``trace`` recorder); on
+        the loop's thread, where the requests record them."""
+        return [] if self.trace is None else self.trace.drain()
+
+    @on_loop
+    def state_dict(self) -> dict[str, Any]:
+        """The checkpoint's share (module docstring)."""
+        unfinished = [g for g, _ in self.running.values()] + list(self.waiting)
+        unfinished.sort(key=lambda g: (g.batch_index, int(g.uid.split("-")[1])))
+        return {
+            "next_batch": self.next_batch,
+            "extra_batches": self.extra_batches,
+            "dropped_total": self.dropped_total,
+            "finished": [_record(g) for g in self.finished],
+            "unfinished": [_record(g, with_requests=False) for g in unfinished],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict``'s buffer and queue (before ``start``)."""
+        self.next_batch = int(state["next_batch"])
+        self.extra_batches = int(state.get("extra_batches", 0))
+        self.dropped_total = int(state.get("dropped_total", 0))
+        self.finished = [_group(g) for g in state["finished"]]
+        self.waiting = deque(_group(g) for g in state["unfinished"])
+
+    def stop(self) -> None:
+        """Cancel the producer and every request in flight (their tools are released)."""
+        if self._main is not None:
+            self.loop.run(_cancel(self), timeout=120)
+
+    # ------------------------------------------------------------------ on the loop
+
+    def _allowed(self, batch_index: int) -> bool:
+        return self.version + self.extra_batches >= batch_index - 1 - self.max_staleness
+
+    def _mark_idle(self, idle: bool) -> None:
+        now = time.perf_counter()
+        if idle and self._idle_since is None:
+            self._idle_since = now
+        elif not idle and self._idle_since is not None:
+            self._idle_s += now - self._idle_since
+            self._idle_since = None
+
+    def _idle_seconds(self) -> float:
+        """Idle time since the last call (the part of a current idle spell included)."""
+        now = time.perf_counter()
+        idle = self._idle_s + (now - self._idle_since if self._idle_since is not None else 0.0)
+        self._idle_s = 0.0
+        if self._idle_since is not None:
+            self._idle_since = now
+        return idle
+
     def _drop_stale(self, policy_version: int) -> int:
         """Move finished groups staler than ``max_staleness`` back to the queue's head."""
         floor = policy_version - self.max_staleness
@@ -358,30 +343,59 @@ class RolloutProducer:
         self._changed.set()
         return len(stale)
 
-    async def _wait_idle(self) -> float:
-        started = time.perf_counter()
-        while self.running:
-            self._changed.clear()
-            await self._changed.wait()
-        return time.perf_counter() - started
 
-    async def _state_dict(self) -> dict[str, Any]:
-        unfinished = [g for g, _ in self.running.values()] + list(self.waiting)
-        unfinished.sort(key=lambda g: (g.batch_index, int(g.uid.split("-")[1])))
-        return {
-            "next_batch": self.next_batch,
-            "extra_batches": self.extra_batches,
-            "dropped_total": self.dropped_total,
-            "finished": [_record(g) for g in self.finished],
-            "unfinished": [_record(g, with_requests=False) for g in unfinished],
-        }
+# The producer's tasks on its loop: module functions, not methods, so that the class has no
+# coroutine member and the Ray actor hosting it (producer_host.py) stays a threaded one.
 
-    async def _stop(self) -> None:
-        tasks = [self._main, *(task for _, task in self.running.values())]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._main = None
+
+async def _produce(producer: RolloutProducer) -> None:
+    """Start queued prompts as the throttle allows, until stopped."""
+    p = producer
+    try:
+        while True:
+            while p.waiting and p._allowed(p.waiting[0].batch_index):
+                group = p.waiting.popleft()
+                group.started_version = p.version
+                task = asyncio.ensure_future(_run(p, group))
+                p.running[group.uid] = (group, task)
+            p._mark_idle(not p.running)
+            p._changed.clear()
+            await p._changed.wait()
+    except asyncio.CancelledError:
+        raise
+    except BaseException as err:  # a bad row or a data error: the trainer sees it
+        logger.exception("the rollout producer stopped")
+        p._error = err
+        p._changed.set()
+
+
+async def _run(producer: RolloutProducer, group: PromptGroup) -> None:
+    """Generate one prompt group's ``n`` requests; a failure is the trainer's in ``take``."""
+    p, started = producer, time.perf_counter()
+    try:
+        requests = p.engine.build_requests(group.prompt, p.n)
+        await asyncio.gather(*(p.engine.run_request(r, p._ctx) for r in requests))
+    except asyncio.CancelledError:
+        raise
+    except Exception as err:  # a row the engine refuses: the trainer sees it in take
+        logger.exception("prompt %s: the rollout failed", group.uid)
+        p._error = err
+        p._changed.set()
+        return
+    finally:
+        p.running.pop(group.uid, None)
+    group.requests, group.seconds = requests, time.perf_counter() - started
+    p.finished.append(group)
+    p._changed.set()
+
+
+async def _cancel(producer: RolloutProducer) -> None:
+    """Cancel the producer's task and its requests in flight, and wait for them."""
+    tasks = [producer._main, *(task for _, task in producer.running.values())]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    producer._main = None
 
 
 async def _wait(event: asyncio.Event, timeout: float) -> bool:

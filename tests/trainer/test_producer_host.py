@@ -66,3 +66,12 @@ def test_every_call_on_the_actor_names_a_method_it_has():
     assert {"start", "add_batch", "take_batch", "set_version", "close"} <= calls  # the scan
     methods = {name for name, value in inspect.getmembers(ProducerHost) if callable(value)}
     assert calls - methods == set()
+
+
+def test_the_actor_stays_threaded_with_no_coroutine_method():
+    """Ray makes an actor with any coroutine method (private ones too) an asyncio actor,
+    whose plain methods would then run one at a time on its loop: `stacks` could not answer
+    while a `take_batch` waits. The producer runs its coroutines as module functions."""
+    coroutines = [name for name, member in inspect.getmembers(ProducerHost)
+                  if inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member)]
+    assert coroutines == []
