@@ -14,13 +14,21 @@ def _ctx() -> BatchContext:
 
 
 def test_the_long_tail_is_cancelled_once_enough_finished():
+    async def finish_in_order(tasks):
+        for task in tasks:  # one finish per loop iteration, never two at once (sleeps of 1 ms
+            task.set_result(None)  # apart finished together on a loaded machine: flaky)
+            for _ in range(3):
+                await asyncio.sleep(0)
+
     async def main():
         ctx = _ctx()
-        # 10 requests finishing at 1..10 ms, then one that would hang
-        tasks = [asyncio.ensure_future(asyncio.sleep(k / 1000)) for k in range(1, 11)]
-        tasks.append(asyncio.ensure_future(asyncio.sleep(60)))
+        # 11 requests: 10 finish one after another, the last one would hang
+        loop = asyncio.get_running_loop()
+        tasks = [loop.create_future() for _ in range(11)]
+        finishing = asyncio.ensure_future(finish_in_order(tasks[:10]))
         await abort_stragglers(tasks, ctx, rate=0.25)  # keep ceil(0.75 x 11) = 9
-        await asyncio.gather(*tasks, return_exceptions=True)
+        finishing.cancel()
+        await asyncio.gather(finishing, *tasks, return_exceptions=True)
         return ctx, [t.cancelled() for t in tasks]
 
     ctx, cancelled = asyncio.run(main())
