@@ -116,19 +116,19 @@ class TakeStats:
     buffer_size: int  # finished groups left waiting after the take
 
 
-def on_loop(method: Callable[..., Any]) -> Callable[..., Any]:
+def on_loop(function: Callable[..., Any]) -> Callable[..., Any]:
     """A producer method run on the producer's loop thread, the caller waiting for it: the
     state it reads and changes is the loop's (its tasks, its ``asyncio.Event``). A coroutine
     method is awaited there. The wrapper is a plain function (see ``_produce``)."""
-    is_coroutine = inspect.iscoroutinefunction(method)
+    is_coroutine = inspect.iscoroutinefunction(function)
 
-    @functools.wraps(method)
+    @functools.wraps(function)
     def call(self: RolloutProducer, *args: Any, **kwargs: Any) -> Any:
         if is_coroutine:
-            return self.loop.run(method(self, *args, **kwargs))
+            return self.loop.run(function(self, *args, **kwargs))
 
         async def on_the_loop() -> Any:
-            return method(self, *args, **kwargs)
+            return function(self, *args, **kwargs)
 
         return self.loop.run(on_the_loop())
 
