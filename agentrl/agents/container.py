@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentrl.agents.cage import CagedResult, Sandbox, SandboxSpec
-from agentrl.agents.limits import EpisodeLimits, Limiter, process_cgroups
+from agentrl.agents.limits import V1_CONTROLLERS, EpisodeLimits, Limiter, process_cgroups
 from agentrl.agents.sandbox import checked_binds, run_caged
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ RUNTIME_ENV = "AGENTRL_PODMAN_RUNTIME"
 INSTALL_PODMAN = "apt-get install podman (or set AGENTRL_PODMAN to a podman binary)"
 PODMAN_TIMEOUT_S = 60.0  # one podman command of ours (image exists, inspect, rm)
 DEFAULT_NPROC = 4096     # RLIMIT_NPROC where the run has no pids limit
-CONTROLLERS = ("memory", "pids", "cpu")  # the cgroup controllers a container's limits use
+CONTROLLERS = V1_CONTROLLERS  # the cgroup controllers a container's limits use: the harness's
 ULIMITS = {"core": resource.RLIMIT_CORE, "cpu": resource.RLIMIT_CPU,
            "fsize": resource.RLIMIT_FSIZE, "nofile": resource.RLIMIT_NOFILE,
            "nproc": resource.RLIMIT_NPROC, "data": resource.RLIMIT_DATA}
