@@ -56,6 +56,11 @@ def run_variant(variant: str, steps: int, size: str, seed: int, shape: str = "sm
             "median_ratio": statistics.median(ratios)}  # fmt: skip
 
 
+def _sig(x: float) -> float:
+    """``x`` to six significant digits: fixed decimals would lose a short canary's ratio."""
+    return float(f"{x:.6g}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5, help="training steps per run (>= 2)")
@@ -78,10 +83,10 @@ def main() -> None:
             for _ in range(args.repeats)]
     print(json.dumps({
         "steps": args.steps, "repeats": args.repeats, "size": args.size, "shape": args.shape,
-        "canary_over_step": round(statistics.median(r["median_ratio"] for r in runs), 5),
-        "runs": [round(r["median_ratio"], 5) for r in runs],
-        "canary_s": [[round(c, 4) for c in r["canary_s"]] for r in runs],
-        "step_s": [[round(s, 4) for s in r["step_s"]] for r in runs],
+        "canary_over_step": _sig(statistics.median(r["median_ratio"] for r in runs)),
+        "runs": [_sig(r["median_ratio"]) for r in runs],
+        "canary_s": [[_sig(c) for c in r["canary_s"]] for r in runs],
+        "step_s": [[_sig(s) for s in r["step_s"]] for r in runs],
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         **versions(),
     }))  # fmt: skip
