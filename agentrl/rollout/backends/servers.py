@@ -311,7 +311,9 @@ class ServerBackend:
         the trainer does; returns the servers verified, or raises `WeightMismatchError`
         naming the server and the first tensor that differs. With a `mismatches` list, each
         server's `WeightMismatchError` is added to it instead (the canary drains those
-        servers, agentrl/workers/canary.py)."""
+        servers, agentrl/workers/canary.py). A server that dies during the check (a
+        SERVER_FAILURES error: killed after the update reached it) is marked dead and
+        skipped as the update skips one, not verified; with none left, `BackendError`."""
         import torch
 
         from agentrl.rollout.backends.verify import WeightMismatchError
@@ -320,11 +322,18 @@ class ServerBackend:
         urls = self.pool.live(self.control_urls if servers is None else servers)
         results = await asyncio.gather(*(self._verify_server(u, os.fspath(source), dtype, probe)
                                          for u in urls), return_exceptions=True)  # fmt: skip
-        for result in results:
+        for url, result in zip(urls, results, strict=True):
+            cause = getattr(result, "__cause__", None)
             if isinstance(result, WeightMismatchError) and mismatches is not None:
                 mismatches.append(result)
+            elif isinstance(cause, HTTPCallError) and cause.kind in SERVER_FAILURES:
+                self.pool.mark_dead(url, _failure(cause))
+                self.pool.skipped_update(url)  # it must prove the version to rejoin
             elif isinstance(result, BaseException):
                 raise result
+        if urls and not self.pool.live(urls):
+            raise BackendError(f"weight check: no control server answers: "
+                               f"{self.pool.describe(urls)}", retryable=True)  # fmt: skip
         return sum(r is True for r in results)
 
     async def _verify_server(self, url: str, source: str, dtype: Any, probe: Any) -> bool:

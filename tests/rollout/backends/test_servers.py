@@ -65,3 +65,37 @@ def test_the_probe_passes_on_the_served_weights_and_names_a_difference(served,
     assert "log-probs of the probe sequence differ from the trainer's: token 6" in message
     assert good.mismatch(good.log_probs) is None
     assert "2 log-probs for 31 tokens" in good.mismatch([0.0, 0.0])
+
+
+class _ChecksumAPI(ServerAPI):
+    """A server API whose weight check is one POST of `/check` (answered 200 or not)."""
+
+    async def verify_server(self, request, url, directory, dtype):
+        await request("POST", url + "/check", {})
+
+
+def test_a_server_that_dies_during_the_weight_check_is_left_out_not_fatal(tmp_path):
+    """A server killed after the update reached it, before its check: the check verifies the
+    others, marks it dead and counts the sync as skipping it (it must prove the version to
+    rejoin); with no server left, the check raises naming them."""
+    from fastapi import FastAPI
+
+    from agentrl.rollout.backends.base import BackendError
+    from agentrl.rollout.backends.launcher import free_port
+    from agentrl.utils.serving import serve_in_thread
+
+    app = FastAPI()
+    app.post("/check")(lambda: {"ok": True})
+    gone = f"http://127.0.0.1:{free_port()}"  # nothing listens: connection refused
+    fast = {"max_retries": 0, "request_timeout": 10}
+    with serve_in_thread(app) as alive:
+        backend = ServerBackend([alive, gone], api=_ChecksumAPI(), **fast)
+        verified = asyncio.run(backend.verify_weights(str(tmp_path)))
+        metrics = backend.metrics()
+    assert verified == 1  # the live one; on the old code the dead one's error was raised
+    assert not backend.pool.alive(gone) and backend.pool.states[gone].missed_update
+    assert metrics["rollout/servers_lost"] == 1 and metrics["rollout/weight_sync_skipped"] == 1
+    assert metrics["rollout/servers_alive"] == 1
+    nobody = ServerBackend([gone], api=_ChecksumAPI(), **fast)
+    with pytest.raises(BackendError, match=f"weight check: no control server answers: {gone} "):
+        asyncio.run(nobody.verify_weights(str(tmp_path)))
