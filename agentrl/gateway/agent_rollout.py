@@ -8,7 +8,9 @@
         reply = await client.chat.completions.create(model="policy", messages=task["raw_prompt"])
         return 1.0 if "42" in reply.choices[0].message.content else 0.0
 
-For each sample ``AgentRollout`` opens a gateway session (the gateway runs in process, the
+``AgentRollout`` receives these keys once, typed: ``AgentSettings.from_config(rollout)``
+(agent_settings.py; built where the rollout is assembled, agentrl/workers/rollout_assembly.py).
+For each sample it opens a gateway session (the gateway runs in process, the
 client reaches it through an in-process ASGI transport, no socket), hands the function a client
 bound to it and the row's fields (``raw_prompt``, ``reward_model``, ``extra_info``, ...),
 awaits the reward (a number, a dict with ``score``, or None to use the one posted to
@@ -48,12 +50,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.config.validate import AGENT_CLIENTS, AGENT_SEGMENTS, AGENT_SIDE_CALLS
+from agentrl.gateway.agent_settings import AgentSettings
 from agentrl.gateway.server import create_app
 from agentrl.protocol import DataProto, to_object_array
 from agentrl.reward.base import scores_on_last_token
 from agentrl.rollout.collector import TrajectoryCollector
-from agentrl.rollout.engine_config import RolloutConfig
 from agentrl.rollout.output import request_metrics
 from agentrl.rollout.request import AsyncRolloutRequest, FinishReason, RequestState
 from agentrl.utils.extras import missing_package
@@ -97,7 +98,7 @@ class AgentRollout:
 
     def __init__(
         self,
-        config: Any,
+        settings: AgentSettings,
         tokenizer: Any,
         backend: Any,
         agent_fn: AgentFunction,
@@ -105,28 +106,24 @@ class AgentRollout:
         chat_template_kwargs: dict[str, Any] | None = None,
         tools: Mapping[str, Any] | None = None,
     ) -> None:
-        self.config = config
+        if not isinstance(settings, AgentSettings):
+            raise TypeError("AgentRollout takes AgentSettings.from_config(actor_rollout_ref."
+                            f"rollout), got {type(settings).__name__}")
+        self.settings = settings
         self.agent_fn = agent_fn
-        self.timeout = float(config.agent_timeout)
-        self.client_kind = str(config.agent_client)
-        self.segments = str(config.agent_segments)
-        self.side_calls = str(config.agent_side_calls)
-        if self.segments not in AGENT_SEGMENTS or self.side_calls not in AGENT_SIDE_CALLS:
-            raise ValueError(f"rollout.agent_segments must be one of {AGENT_SEGMENTS} and "
-                             f"rollout.agent_side_calls one of {AGENT_SIDE_CALLS}, got "
-                             f"{self.segments!r} and {self.side_calls!r}")
-        if self.client_kind not in AGENT_CLIENTS:
-            raise ValueError(f"rollout.agent_client must be one of {AGENT_CLIENTS}, got "
-                             f"{self.client_kind!r}")
+        self.timeout = settings.timeout
+        self.client_kind = settings.client
+        self.segments = settings.segments
+        self.side_calls = settings.side_calls
+        multi_turn = settings.rollout.multi_turn
         self.app = create_app(
-            backend, tokenizer, model_name="policy", tool_format=config.multi_turn.format,
+            backend, tokenizer, model_name="policy", tool_format=multi_turn.format,
             chat_template_kwargs=chat_template_kwargs,
-            default_max_tokens=int(config.response_length),
-            tools=tools, multi_turn=config.multi_turn,
+            default_max_tokens=settings.rollout.response_length,
+            tools=tools, multi_turn=multi_turn,
         )  # fmt: skip
         # the padding, truncation and metrics of the engine's output, for these requests
-        self.collector = TrajectoryCollector(RolloutConfig.from_config(config), tokenizer,
-                                             chat_template_kwargs)  # fmt: skip
+        self.collector = TrajectoryCollector(settings.rollout, tokenizer, chat_template_kwargs)
         self._tasks: dict[str, dict[str, Any]] = {}  # request id -> its row, until it runs
 
     async def agenerate_sequences(

@@ -21,13 +21,14 @@ import logging
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
-
-from agentrl.config import chat_template_kwargs, load_config
+from agentrl.config import load_config
 from agentrl.utils.command import report_error
 from agentrl.utils.http_limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES
+
+if TYPE_CHECKING:
+    from agentrl.gateway.gateway_settings import GatewaySettings
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +69,14 @@ def check_model_dir(model: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from agentrl.gateway.gateway_settings import GatewaySettings
     from agentrl.models.tokenizer import load_tokenizer
     from agentrl.rollout.assembly import configured_tools
+    from agentrl.rollout.engine_config import RolloutConfigError
 
     try:  # every refusal before the backend loads the model: one message, exit 2
         cfg = load_config(overrides=[*args.overrides, f"actor_rollout_ref.model.path={args.model}"])
+        settings = GatewaySettings.from_config(cfg, args)
         check_model_dir(args.model)
         check_address(args.host, args.port)
         model = cfg.actor_rollout_ref.model
@@ -82,39 +86,36 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as err:  # transformers' own, over many lines
             raise ValueError(f"--model {args.model}: cannot load its tokenizer: "
                              + " ".join(str(err).split())) from err
-        multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
         try:
-            tools = configured_tools(multi_turn)
+            tools = configured_tools(settings.backend["multi_turn"])
         except ValueError as err:
             raise ValueError(f"actor_rollout_ref.rollout.multi_turn.tool_config_path: {err}") \
                 from err
-    except ValueError as err:  # a ConfigError and a tool config's error among them
+    except (ValueError, RolloutConfigError) as err:  # a ConfigError, a tool config's error
         return report_error(err)
-    return serve(cfg, args, tokenizer, tools)
+    return serve(settings, tokenizer, tools)
 
 
-def serve(cfg: DictConfig, args: argparse.Namespace, tokenizer: Any, tools: dict) -> int:
+def serve(settings: GatewaySettings, tokenizer: Any, tools: dict) -> int:
     """Load the backend and serve the gateway until stopped."""
     import uvicorn
 
     from agentrl.gateway.server import create_app
     from agentrl.rollout.backends.factory import create_backend
 
-    rollout = cfg.actor_rollout_ref.rollout
-    multi_turn = rollout.multi_turn
-    backend = create_backend(rollout, args.model, tokenizer, seed=int(cfg.trainer.seed))
+    backend = create_backend(settings.backend, settings.model_path, tokenizer, seed=settings.seed)
     app = create_app(
-        backend, tokenizer, model_name=Path(args.model).name,
-        tool_format=multi_turn.format,
-        chat_template_kwargs=chat_template_kwargs(cfg),
-        default_max_tokens=int(cfg.data.max_response_length),
-        max_body_bytes=args.max_body_bytes, body_timeout=args.body_timeout,
-        tools=tools, multi_turn=multi_turn,
+        backend, tokenizer, model_name=settings.model_name,
+        tool_format=settings.multi_turn.format,
+        chat_template_kwargs=settings.chat_template_kwargs,
+        default_max_tokens=settings.default_max_tokens,
+        max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_timeout,
+        tools=tools, multi_turn=settings.multi_turn,
     )  # fmt: skip
     if tools:
         logger.info("tools for agents: %s (/sessions/<id>/v1/tools)", ", ".join(tools))
-    logger.info("gateway on http://%s:%d/sessions/<id>/v1", args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    logger.info("gateway on http://%s:%d/sessions/<id>/v1", settings.host, settings.port)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
     return 0
 
 

@@ -64,6 +64,7 @@ from agentrl.gateway.session_routes import add_session_routes
 from agentrl.gateway.sessions import Session
 from agentrl.gateway.tools import SessionTools
 from agentrl.models.chat import ChatRenderer
+from agentrl.rollout.engine_config import MultiTurnConfig
 from agentrl.utils.http_limits import BodyLimitMiddleware
 
 
@@ -78,7 +79,7 @@ def create_app(
     max_body_bytes: int | None = None,
     body_timeout: float | None = None,
     tools: Mapping[str, Any] | None = None,
-    multi_turn: Any = None,
+    multi_turn: MultiTurnConfig | None = None,
 ) -> FastAPI:
     """The gateway app in front of ``backend`` (an agentrl ``GenerationBackend``); with
     ``tools`` (``{name: BaseTool}``) and the rollout's ``multi_turn`` config the agents may

@@ -28,6 +28,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from agentrl.rollout.engine_config import MultiTurnConfig
 from agentrl.rollout.parsers import ParsedCall
 from agentrl.rollout.request import AsyncRolloutRequest
 from agentrl.rollout.tool_calls import answer_call, end_plugins, start_plugins, truncate_text
@@ -41,7 +42,7 @@ class UnknownTool(KeyError):
 class SessionTools:
     """Per-session instances of the configured tools (see the module docstring)."""
 
-    def __init__(self, tools: Mapping[str, BaseTool], multi_turn: Any) -> None:
+    def __init__(self, tools: Mapping[str, BaseTool], multi_turn: MultiTurnConfig) -> None:
         self.tools = dict(tools)
         self.multi_turn = multi_turn
         self.slots = {name: asyncio.Semaphore(multi_turn.max_concurrent_tool_calls)

@@ -109,22 +109,26 @@ class RolloutConfig:
 
 
 def _section(tree: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
-    value = _get(tree, key, path)
+    value = required(tree, key, path)
     if not isinstance(value, Mapping):
         raise TypeError(f"{path}.{key} must be a section, got {type(value).__name__}")
     return value
 
 
-def _get(tree: Mapping[str, Any], key: str, path: str) -> Any:
+def required(tree: Mapping[str, Any], key: str, path: str) -> Any:
+    """``tree[key]``; a missing key raises `RolloutConfigError` naming ``path.key`` in full
+    (``key`` alone for a top-level section, path ""); the other settings modules read their
+    sections with it too."""
     if key not in tree:
-        raise RolloutConfigError(f"{path}.{key} is missing from the rollout config (the "
+        name = f"{path}.{key}" if path else key
+        raise RolloutConfigError(f"{name} is missing from the config (the "
                                  "validated tree has every key: load it with load_config)")
     return tree[key]
 
 
 def _fields(cls: type, tree: Mapping[str, Any], path: str,
             nested: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:  # fmt: skip
-    return {f.name: _get(tree, f.name, path)
+    return {f.name: required(tree, f.name, path)
             for f in dataclasses.fields(cls) if f.name not in nested}  # fmt: skip
 
 
@@ -132,4 +136,4 @@ def _build(cls: type, tree: Mapping[str, Any], path: str) -> Any:
     return cls(**_fields(cls, tree, path))
 
 
-__all__ = ["MultiTurnConfig", "RolloutConfig", "RolloutConfigError", "SamplingConfig"]
+__all__ = ["MultiTurnConfig", "RolloutConfig", "RolloutConfigError", "SamplingConfig", "required"]

@@ -138,9 +138,11 @@ def build_rollout(
     chat_kwargs = dict(chat_template_kwargs or {})
     if kind == "agent":
         from agentrl.gateway.agent_rollout import AgentRollout, load_agent_function
+        from agentrl.gateway.agent_settings import AgentSettings
 
+        settings = AgentSettings.from_config(rollout)
         engine: Any = AgentRollout(
-            rollout, tokenizer, backend, load_agent_function(str(rollout.agent_function)),
+            settings, tokenizer, backend, load_agent_function(str(settings.function)),
             chat_template_kwargs=chat_kwargs, tools=configured_tools(rollout.multi_turn),
         )  # fmt: skip
     elif kind == "sharded":

@@ -81,6 +81,7 @@ def agent_rollout(agent_fn, replies: list[str], tokenizer, extra_info: list[dict
     """(the rollout's output, the backend): one sample per ``extra_info`` through agent mode
     with the scripted policy answering every trajectory with ``replies``."""
     from agentrl.gateway.agent_rollout import AgentRollout
+    from agentrl.gateway.agent_settings import AgentSettings
     from agentrl.rollout.backends.scripted import ScriptedBackend
 
     rollout = load_config(overrides=[
@@ -90,7 +91,7 @@ def agent_rollout(agent_fn, replies: list[str], tokenizer, extra_info: list[dict
         "actor_rollout_ref.rollout.multi_turn.enable=false",
     ]).actor_rollout_ref.rollout
     backend = ScriptedBackend(replies, tokenizer)
-    engine = AgentRollout(rollout, tokenizer, backend, agent_fn)
+    engine = AgentRollout(AgentSettings.from_config(rollout), tokenizer, backend, agent_fn)
     batch = prompts_batch(len(extra_info), extra_info=extra_info)
     return asyncio.run(engine.agenerate_sequences(batch)), backend
 

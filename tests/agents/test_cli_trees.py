@@ -88,6 +88,7 @@ def _rollout(agent_fn, backend, tokenizer, check: dict):
     """One episode through agent mode with every segment trained: the output, every row
     completed."""
     from agentrl.gateway.agent_rollout import AgentRollout
+    from agentrl.gateway.agent_settings import AgentSettings
 
     rollout = load_config(overrides=[
         "data.max_prompt_length=32768", "data.max_response_length=8192",
@@ -97,7 +98,7 @@ def _rollout(agent_fn, backend, tokenizer, check: dict):
         "actor_rollout_ref.rollout.agent_segments=all",
         "actor_rollout_ref.rollout.multi_turn.enable=false",
     ]).actor_rollout_ref.rollout
-    engine = AgentRollout(rollout, tokenizer, backend, agent_fn)
+    engine = AgentRollout(AgentSettings.from_config(rollout), tokenizer, backend, agent_fn)
     out = asyncio.run(engine.agenerate_sequences(prompts_batch(1, extra_info=[check])))
     assert set(out.non_tensor_batch["request_state"]) == {"completed"}  # every row
     return out

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.gateway.agent_rollout import AgentRollout
+from agentrl.gateway.agent_settings import AgentSettings
 from agentrl.testing.rollout import ConversationScriptBackend, prompts_batch, rollout_config
 
 pytest.importorskip("openai")
@@ -35,7 +36,7 @@ def test_the_calculator_agent_is_trained_in_agent_mode(tiny_tokenizer):
     assert agent.calculate('{"expression": "2**10"}') == "1024"
     assert agent.calculate('{"expression": "import os"}').startswith("Error:")
     backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
-    rollout = AgentRollout(rollout_config(), tiny_tokenizer, backend, agent.run)
+    rollout = AgentRollout(AgentSettings.from_config(rollout_config()), tiny_tokenizer, backend, agent.run)
     batch = prompts_batch(2, reward_model=[{"ground_truth": "42"}, {"ground_truth": "42"}])
     out = asyncio.run(rollout.agenerate_sequences(batch))
     assert list(out.non_tensor_batch["request_state"]) == ["completed", "completed"]
@@ -53,7 +54,7 @@ def test_the_agents_sdk_agent_is_trained_in_agent_mode_without_rewrites(tiny_tok
     pytest.importorskip("agents")
     agent = _load(AGENTS_SDK)
     backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
-    rollout = AgentRollout(rollout_config(), tiny_tokenizer, backend, agent.run)
+    rollout = AgentRollout(AgentSettings.from_config(rollout_config()), tiny_tokenizer, backend, agent.run)
     batch = prompts_batch(2, reward_model=[{"ground_truth": "42"}, {"ground_truth": "42"}])
     out = asyncio.run(rollout.agenerate_sequences(batch))
     assert list(out.non_tensor_batch["request_state"]) == ["completed", "completed"]
@@ -80,8 +81,8 @@ def test_the_messages_and_responses_agents_are_trained_in_agent_mode(tiny_tokeni
     pytest.importorskip(_needs(name, client))
     agent = _load(AGENTS / name)
     backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
-    rollout = AgentRollout(rollout_config(f"agent_client={client}"), tiny_tokenizer, backend,
-                           agent.run)
+    settings = AgentSettings.from_config(rollout_config(f"agent_client={client}"))
+    rollout = AgentRollout(settings, tiny_tokenizer, backend, agent.run)
     batch = prompts_batch(2, reward_model=[{"ground_truth": "42"}, {"ground_truth": "42"}])
     out = asyncio.run(rollout.agenerate_sequences(batch))
     assert list(out.non_tensor_batch["request_state"]) == ["completed", "completed"]

@@ -9,6 +9,7 @@ import re
 import torch
 
 from agentrl.gateway.agent_rollout import AgentRollout
+from agentrl.gateway.agent_settings import AgentSettings
 from agentrl.testing.rollout import (
     ConversationScriptBackend,
     call_text,
@@ -22,6 +23,10 @@ CALCULATOR = {"type": "function", "function": {
     "name": "calculator", "description": "calc",
     "parameters": {"type": "object", "properties": {"text": {"type": "string"}},
                    "required": ["text"]}}}
+
+
+def _settings(*overrides):
+    return AgentSettings.from_config(rollout_config(*overrides))
 
 
 async def agent(task, client):
@@ -45,7 +50,7 @@ async def agent(task, client):
 
 def test_agent_functions_become_trajectories_and_faults_fail_only_their_sample(tiny_tokenizer):
     backend = ConversationScriptBackend(tiny_tokenizer, SCRIPTS)
-    rollout = AgentRollout(rollout_config("agent_timeout=1"), tiny_tokenizer, backend, agent)
+    rollout = AgentRollout(_settings("agent_timeout=1"), tiny_tokenizer, backend, agent)
     out = asyncio.run(rollout.agenerate_sequences(prompts_batch(4)))
     states = list(out.non_tensor_batch["request_state"])
     assert states == ["completed", "failed", "failed", "failed"]
@@ -76,7 +81,7 @@ def test_a_cancelled_episode_releases_its_session(tiny_tokenizer):
         called.set()
         await asyncio.sleep(60)
 
-    rollout = AgentRollout(rollout_config("agent_timeout=120"), tiny_tokenizer, backend,
+    rollout = AgentRollout(_settings("agent_timeout=120"), tiny_tokenizer, backend,
                            waits_after_a_call)  # fmt: skip
 
     async def run_and_cancel():
@@ -108,7 +113,7 @@ def test_the_agents_limit_kills_are_summed(tiny_tokenizer):
             return 0.5
         return {"score": 0.0, "limit": "pids" if kills[k] else None, "limit_kills": kills[k]}
 
-    rollout = AgentRollout(rollout_config("agent_timeout=5"), tiny_tokenizer, backend, limited)
+    rollout = AgentRollout(_settings("agent_timeout=5"), tiny_tokenizer, backend, limited)
     out = asyncio.run(rollout.agenerate_sequences(prompts_batch(4)))
     assert out.meta_info["metrics"]["agent/limit_kills"] == 3.0
     assert [s.get("limit_kills") for s in out.non_tensor_batch["reward_scores"]] == [
@@ -129,7 +134,7 @@ async def rewriting_agent(task, client):
 def _rewriting_rollout(tiny_tokenizer, *overrides):
     scripts = {k: ["ab<|im_end|>", "ab<|im_end|>"] for k in range(2)}
     backend = ConversationScriptBackend(tiny_tokenizer, scripts)
-    config = rollout_config("n=2", *overrides)
+    config = _settings("n=2", *overrides)
     return AgentRollout(config, tiny_tokenizer, backend, rewriting_agent), backend
 
 

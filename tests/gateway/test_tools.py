@@ -14,6 +14,8 @@ import pytest
 
 from agentrl.gateway import create_app
 from agentrl.gateway.agent_rollout import AgentRollout
+from agentrl.gateway.agent_settings import AgentSettings
+from agentrl.rollout.engine_config import RolloutConfig
 from agentrl.testing.rollout import (
     ConversationScriptBackend,
     RecordingTool,
@@ -39,8 +41,8 @@ def _tools() -> dict:
 
 def test_agents_list_and_call_the_tools_per_session(tiny_tokenizer):
     tools = _tools()
-    multi_turn = rollout_config("multi_turn.tool_timeout=0.5",
-                                "multi_turn.max_tool_response_length=40").multi_turn
+    multi_turn = RolloutConfig.from_config(rollout_config(
+        "multi_turn.tool_timeout=0.5", "multi_turn.max_tool_response_length=40")).multi_turn
     app = create_app(ConversationScriptBackend(tiny_tokenizer, {}), tiny_tokenizer, tools=tools,
                      multi_turn=multi_turn)
     with serve_in_thread(app) as url:
@@ -76,7 +78,7 @@ def test_an_mcp_servers_tools_reach_agents_and_its_death_is_a_tool_error(tiny_to
     tools = load_tools({"tools": [{"type": "mcp", "command": [sys.executable, str(MCP_SERVER)],
                                    "timeout": 30}]})
     app = create_app(ConversationScriptBackend(tiny_tokenizer, {}), tiny_tokenizer, tools=tools,
-                     multi_turn=rollout_config().multi_turn)
+                     multi_turn=RolloutConfig.from_config(rollout_config()).multi_turn)
     try:
         with serve_in_thread(app) as url:
             base = f"{url}/sessions/ep-2/v1"
@@ -112,7 +114,7 @@ async def _tool_agent(task: dict, client) -> float:
 def test_agent_mode_gives_agents_the_rollouts_tools(tiny_tokenizer):
     tools = _tools()
     backend = ConversationScriptBackend(tiny_tokenizer, {0: ["ok<|im_end|>"], 1: ["ok<|im_end|>"]})
-    rollout = AgentRollout(rollout_config(), tiny_tokenizer, backend, _tool_agent, tools=tools)
+    rollout = AgentRollout(AgentSettings.from_config(rollout_config()), tiny_tokenizer, backend, _tool_agent, tools=tools)
     seen = []
     create = tools["echo"].create
 

@@ -246,9 +246,11 @@ async def two_call_agent(task, client):
 
 def make_agent_producer(tokenizer, loop, backend, max_staleness):
     from agentrl.gateway.agent_rollout import AgentRollout
+    from agentrl.gateway.agent_settings import AgentSettings
 
-    rollout = AgentRollout(rollout_config(f"n={N}", "response_length=64", "agent_timeout=30"),
-                           tokenizer, backend, two_call_agent)  # fmt: skip
+    settings = AgentSettings.from_config(
+        rollout_config(f"n={N}", "response_length=64", "agent_timeout=30"))
+    rollout = AgentRollout(settings, tokenizer, backend, two_call_agent)
     producer = Fed(rollout, loop, n=N, max_staleness=max_staleness, total_batches=1)
     producer.batches = loader_batches(1)
     return producer
