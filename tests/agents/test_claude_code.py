@@ -7,6 +7,9 @@ still passes its check; the turn budget stops the CLI."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
 from agentrl.agents import claude_code
@@ -17,8 +20,10 @@ from tests.agents.conftest import (
     assert_limits_held,
     assert_trained_async,
     cli_binary,
+    episode_processes,
     hostile_command,
     hostile_row,
+    kill_async_run,
     run_limits_batch,
     shell_call,
     train_async,
@@ -107,14 +112,58 @@ def test_the_turn_budget_stops_the_cli(tiny_tokenizer, bwrap):
     assert len([rid for rid, _ in backend.outputs if "~side" not in rid]) == 2
 
 
+def test_a_cancelled_episode_leaves_no_process(tiny_tokenizer, tmp_path, bwrap):
+    """The producer cancels the episodes in flight when it stops; its process lives on, so
+    bwrap's ``--die-with-parent`` does not help: cancelled while its cage runs a 600-second
+    command, the episode leaves no claude, bridge, bwrap or command behind, nor its folder."""
+    root, left = tmp_path / "episodes", []
+    agent = _agent(root=str(root))
+
+    async def cancelled(task, client):
+        episode = asyncio.ensure_future(agent(task, client))
+        deadline = time.monotonic() + 60
+        while not any("sleep 601" in line for line in episode_processes(root)):
+            assert not episode.done() and time.monotonic() < deadline, "no command ran"
+            await asyncio.sleep(0.1)
+        episode.cancel()
+        await asyncio.gather(episode, return_exceptions=True)
+        until = time.monotonic() + 5  # a SIGKILLed process takes a moment to go
+        while episode_processes(root) and time.monotonic() < until:
+            await asyncio.sleep(0.1)
+        left.extend(episode_processes(root))
+        return {"score": 0.0}
+
+    agent_rollout(cancelled, [shell_call("Bash", "command", "sleep 601"), "done"],
+                  tiny_tokenizer, [CHECK])
+    assert left == []
+    assert list(root.iterdir()) == []
+
+
+def _async_env() -> dict[str, str]:
+    """``--tools Bash``: a first call of ~1.3k prompt tokens instead of ~4.2k, which the
+    tiny model's one server thread pays for."""
+    return {"AGENTRL_CLAUDE_BIN": cli_binary("AGENTRL_CLAUDE_BIN", "claude"),
+            "AGENTRL_CLAUDE_ARGS": "--bare --tools Bash"}
+
+
 @pytest.mark.slow
 def test_two_async_steps_version_every_token_and_leave_no_process(
         make_config, short_prompts, tmp_path, monkeypatch, bwrap):
     """agentrl.agents.claude_code.run as the agent function, trainer.mode=async: the
-    producer's process runs the CLI episodes in their cages (``--tools Bash``: a first call
-    of ~1.3k prompt tokens instead of ~4.2k, which the tiny model's one server thread pays
-    for)."""
-    env = {"AGENTRL_CLAUDE_BIN": cli_binary("AGENTRL_CLAUDE_BIN", "claude"),
-           "AGENTRL_CLAUDE_ARGS": "--bare --tools Bash"}
+    producer's process runs the CLI episodes in their cages."""
     assert_trained_async(*train_async(make_config, short_prompts, tmp_path, monkeypatch,
-                                      "claude_code", env))
+                                      "claude_code", _async_env()))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["kill", "interrupt"])
+def test_a_run_stopped_mid_command_leaves_no_process(how, tiny_model_dir, short_prompts,
+                                                     tmp_path, bwrap):
+    """``agentrl train`` (async, Claude Code, the scripted policy) SIGKILLed as a process
+    group, or interrupted, while its episodes' cages run a 600-second command (the CLI's
+    Bash tool waits up to 120 s by default): within 15 s of the trainer's end no claude,
+    bridge, bwrap or command of the run is left."""
+    left, log = kill_async_run(tiny_model_dir, short_prompts, tmp_path, "claude_code",
+                               _async_env(), [shell_call("Bash", "command", "sleep 601"),
+                                              "done"], "sleep 601", how)
+    assert left == [], "\n".join(log)
