@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import sys
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -153,23 +154,26 @@ def vllm_python() -> str:
     return python
 
 
-def _port_outside_the_ephemeral_range() -> int:
-    """A free TCP port below the OS's ephemeral range, which `bind(0)` never hands out: the
-    plugin's launcher picks its servers' ports with `bind(0)` while `plain` starts, and a
-    port `plain` was given and had not bound yet came back to it once (its server then
-    answered /health for the other's: a 404 on /update_weight_version)."""
+def _ports_outside_the_ephemeral_range(count: int) -> list[int]:
+    """`count` distinct free TCP ports below the OS's ephemeral range, which `bind(0)` never
+    hands out: the plugin's launcher picks its servers' ports with `bind(0)` while `plain`
+    starts, and a port `plain` was given and had not bound yet came back to it once (its
+    server then answered /health for the other's: a 404 on /update_weight_version)."""
     import random
     import socket
 
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports: list[int] = []
     for port in random.Random().sample(range(20000, max(20001, low)), 200):
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise RuntimeError(f"no {count} free ports below the ephemeral range")
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +187,10 @@ def vllm_servers(varied_model_dir, tiny_model_dir):
       failover test kills the second; every other test talks to the first alone through
       `first` (a client of it) and leaves it holding the weights it was launched with.
     - `plain`: a server of the tiny model started without --enable-scale-out (the refusal
-      test's)."""
+      test's).
+    - `spares`: two more servers of the varied model, launched by the plugin; each async
+      training test (engine path, agent mode) runs on the first server and its own spare,
+      and kills the spare mid-run."""
     from concurrent.futures import ThreadPoolExecutor
     from contextlib import ExitStack
 
@@ -197,20 +204,27 @@ def vllm_servers(varied_model_dir, tiny_model_dir):
                        "actor_rollout_ref.rollout.server_cooldown_s=600",
                        "actor_rollout_ref.rollout.max_model_len=4096")
     tokenizer = AutoTokenizer.from_pretrained(varied_model_dir)
-    plain = ServerLauncher(tiny_model_dir, 1, ports=[_port_outside_the_ephemeral_range()],
+    plain_port, *spare_ports = _ports_outside_the_ephemeral_range(3)
+    plain = ServerLauncher(tiny_model_dir, 1, ports=[plain_port],
         command=[python, "-m", "vllm.entrypoints.openai.api_server"], model_flag="--model",
         health_path="/health", ready_timeout=400,
         server_args={"dtype": "float32", "enforce_eager": True, "max_model_len": 512},
         env={"VLLM_CPU_KVCACHE_SPACE": "1"})  # fmt: skip
-    with ThreadPoolExecutor(1) as pool, ExitStack() as stack:  # a failure stops all at once
+    spares = backend_plugin("vllm").launcher(rollout, str(varied_model_dir))
+    spares.ports = spare_ports  # not bind(0)'s: `both`'s launcher picks its ports meanwhile
+    spares.server_args["enable_server_load_tracking"] = True  # /load: its calls in flight
+    with ThreadPoolExecutor(2) as pool, ExitStack() as stack:  # a failure stops all at once
         stack.callback(plain.stop)
-        plain_ready = pool.submit(plain.start)
+        stack.callback(spares.stop)
+        plain_ready, spares_ready = pool.submit(plain.start), pool.submit(spares.start)
         both = backend_plugin("vllm").create(rollout, str(varied_model_dir), tokenizer)
         stack.callback(lambda: asyncio.run(both.aclose()))
         plain_ready.result()
+        spares_ready.result()
         first = backend_plugin("vllm").client(rollout, both.server_urls[:1], tokenizer)
         stack.callback(lambda: asyncio.run(first.aclose()))
-        yield SimpleNamespace(first=first, both=both, rollout=rollout, plain=plain)
+        yield SimpleNamespace(first=first, both=both, rollout=rollout, plain=plain,
+                              spares=spares)
 
 
 @pytest.fixture
@@ -491,24 +505,54 @@ def test_the_gateway_records_vllms_tokens_exactly(vllm_server, varied_model_dir)
 MULTI_CALL_AGENT = REPO / "tests" / "fixtures" / "multi_call_agent.py"
 
 
+def _kill_once_busy(server, after: Path, killed: list[str], deadline_s: float = 600) -> None:
+    """SIGKILL launched `server`'s process group once `after` exists and the server holds a
+    generation call (its `/load`, with --enable-server-load-tracking), so that one is in
+    flight there when it dies; its URL goes into `killed`."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + deadline_s
+    with httpx.Client(timeout=5) as client:
+        while time.monotonic() < deadline:
+            try:
+                busy = after.exists() and client.get(f"{server.url}/load").json()[
+                    "server_load"] > 0  # fmt: skip
+            except (httpx.HTTPError, ValueError, KeyError):  # a slow answer: poll again
+                busy = False
+            if busy:
+                os.killpg(server.process.pid, signal.SIGKILL)
+                killed.append(server.url)
+                return
+            time.sleep(0.02)
+
+
 @pytest.mark.vllm
 @pytest.mark.xdist_group("vllm")
 @pytest.mark.parametrize("agent", [False, True], ids=["engine", "agent_mode"])
-def test_async_training_on_vllm_verifies_every_sync_and_versions_every_token(
+def test_async_training_on_vllm_verifies_every_sync_versions_every_token_and_fails_over(
         agent, vllm_servers, varied_model_dir, make_config, tmp_path):  # fmt: skip
-    """trainer.mode=async against a vLLM server (the module's first, given as server_urls;
-    the trainer's model is the untied copy it serves): the engine's multi-turn path, and agent
-    mode with episodes of three calls and pauses. Every sync reaches the server while it may
-    hold requests (pause with requests kept, resume) and is verified; every trained token
-    carries the version the server reported, never staler than the bound."""
+    """trainer.mode=async against two vLLM servers (the module's first and this test's spare,
+    given as server_urls; the trainer's model is the untied copy they serve): the engine's
+    multi-turn path, and agent mode with episodes of three calls and pauses. Every sync
+    reaches the servers while they may hold requests (pause with requests kept, resume) and
+    is verified; every trained token carries the version the server reported, never staler
+    than the bound. Once step 1 has trained, the spare is SIGKILLed while it holds a request
+    of the producer's: that call is resent whole to the first server, every step still
+    trains every trajectory (in agent mode every episode finishes), the later syncs skip the
+    dead server and verify the survivor, and the steps count the lost server."""
+    import threading
+
     from agentrl.rollout.backends.untie import write_untied_copy
     from agentrl.trainer import run_train
 
     as_served = write_untied_copy(varied_model_dir, tmp_path / "as_served")
     first = vllm_servers.first
+    victim = vllm_servers.spares.servers[int(agent)]  # each run kills its own spare
     overrides = [
         f"actor_rollout_ref.model.path={as_served}", "actor_rollout_ref.rollout.name=vllm",
-        f"actor_rollout_ref.rollout.server_urls=[{first.server_urls[0]}]",
+        f"actor_rollout_ref.rollout.server_urls=[{first.server_urls[0]},{victim.url}]",
         "actor_rollout_ref.rollout.request_timeout=120", "trainer.mode=async",
         "off_policy.max_staleness=1", "trainer.total_training_steps=3", "data.shuffle=false",
         f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
@@ -519,19 +563,35 @@ def test_async_training_on_vllm_verifies_every_sync_and_versions_every_token(
                       "actor_rollout_ref.rollout.multi_turn.enable=false",
                       "data.max_response_length=64"]  # fmt: skip
     # the policy before training is version 0 (another test of the module may have synced
-    # the server to other versions since its launch)
+    # the server to other versions since its launch; the spare was launched at 0)
     asyncio.run(first.update_weights(str(as_served), weight_version="0"))
+    killed: list[str] = []
+    killer = threading.Thread(target=_kill_once_busy, daemon=True,
+                              args=(victim, tmp_path / "rollouts" / "1.jsonl", killed))
+    killer.start()
     try:
         history = run_train(make_config(*overrides))
     finally:  # as it was launched, for the module's other tests
         asyncio.run(first.update_weights(str(as_served), weight_version="0"))
+        killer.join(timeout=5)
+    assert killed == [victim.url], "the spare never held a request after step 1"
     assert [m["training/global_step"] for m in history] == [1.0, 2.0, 3.0]
-    assert all(m["rollout/weights_verified"] == 1 for m in history)  # every sync verified
+    # every sync verified: on both servers before the kill, on the survivor after it (the
+    # kill may land in sync 1, between its update and its probe)
+    verified = [m["rollout/weights_verified"] for m in history]
+    assert verified[-1] == 1 and min(verified) >= 1, verified
     assert all(m["rollout/canary/drained"] == 0 for m in history)  # the canary: no alarm
     assert all(m.get("rollout/agent_errors", 0) == 0 for m in history)
+    # the dead server, counted by the producer's client as the sync mode's rollout counts it
+    assert sum(m.get("rollout/servers_lost", 0) for m in history) == 1
+    assert sum(m.get("rollout/server_retries", 0) for m in history) >= 1  # its call resent
+    assert history[-1]["rollout/servers_alive"] == 1
     rows = [json.loads(line) for step in (1, 2, 3)
             for line in (tmp_path / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
-    assert len(rows) == 3 * 2 * 2  # 2 prompts x 2 samples a step
+    # 2 prompts x 2 samples a step: every trajectory trained, every prompt once
+    assert Counter(row["uid"] for row in rows) == {f"{b}-{i}": 2 for b in (1, 2, 3)
+                                                   for i in range(2)}  # fmt: skip
+    assert all(row["response_ids"] for row in rows)
     assert all(row["policy_versions"] for row in rows)  # the server's versions, every token
     assert all(0 <= row["step"] - 1 - min(row["policy_versions"]) <= 1 for row in rows)
     assert max(max(row["policy_versions"]) for row in rows) >= 1  # synced weights served
