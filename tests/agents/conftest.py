@@ -427,9 +427,11 @@ def kill_async_run(tiny_model_dir: Path, short_prompts, tmp_path: Path, agent: s
     ended, the log's tail): ``agentrl train`` of ``async_overrides`` under the scripted
     ``replies``, in a process group of its own, stopped once an episode's cage runs a
     command line holding ``running`` (its first reply's command): ``how`` is ``kill`` (SIGKILL to
-    the whole group: no clean-up code runs anywhere) or ``interrupt`` (SIGINT to the
-    trainer alone: it shuts down with the episodes in flight). The episodes' processes are
-    ``episode_pids`` of the run's own root; whatever outlives the check is killed."""
+    the whole group: no clean-up code runs anywhere), ``kill_trainer`` (SIGKILL to the
+    trainer's process alone, as ``kill -9 PID`` or the OOM killer: what it started must notice
+    by itself) or ``interrupt`` (SIGINT to the trainer alone: it shuts
+    down with the episodes in flight). The episodes' processes are ``episode_pids`` of the
+    run's own root; whatever outlives the check is killed, the group's leftovers too."""
     import signal
     import subprocess
     import sys
@@ -457,16 +459,16 @@ def kill_async_run(tiny_model_dir: Path, short_prompts, tmp_path: Path, agent: s
         if how == "kill":
             os.killpg(proc.pid, signal.SIGKILL)
         else:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal({"kill_trainer": signal.SIGKILL, "interrupt": signal.SIGINT}[how])
         proc.wait(timeout=120)
         until = time.monotonic() + within_s
         while episode_processes(root) and time.monotonic() < until:
             time.sleep(0.2)
         return episode_processes(root), log.read_text(errors="replace").splitlines()[-40:]
     finally:
-        if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        proc.wait()
         for pid in episode_pids(root):  # a failed check leaves nothing running either
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)

@@ -156,13 +156,13 @@ def test_two_async_steps_version_every_token_and_leave_no_process(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["kill", "interrupt"])
+@pytest.mark.parametrize("how", ["kill", "kill_trainer", "interrupt"])
 def test_a_run_stopped_mid_command_leaves_no_process(how, tiny_model_dir, short_prompts,
                                                      tmp_path, bwrap):
     """``agentrl train`` (async, Claude Code, the scripted policy) SIGKILLed as a process
-    group, or interrupted, while its episodes' cages run a 600-second command (the CLI's
-    Bash tool waits up to 120 s by default): within 15 s of the trainer's end no claude,
-    bridge, bwrap or command of the run is left."""
+    group or alone, or interrupted, while its episodes' cages run a 600-second command (the
+    CLI's Bash tool waits up to 120 s by default): within 15 s of the trainer's end no
+    claude, bridge, bwrap or command of the run is left."""
     left, log = kill_async_run(tiny_model_dir, short_prompts, tmp_path, "claude_code",
                                _async_env(), [shell_call("Bash", "command", "sleep 601"),
                                               "done"], "sleep 601", how)
