@@ -11,7 +11,8 @@ process (`multi_turn.tokenization_sanity_check_offload`):
     result = await offload.check(item, renderer)     # a CheckResult, as run_check's
     offload.close()                                  # with the engine (and at exit)
 
-The process imports agentrl, not the parent's main script, and builds its own
+The process (agentrl/rollout/check_process.py: its main, its start and stop, the pipe's
+reads) imports agentrl, not the parent's main script, and builds its own
 `ChatRenderer` from a pickled copy of the same tokenizer and the same chat-template kwargs
 (so it renders and tokenizes exactly as the engine does); it answers with the
 `CheckResult`s that `run_check` gives in the engine. The loop talks to it over a pipe it
@@ -38,20 +39,21 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import importlib.machinery
 import logging
-import multiprocessing
-import os
 import pickle
-import socket
-import sys
 import time
 import weakref
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Mapping
 from typing import Any
 
 from agentrl.models.chat import ChatRenderer
+from agentrl.rollout.check_process import (
+    DEFAULT_SEND_ROOM,
+    receive,
+    send_room,
+    spawn_worker,
+    stop,
+)
 from agentrl.rollout.token_check import CheckInput, CheckResult, run_check
 
 logger = logging.getLogger(__name__)
@@ -67,78 +69,7 @@ MAX_WAIT_S = 0.25
 # worker busy while the loop reads an answer
 CHUNK = 16
 IN_FLIGHT = 2
-_DEFAULT_SEND_ROOM = 32 * 1024  # when the pipe's buffer cannot be read
 _FIRST_PACE_S = 0.002  # seconds per check assumed until the worker has answered once
-
-def _run_all(renderer: ChatRenderer, items: list[CheckInput]) -> list[CheckResult | None]:
-    """The worker's checks; None for one that raised (the engine runs it again inline, where
-    it raises as it always did)."""
-    results: list[CheckResult | None] = []
-    for item in items:
-        try:
-            results.append(run_check(renderer, item))
-        except Exception:
-            logger.debug("request %s: the check raised in the worker", item.request_id,
-                         exc_info=True)  # fmt: skip
-            results.append(None)
-    return results
-
-
-def _send(conn: Any, message: tuple[str, Any]) -> bool:
-    """Send ``message`` to the engine; False when the engine has closed its end (it stopped
-    before this answer: nothing is waiting for it)."""
-    try:
-        conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
-    except OSError:  # BrokenPipeError, ConnectionResetError
-        return False
-    return True
-
-
-def _worker_main(conn: Any, tokenizer_bytes: bytes, chat_template_kwargs: dict) -> None:
-    """The worker process: its renderer, then one answer per call until the pipe closes
-    (an engine that stops before the worker is ready closes it first: the worker ends)."""
-    try:
-        renderer = ChatRenderer(pickle.loads(tokenizer_bytes), chat_template_kwargs)
-    except Exception as err:
-        _send(conn, ("failed", f"{type(err).__name__}: {err}"))
-        return
-    if not _send(conn, ("ready", None)):
-        return
-    while True:
-        try:
-            payload = conn.recv_bytes()
-        except (EOFError, OSError):
-            return
-        if not _send(conn, ("results", _run_all(renderer, pickle.loads(payload)))):
-            return
-
-
-def _stop(process: Any, conn: Any) -> None:
-    """Close the pipe (the worker's end of file: it exits), then make sure it did."""
-    with suppress(OSError):
-        conn.close()
-    process.join(timeout=2)
-    if process.is_alive():
-        process.kill()
-        process.join(timeout=2)
-
-
-@contextmanager
-def _main_not_rerun() -> Iterator[None]:
-    """Spawn a process that does not import the parent's `__main__` again: a spawned child
-    re-runs the main script's (or `-m` module's) top-level code, which a training script
-    without an `if __name__ == "__main__":` guard would turn into a second training run.
-    A main module named `__main__` is the one the child skips (multiprocessing.spawn)."""
-    main = sys.modules.get("__main__")
-    if main is None:
-        yield
-        return
-    saved = getattr(main, "__spec__", None)
-    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
-    try:
-        yield
-    finally:
-        main.__spec__ = saved
 
 
 def check_offload_setting(value: Any) -> str | bool:
@@ -184,7 +115,7 @@ class CheckOffload:
         self._stealer: asyncio.Future | None = None  # `steal`'s task
         self._in_worker = 0  # checks sent to the worker or held back for it, not answered yet
         self._pace_s = _FIRST_PACE_S  # the worker's seconds per check, in its last call
-        self._send_room = _DEFAULT_SEND_ROOM  # bytes a call may have beside one in flight
+        self._send_room = DEFAULT_SEND_ROOM  # bytes a call may have beside one in flight
         self.answered = 0  # checks the worker answered (the rest ran on the loop)
 
     @property
@@ -205,16 +136,11 @@ class CheckOffload:
             logger.warning("tokenization check stays on the event loop: the tokenizer cannot "
                            "be pickled for its process (%s: %s)", type(err).__name__, err)
             return False
-        context = multiprocessing.get_context("spawn")  # the engine's threads: no fork
-        conn, child = context.Pipe(duplex=True)
-        process = context.Process(target=_worker_main, args=(child, tokenizer_bytes, self.kwargs),
-                                  name="agentrl-token-check", daemon=True)  # fmt: skip
-        with _main_not_rerun():
-            process.start()  # returns at once: the worker starts while the batch generates
-        child.close()
+        # the process starts while the batch generates (check_process.py)
+        process, conn = spawn_worker(tokenizer_bytes, self.kwargs)
         self._process, self._conn, self._ready = process, conn, False
-        self._send_room = _send_room(conn)
-        self._closer = weakref.finalize(self, _stop, process, conn)  # at exit too
+        self._send_room = send_room(conn)
+        self._closer = weakref.finalize(self, stop, process, conn)  # at exit too
         return True
 
     def wait_ready(self, timeout: float) -> bool:
@@ -310,7 +236,7 @@ class CheckOffload:
                 if not pending:  # the process was closed
                     raise RuntimeError("the process is closed")
                 started = time.perf_counter()
-                kind, results = pickle.loads(await _receive(conn))
+                kind, results = pickle.loads(await receive(conn))
                 batch = pending.popleft()
                 self._in_worker -= len(batch)
                 if kind != "results" or len(results) != len(batch):
@@ -350,35 +276,4 @@ class CheckOffload:
             self._closer.detach()
             self._closer = None
         if process is not None:
-            _stop(process, conn)
-
-
-def _send_room(conn: Any) -> int:
-    """Bytes a call may have while another is in flight without blocking the sender: half
-    the pipe's send buffer (a duplex `Pipe` is a socket pair)."""
-    try:
-        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
-            return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2
-    except OSError:
-        return _DEFAULT_SEND_ROOM
-
-
-async def _receive(conn: Any) -> bytes:
-    """The next message on `conn`, read by the running loop when the pipe is readable."""
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-    fd = conn.fileno()
-
-    def readable() -> None:
-        loop.remove_reader(fd)
-        if not future.done():
-            try:
-                future.set_result(conn.recv_bytes())
-            except Exception as err:  # EOFError: the worker is gone
-                future.set_exception(err)
-
-    loop.add_reader(fd, readable)
-    try:
-        return await future
-    finally:
-        loop.remove_reader(fd)
+            stop(process, conn)

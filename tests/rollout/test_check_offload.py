@@ -176,20 +176,3 @@ def test_the_engine_output_is_the_same_with_and_without_the_process(tiny_tokeniz
     assert states[2][2][1]["content"] == "Let me see."  # its call stays in tool_calls
     assert states[2][2][1]["tool_calls"][0]["function"]["arguments"] == {"text": "x y"}
     assert states[2][4] == {1: "Let me see.\n" + compact}
-
-
-def test_a_worker_whose_engine_stopped_first_ends_without_a_traceback(tiny_tokenizer):
-    """An engine that closes before its worker is ready (a short evaluation): the worker's
-    'ready' finds the pipe closed and the worker returns quietly (a BrokenPipeError
-    traceback on the console before)."""
-    import multiprocessing
-    import pickle
-
-    from agentrl.rollout.check_offload import _worker_main
-
-    engine_end, worker_end = multiprocessing.Pipe()
-    engine_end.close()
-    assert _worker_main(worker_end, pickle.dumps(tiny_tokenizer), {}) is None
-    engine_end, worker_end = multiprocessing.Pipe()
-    engine_end.close()
-    assert _worker_main(worker_end, b"not a tokenizer", {}) is None  # its "failed" too
