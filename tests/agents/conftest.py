@@ -348,6 +348,33 @@ def episode_pids(root: Path) -> dict[int, str]:
     return found
 
 
+def cancel_mid_command(agent, call: str, tokenizer, row: dict, root: Path,
+                       running: str) -> list[str]:
+    """The command lines of the episode's processes (``episode_processes`` of ``root``, the
+    folder ``agent`` puts its episodes in) still there 5 s after its episode, the scripted
+    policy's first reply ``call``, was cancelled once its cage ran a command line holding
+    ``running``. The parent, this process, lives on: bwrap's ``--die-with-parent`` plays no
+    part, the cancellation itself must kill (as the producer's stop cancels episodes)."""
+    left: list[str] = []
+
+    async def cancelled(task, client):
+        episode = asyncio.ensure_future(agent(task, client))
+        deadline = time.monotonic() + 60
+        while not any(running in line for line in episode_processes(root)):
+            assert not episode.done() and time.monotonic() < deadline, "no command ran"
+            await asyncio.sleep(0.1)
+        episode.cancel()
+        await asyncio.gather(episode, return_exceptions=True)
+        until = time.monotonic() + 5  # a SIGKILLed process takes a moment to go
+        while episode_processes(root) and time.monotonic() < until:
+            await asyncio.sleep(0.1)
+        left.extend(episode_processes(root))
+        return {"score": 0.0}
+
+    agent_rollout(cancelled, [call, "done"], tokenizer, [row])
+    return left
+
+
 SCRIPTED_SERVERS = Path(__file__).parents[1] / "fixtures" / "scripted_servers.py"
 
 

@@ -7,9 +7,6 @@ still passes its check; the turn budget stops the CLI."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 
 from agentrl.agents import claude_code
@@ -19,8 +16,8 @@ from tests.agents.conftest import (
     assert_contained,
     assert_limits_held,
     assert_trained_async,
+    cancel_mid_command,
     cli_binary,
-    episode_processes,
     hostile_command,
     hostile_row,
     kill_async_run,
@@ -113,29 +110,11 @@ def test_the_turn_budget_stops_the_cli(tiny_tokenizer, bwrap):
 
 
 def test_a_cancelled_episode_leaves_no_process(tiny_tokenizer, tmp_path, bwrap):
-    """The producer cancels the episodes in flight when it stops; its process lives on, so
-    bwrap's ``--die-with-parent`` does not help: cancelled while its cage runs a 600-second
-    command, the episode leaves no claude, bridge, bwrap or command behind, nor its folder."""
-    root, left = tmp_path / "episodes", []
-    agent = _agent(root=str(root))
-
-    async def cancelled(task, client):
-        episode = asyncio.ensure_future(agent(task, client))
-        deadline = time.monotonic() + 60
-        while not any("sleep 601" in line for line in episode_processes(root)):
-            assert not episode.done() and time.monotonic() < deadline, "no command ran"
-            await asyncio.sleep(0.1)
-        episode.cancel()
-        await asyncio.gather(episode, return_exceptions=True)
-        until = time.monotonic() + 5  # a SIGKILLed process takes a moment to go
-        while episode_processes(root) and time.monotonic() < until:
-            await asyncio.sleep(0.1)
-        left.extend(episode_processes(root))
-        return {"score": 0.0}
-
-    agent_rollout(cancelled, [shell_call("Bash", "command", "sleep 601"), "done"],
-                  tiny_tokenizer, [CHECK])
-    assert left == []
+    """Cancelled while its cage runs a 600-second command, its parent alive (the producer's
+    stop): no claude, bridge, bwrap or command of the episode is left, nor its folder."""
+    root = tmp_path / "episodes"
+    assert cancel_mid_command(_agent(root=str(root)), shell_call("Bash", "command", "sleep 601"),
+                              tiny_tokenizer, CHECK, root, "sleep 601") == []
     assert list(root.iterdir()) == []
 
 

@@ -21,6 +21,7 @@ from tests.agents.conftest import (
     assert_contained,
     assert_limits_held,
     assert_trained_async,
+    cancel_mid_command,
     cli_binary,
     episode_processes,
     hostile_command,
@@ -141,6 +142,15 @@ def test_scripted_async_steps_train_every_call_across_weight_updates(
     assert {row["step"] for row in partial} >= {3}
     assert episode_processes(root) == []
     assert not root.exists() or list(root.iterdir()) == []
+
+
+def test_a_cancelled_episode_leaves_no_process(tiny_tokenizer, tmp_path, bwrap):
+    """Cancelled while its cage runs a 600-second command, its parent alive (the producer's
+    stop): no codex, bridge, bwrap or command of the episode is left, nor its folder."""
+    root = tmp_path / "episodes"
+    assert cancel_mid_command(_agent(root=str(root)), _exec("sleep 601"), tiny_tokenizer,
+                              CHECK, root, "sleep 601") == []
+    assert list(root.iterdir()) == []
 
 
 @pytest.mark.slow
