@@ -43,6 +43,7 @@ from agentrl.config.cli import add_config_arguments, config_from_args
 from agentrl.protocol import DataProto
 from agentrl.utils.jsonl import json_default
 from agentrl.workers.rollout_assembly import build_rollout
+from agentrl.workers.rollout_settings import RolloutSettings
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ async def _generate(cfg: DictConfig, backend: Any) -> dict[str, float]:
     # the engine kind the config asks for (the in-process engine or a user's engine_class,
     # engine_workers > 1, or agent mode), over the configured or the given backend
     engine = build_rollout(
-        cfg.actor_rollout_ref, tokenizer, backend=backend, seed=int(cfg.trainer.seed),
+        RolloutSettings.from_config(cfg.actor_rollout_ref), tokenizer, backend=backend, seed=int(cfg.trainer.seed),
         chat_template_kwargs=chat_template_kwargs(cfg),
     )  # fmt: skip
     reward_fn = _reward_manager(cfg, dataset, tokenizer)

@@ -41,20 +41,14 @@ ASSEMBLY = {
 
 # not typed yet (issue 57 item 2, steps 2-4): remove an entry when its parameter is typed
 LEFT = {
-    # step 2: the rollout's backend and server keys
-    "agentrl/workers/rollout_assembly.py::build_rollout(config)",
-    "agentrl/workers/rollout.py::HybridRollout.__init__(config)",
+    # step 2: the engine, the sharded engine and the backend plugins read the rollout section
     "agentrl/rollout/engine.py::AsyncRolloutEngine.__init__(config)",
     "agentrl/rollout/sharded.py::EngineWorker.__init__(rollout_config)",
     "agentrl/rollout/sharded.py::ShardedRolloutEngine.__init__(rollout_config)",
     "agentrl/rollout/backends/factory.py::create_backend(rollout_config)",
     "agentrl/rollout/backends/kv_cache.py::chunked_kv_cache(config)",
     "agentrl/rollout/backends/kv_cache.py::make_kv_cache(config)",
-    "agentrl/workers/rollout_assembly.py: PlainConfig",
-    "agentrl/workers/rollout_assembly.py: plain_config",
-    "agentrl/workers/rollout.py: plain_config",
     "agentrl/rollout/engine.py: plain_config",
-    "agentrl/trainer/producer_host.py: plain_config",
     "agentrl/rollout/backends/factory.py: plain_dict",
     # step 3: the actor (actor_rollout_ref.actor, its optim and fsdp), critic, reward model
     "agentrl/workers/actor.py::ActorRolloutRefWorker.__init__(config)",

@@ -339,6 +339,7 @@ def launched_servers_rank(
     from agentrl.workers import rollout_servers
     from agentrl.workers.fsdp import device_mesh, shard_model
     from agentrl.workers.rollout import HybridRollout
+    from agentrl.workers.rollout_settings import RolloutSettings
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(world_size))  # fmt: skip
@@ -357,7 +358,8 @@ def launched_servers_rank(
             for param in actor.parameters():
                 param.mul_(1.5).add_(0.01)
         try:
-            rollout = HybridRollout(config, AutoTokenizer.from_pretrained(model_dir))
+            rollout = HybridRollout(RolloutSettings.from_config(config),
+                                    AutoTokenizer.from_pretrained(model_dir))
         except ValueError as exc:
             result = {"error": str(exc)}
             return

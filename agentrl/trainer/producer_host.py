@@ -26,12 +26,12 @@ watchdog reports this process's threads and tasks through it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
 from agentrl.protocol import DataProto
 from agentrl.trainer.producer import RolloutProducer, TakeStats
-from agentrl.utils.plain_config import plain_config
 from agentrl.utils.trace import TraceRecorder
 from agentrl.workers.rollout_assembly import with_backend_metrics
 
@@ -57,12 +57,15 @@ class ProducerHost(RolloutProducer):
         from agentrl.models.tokenizer import load_tokenizer
         from agentrl.utils.aio import LoopThread
         from agentrl.workers.rollout_assembly import build_rollout
+        from agentrl.workers.rollout_settings import RolloutSettings
 
         # the rollout a worker would build (its engine kind: the engine, or agent mode's
         # AgentRollout), with an HTTP client of the servers, on this process's loop
         loop = LoopThread("agentrl-producer")
+        model = {"path": model_path, "trust_remote_code": tokenizer_source["trust_remote_code"],
+                 "custom_chat_template": tokenizer_source["chat_template"]}
         self.rollout = build_rollout(
-            plain_config({"rollout": rollout, "model": {"path": model_path}}),
+            RolloutSettings.from_config({"rollout": rollout, "model": model}),
             load_tokenizer(**dict(tokenizer_source)), loop=loop,
             chat_template_kwargs=chat_template_kwargs,
         )  # fmt: skip
@@ -104,17 +107,13 @@ class ProducerHost(RolloutProducer):
         return f"threads:\n{format_thread_stacks()}\nasyncio tasks:\n{tasks}"
 
     def close(self) -> None:
-        """Cancel what is in flight, then close the worker (backend client, loop)."""
-        try:
+        """Cancel what is in flight, then close the rollout (backend client), its engine (the
+        engine's check process) and the loop, each even when one before it raised."""
+        with contextlib.ExitStack() as closing:  # runs last-in first-out
+            closing.callback(self.loop.close)
+            closing.callback(self.engine.close)
+            closing.callback(self.rollout.close)
             self.stop()
-        finally:
-            try:
-                self.rollout.close()
-                close_engine = getattr(self.rollout.engine, "close", None)  # its check process
-                if close_engine is not None:
-                    close_engine()
-            finally:
-                self.loop.close()
 
 
 async def _set_drained(backend: Any, drained: dict[str, str]) -> None:

@@ -140,11 +140,13 @@ class ActorRolloutRefWorker(Worker):
             self._build_teacher(mesh)
         if self.is_rollout:
             from agentrl.workers.rollout import HybridRollout
+            from agentrl.workers.rollout_settings import RolloutSettings
 
             # the sampler's seed: the trainer's, one stream per rank
             self.rollout = HybridRollout(
-                cfg, self.tokenizer, self.chat_template_kwargs, seed=self.seed + self.rank
-            )
+                RolloutSettings.from_config(cfg), self.tokenizer, self.chat_template_kwargs,
+                seed=self.seed + self.rank,
+            )  # fmt: skip
         for residency in (self.actor_residency, self.ref_residency, self.teacher_residency):
             if residency is not None:
                 residency.offload()  # the GPU is the rollout's until a method needs them

@@ -40,9 +40,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -77,13 +77,20 @@ class CanarySettings:
     floor: float = 0.02
     on_divergence: str = "stop"
 
+    # the rollout section's keys `of` reads
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "canary", "canary_every_n", "canary_prompts", "canary_length", "canary_top_k",
+        "canary_margin", "canary_floor", "on_divergence")
+
     @classmethod
-    def of(cls, rollout: Any) -> CanarySettings:
+    def of(cls, rollout: Mapping[str, Any]) -> CanarySettings:
+        """From `actor_rollout_ref.rollout` (a DictConfig or a mapping with `KEYS`)."""
         return cls(
-            mode=str(rollout.canary), every_n=int(rollout.canary_every_n),
-            prompts=tuple(rollout.canary_prompts or ()), length=int(rollout.canary_length),
-            top_k=int(rollout.canary_top_k), margin=float(rollout.canary_margin),
-            floor=float(rollout.canary_floor), on_divergence=str(rollout.on_divergence),
+            mode=str(rollout["canary"]), every_n=int(rollout["canary_every_n"]),
+            prompts=tuple(rollout["canary_prompts"] or ()),
+            length=int(rollout["canary_length"]), top_k=int(rollout["canary_top_k"]),
+            margin=float(rollout["canary_margin"]), floor=float(rollout["canary_floor"]),
+            on_divergence=str(rollout["on_divergence"]),
         )  # fmt: skip
 
 

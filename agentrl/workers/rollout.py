@@ -1,6 +1,6 @@
 """The rollout inside the hybrid worker, and weight sync from the trainer to the engine.
 
-    rollout = HybridRollout(cfg.actor_rollout_ref, tokenizer)
+    rollout = HybridRollout(RolloutSettings.from_config(cfg.actor_rollout_ref), tokenizer)
     out = rollout.generate_sequences(prompts)       # the configured engine on this rank's share
     rollout.update_weights(fsdp_model, step)        # after every actor update
 
@@ -67,11 +67,11 @@ from agentrl.protocol import DataProto
 from agentrl.rollout.backends.registry import backend_plugin, weight_sync_of
 from agentrl.rollout.backends.verify import verify_after_sync
 from agentrl.utils.aio import LoopThread
-from agentrl.utils.plain_config import plain_config
-from agentrl.workers.canary import CanarySettings, CanaryWatch
+from agentrl.workers.canary import CanaryWatch
 from agentrl.workers.fsdp import full_state_dict, iter_full_weights, named_full_weights
 from agentrl.workers.rollout_assembly import build_rollout
 from agentrl.workers.rollout_servers import DiskSync, launch_rank_servers, plan_disk_sync
+from agentrl.workers.rollout_settings import RolloutSettings
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -79,43 +79,43 @@ T = TypeVar("T")
 
 class HybridRollout:
     """A rank's rollout (``rollout_assembly.build_rollout``: backend and engine kind) and its
-    weight sync; ``config`` is ``actor_rollout_ref``. ``weights_dir`` replaces
+    weight sync; ``settings`` is ``RolloutSettings.from_config(actor_rollout_ref)``
+    (rollout_settings.py), built once by the actor worker. ``weights_dir`` replaces
     ``rollout.weights_dir``. Building it is a collective with the sglang backend (the ranks
     agree on who launches servers and who writes the weights)."""
 
     def __init__(
         self,
-        config: Any,
+        settings: RolloutSettings,
         tokenizer: Any,
         chat_template_kwargs: dict[str, Any] | None = None,
         weights_dir: str | Path | None = None,
         seed: int | None = None,
     ) -> None:
-        self.config = config
+        self.settings = settings
         self.loop = LoopThread()
-        rollout_cfg = plain_config(config.rollout)
+        section = settings.section
         servers = None
-        if backend_plugin(rollout_cfg.name).launches_servers and not rollout_cfg.server_urls:
-            servers = launch_rank_servers(rollout_cfg, config.model.path, tokenizer)
+        if backend_plugin(section["name"]).launches_servers and not section["server_urls"]:
+            servers = launch_rank_servers(section, settings.model.path, tokenizer)
         # servers that keep a stale tied output layer are sent an untied one (untie.py)
-        self.untie_output = not backend_plugin(rollout_cfg.name).updates_tied_output(rollout_cfg)
+        self.untie_output = not backend_plugin(section["name"]).updates_tied_output(section)
         self.disk_sync: DiskSync | None = None  # how weights reach servers by disk
         self.weights_dir: Path | None = None
         try:
             self.rollout = build_rollout(
-                config, tokenizer, loop=self.loop, seed=seed,
+                settings, tokenizer, loop=self.loop, seed=seed,
                 chat_template_kwargs=chat_template_kwargs,
                 backend=servers.backend if servers is not None else None,
             )  # fmt: skip
             if servers is not None:
                 self.rollout.own_backend = True  # made for this rollout: closed with it
-            self.rollout_cfg = self.rollout.config  # resolved, read-only
             self.backend = self.rollout.backend
             self.engine = self.rollout.engine
             self.weight_sync = weight_sync_of(self.backend)
             if self.weight_sync == "disk":
                 self.disk_sync = plan_disk_sync(
-                    weights_dir if weights_dir is not None else self.rollout_cfg.weights_dir,
+                    weights_dir if weights_dir is not None else settings.weights_dir,
                     launched=servers is not None, owner=servers is not None and servers.owner,
                 )  # fmt: skip
                 self.weights_dir = self.disk_sync.directory
@@ -133,12 +133,12 @@ class HybridRollout:
         self.weights_verified = 0  # servers the last sync verified (rollout/weights_verified)
         self.transfer: Any = None  # the backend's weight transfer, made at the first sync
         self._syncs = 0
-        self.canary = CanaryWatch(CanarySettings.of(self.rollout_cfg), self.backend, self.loop,
+        self.canary = CanaryWatch(settings.canary, self.backend, self.loop,
                                   tokenizer)  # fmt: skip
         self.canary_metrics: dict[str, float] = {}  # the last sync's rollout/canary/*
         # sleep after generation only where there is device memory to give back
         self.release_after_generation = bool(
-            self.rollout_cfg.free_cache_engine and torch.cuda.is_available()
+            settings.free_cache_engine and torch.cuda.is_available()
         )
 
     @property
@@ -169,7 +169,7 @@ class HybridRollout:
         self._wake()
         version = str(step)
         self._syncs += 1
-        verify = verify_after_sync(self.rollout_cfg.verify_weights, self._syncs)
+        verify = verify_after_sync(self.settings.verify_weights, self._syncs)
         self.canary_metrics = {}
         if self.weight_sync == "disk":
             self.weights_verified = self._update_from_disk(model, version, verify)
@@ -212,7 +212,7 @@ class HybridRollout:
         return list(servers()) if servers is not None else []
 
     def _bucket_bytes(self) -> int:
-        return int(self.rollout_cfg.update_weights_bucket_megabytes) << 20
+        return self.settings.update_weights_bucket_megabytes << 20
 
     def _update_from_disk(self, model: torch.nn.Module, version: str, verify: bool) -> int:
         """Write the weights, have this rank's servers load them (and verify them); returns

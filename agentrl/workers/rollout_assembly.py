@@ -1,13 +1,14 @@
 """The rollout a config asks for, built in one place: its backend and its engine kind.
 
-    rollout = build_rollout(cfg.actor_rollout_ref, tokenizer, loop=LoopThread(), seed=0)
+    settings = RolloutSettings.from_config(cfg.actor_rollout_ref)   # once, typed
+    rollout = build_rollout(settings, tokenizer, loop=LoopThread(), seed=0)
     out = rollout.generate_sequences(prompts)                 # a sync caller (the hybrid worker)
     out = await rollout.agenerate_sequences(prompts, on_request_done=progress)  # an async one
     rollout.close()                                           # or: await rollout.aclose()
 
 `agentrl.rollout.assembly` makes the parts (the tools, the interactions, the in-process
 engine, and the factories another process builds them from); this module decides, from the
-config alone, which engine runs a rollout (`engine_kind`):
+settings alone, which engine runs a rollout (`engine_kind`):
 
 | kind | when | engine |
 |---|---|---|
@@ -20,8 +21,9 @@ producer's process (`agentrl.trainer.producer_host`: the `engine` or `agent` kin
 clients of the rollout servers; the validator refuses `engine_workers > 1` there) build
 their rollout here. The backend
 comes from `create_backend`, which launches the servers a rollout needs
-(`backends.factory.server_launcher`). The `actor_rollout_ref.rollout` subtree is resolved
-once, here, into a read-only `PlainConfig`: every component below receives that one shape.
+(`backends.factory.server_launcher`). Its callers build the one `RolloutSettings`
+(rollout_settings.py) from the validated `actor_rollout_ref`; agent mode's `AgentSettings`
+is built here from its `section`.
 """
 
 from __future__ import annotations
@@ -35,20 +37,9 @@ from typing import Any
 from agentrl.protocol import DataProto
 from agentrl.rollout.assembly import build_engine, configured_tools, engine_factories
 from agentrl.utils.aio import LoopThread
-from agentrl.utils.plain_config import PlainConfig, plain_config
+from agentrl.workers.rollout_settings import ENGINE_KINDS, RolloutSettings, engine_kind
 
 logger = logging.getLogger(__name__)
-
-ENGINE_KINDS = ("engine", "sharded", "agent")
-
-
-def engine_kind(rollout: Mapping[str, Any]) -> str:
-    """`agent` with `agent_function`, `sharded` with `engine_workers > 1`, else `engine`."""
-    if rollout["agent_function"]:
-        return "agent"
-    if int(rollout["engine_workers"]) > 1:
-        return "sharded"
-    return "engine"
 
 
 @dataclass
@@ -56,7 +47,7 @@ class Rollout:
     """A backend and the engine of one kind over it (see the module docstring)."""
 
     engine_kind: str  # `engine`, `sharded` or `agent`: `engine_kind(rollout)`
-    config: PlainConfig  # the actor_rollout_ref.rollout subtree, resolved
+    settings: RolloutSettings
     backend: Any
     engine: Any
     loop: LoopThread | None = None  # where `generate_sequences` runs the coroutines
@@ -117,7 +108,7 @@ def with_backend_metrics(out: DataProto, backend: Any) -> DataProto:
 
 
 def build_rollout(
-    config: Any,
+    settings: RolloutSettings,
     tokenizer: Any,
     *,
     loop: LoopThread | None = None,
@@ -125,35 +116,37 @@ def build_rollout(
     seed: int | None = None,
     chat_template_kwargs: Mapping[str, Any] | None = None,
 ) -> Rollout:
-    """The rollout `config` (`actor_rollout_ref`: its `rollout` and `model` subtrees) asks
-    for. `backend` replaces the configured one and is not closed by the rollout; `seed`
-    seeds the hf sampler; `loop` is where a sync caller's coroutines run."""
+    """The rollout `settings` (`RolloutSettings.from_config(actor_rollout_ref)`) asks for.
+    `backend` replaces the configured one and is not closed by the rollout; `seed` seeds the
+    hf sampler; `loop` is where a sync caller's coroutines run."""
     from agentrl.rollout.backends.factory import create_backend
 
-    rollout = plain_config(config.rollout)
-    kind = engine_kind(rollout)
+    if not isinstance(settings, RolloutSettings):
+        raise TypeError("build_rollout takes RolloutSettings.from_config(actor_rollout_ref), "
+                        f"got {type(settings).__name__}")
+    rollout = settings.section
     own_backend = backend is None
     if own_backend:
-        backend = create_backend(rollout, config.model.path, tokenizer, seed=seed)
+        backend = create_backend(rollout, settings.model.path, tokenizer, seed=seed)
     chat_kwargs = dict(chat_template_kwargs or {})
-    if kind == "agent":
+    if settings.kind == "agent":
         from agentrl.gateway.agent_rollout import AgentRollout, load_agent_function
         from agentrl.gateway.agent_settings import AgentSettings
 
-        settings = AgentSettings.from_config(rollout)
+        agent = AgentSettings.from_config(rollout)
         engine: Any = AgentRollout(
-            settings, tokenizer, backend, load_agent_function(str(settings.function)),
-            chat_template_kwargs=chat_kwargs, tools=configured_tools(rollout.multi_turn),
+            agent, tokenizer, backend, load_agent_function(str(agent.function)),
+            chat_template_kwargs=chat_kwargs, tools=configured_tools(rollout["multi_turn"]),
         )  # fmt: skip
-    elif kind == "sharded":
-        engine = _sharded_engine(rollout, config.model, backend, chat_kwargs)
+    elif settings.kind == "sharded":
+        engine = _sharded_engine(settings, backend, chat_kwargs)
     else:
         engine = build_engine(rollout, tokenizer, backend, chat_template_kwargs=chat_kwargs)
-    logger.debug("rollout engine: %s (%s)", kind, type(engine).__name__)
-    return Rollout(kind, rollout, backend, engine, loop, own_backend)
+    logger.debug("rollout engine: %s (%s)", settings.kind, type(engine).__name__)
+    return Rollout(settings.kind, settings, backend, engine, loop, own_backend)
 
 
-def _sharded_engine(rollout: PlainConfig, model: Any, backend: Any, chat_kwargs: dict) -> Any:
+def _sharded_engine(settings: RolloutSettings, backend: Any, chat_kwargs: dict) -> Any:
     """`engine_workers` engines in Ray actors, each with its own HTTP client of `backend`'s
     servers (launched by `create_backend` when `server_urls` was empty; the workers' clients
     come from the same backend plugin) and its own tools."""
@@ -164,12 +157,14 @@ def _sharded_engine(rollout: PlainConfig, model: Any, backend: Any, chat_kwargs:
         raise ValueError("actor_rollout_ref.rollout.engine_workers > 1 needs a backend with "
                          "inference servers (rollout.name sglang or vllm, or server_urls): the "
                          "engine workers reach them over HTTP")
-    workers_rollout = plain_config({**rollout, "server_urls": urls,
-                                    "control_urls": list(getattr(backend, "control_urls", urls))})
+    # the workers' section: the servers this backend reaches (a copy; `section` stays as read)
+    workers_rollout = {**settings.section, "server_urls": urls,
+                       "control_urls": list(getattr(backend, "control_urls", urls))}
+    model = settings.model
     return ShardedRolloutEngine(
-        int(rollout.engine_workers),
+        settings.engine_workers,
         workers_rollout,
-        {"path": model.path, "trust_remote_code": bool(model.trust_remote_code),
+        {"path": model.path, "trust_remote_code": model.trust_remote_code,
          "chat_template": model.custom_chat_template},
         *engine_factories(workers_rollout, model.path),
         chat_kwargs,

@@ -15,6 +15,7 @@ from agentrl.protocol import DataProto
 from agentrl.testing.workers import tiny_worker_config
 from agentrl.workers.canary import CanaryDivergence
 from agentrl.workers.rollout import HybridRollout
+from agentrl.workers.rollout_settings import RolloutSettings
 
 
 def _trained(model_dir, seed: int) -> torch.nn.Module:
@@ -73,7 +74,8 @@ def _rollout(model_dir, urls, tmp_path, *overrides) -> HybridRollout:
         "actor_rollout_ref.rollout.canary_prompts=[[5,17,40,9,2],[11,3,7]]",
         "actor_rollout_ref.rollout.canary_length=6", *overrides,
     ]).actor_rollout_ref  # fmt: skip
-    return HybridRollout(config, AutoTokenizer.from_pretrained(model_dir),
+    return HybridRollout(RolloutSettings.from_config(config),
+                         AutoTokenizer.from_pretrained(model_dir),
                          weights_dir=tmp_path / "weights")  # fmt: skip
 
 

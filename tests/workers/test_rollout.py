@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from agentrl.protocol import DataProto
 from agentrl.testing.workers import greedy_continuations, response_tokens, tiny_worker_config
 from agentrl.workers.rollout import HybridRollout, LoopThread
+from agentrl.workers.rollout_settings import RolloutSettings
 
 P, R = 40, 10
 
@@ -36,9 +37,9 @@ def _perturbed(model_dir) -> torch.nn.Module:
 
 
 def _config(model_dir, *overrides):
-    return tiny_worker_config(
+    return RolloutSettings.from_config(tiny_worker_config(
         model_dir, [f"data.max_prompt_length={P}", f"data.max_response_length={R}", *overrides]
-    ).actor_rollout_ref
+    ).actor_rollout_ref)
 
 
 def test_loop_thread_runs_coroutines_and_cancels_leftovers():
