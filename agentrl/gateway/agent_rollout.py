@@ -137,8 +137,8 @@ class AgentRollout:
         return self.collect(requests, batch, time.perf_counter() - started)
 
     # The engine's interface for a stream of prompts (the off-policy producer,
-    # agentrl/trainer/producer.py, drives AsyncRolloutEngine and this class alike):
-    # new_context, build_requests, run_request per request, collect.
+    # agentrl/trainer/producer.py, drives AsyncRolloutEngine and this class alike, its
+    # ProducerEngine): new_context, build_requests, run_request per request, collect, close.
 
     def new_context(self, validate: bool = False,
                     on_request_done: Callable[[Any], None] | None = None,
@@ -218,6 +218,11 @@ class AgentRollout:
         metrics["agent/limit_kills"] = float(
             sum(r.reward_scores.get(LIMIT_KILLS_KEY, 0) for r in requests))
         return out
+
+    def close(self) -> None:
+        """Drop the rows of requests built but never run (a stopped producer's); the
+        episodes' gateway sessions and HTTP clients close as each episode ends."""
+        self._tasks.clear()
 
     def segment_rows(self, requests: list[AsyncRolloutRequest]) -> list[AsyncRolloutRequest]:
         """The rows of the finished episodes' other trained segments (taken out of their

@@ -342,29 +342,36 @@ class ProducerBatchSource(BatchSource):
 
     def close(self, workers: Workers | None) -> None:
         """The producer goes first, then the workers, then Ray when it was started here,
-        the servers and the trainer's thread count."""
-        try:
-            try:
-                if self.host is not None:
-                    self._stop()
-            finally:
-                if self.host is not None:
-                    import ray
+        the servers and the trainer's thread count: each step even when one before it
+        raised."""
+        with contextlib.ExitStack() as closing:  # runs last-in first-out
+            closing.callback(self._restore_threads)
+            closing.callback(self._stop_servers)
+            closing.callback(self._stop_ray)
+            closing.callback(super().close, workers)
+            if self.host is not None:
+                closing.callback(self._kill_host)
+                self._stop()
 
-                    ray.kill(self.host)
-                    self.host = None
-                super().close(workers)
-        finally:
-            try:
-                stop_ray(self._ray_temp_dir)
-                self._ray_temp_dir = None
-            finally:
-                if self._launcher is not None:
-                    self._launcher.stop()
-                    self._launcher = None
-                if self._threads_before is not None:
-                    torch.set_num_threads(self._threads_before)
-                    self._threads_before = None
+    def _kill_host(self) -> None:
+        import ray
+
+        ray.kill(self.host)
+        self.host = None
+
+    def _stop_ray(self) -> None:
+        stop_ray(self._ray_temp_dir)
+        self._ray_temp_dir = None
+
+    def _stop_servers(self) -> None:
+        if self._launcher is not None:
+            self._launcher.stop()
+            self._launcher = None
+
+    def _restore_threads(self) -> None:
+        if self._threads_before is not None:
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
 
 
 class OffPolicyTrainer(PPOTrainer):

@@ -7,7 +7,8 @@ a second before its tool call even started, two such hops in a row (issue 18). `
 and ``gather_inline`` await in the caller's own task where they can.
 
 ``LoopThread``: an event loop in a daemon thread, for synchronous callers (the rollout
-worker, the sharded engine's driver) that run coroutines on one loop. ``run_sync``: one
+worker, the sharded engine's driver) that run coroutines on one loop; ``on_loop``: a method
+of an object that holds one (``self.loop``) run there. ``run_sync``: one
 coroutine to completion from synchronous code (a score function), also when the calling
 thread already runs a loop.
 """
@@ -16,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
+import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -86,6 +89,27 @@ class LoopThread:
             self.loop.close()
 
 
+def on_loop(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A method run on its object's loop thread (``self.loop``, a ``LoopThread``), the caller
+    waiting for it: the state it reads and changes is the loop's (its tasks, its
+    ``asyncio.Event``s; the off-policy producer's calls). A coroutine method is awaited
+    there. The wrapper is a plain function, so a class of such methods has no coroutine
+    member (a Ray actor of it stays a threaded one)."""
+    is_coroutine = inspect.iscoroutinefunction(function)
+
+    @functools.wraps(function)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if is_coroutine:
+            return self.loop.run(function(self, *args, **kwargs))
+
+        async def on_the_loop() -> Any:
+            return function(self, *args, **kwargs)
+
+        return self.loop.run(on_the_loop())
+
+    return call
+
+
 async def _cancel_pending() -> None:
     tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     for task in tasks:
@@ -93,4 +117,4 @@ async def _cancel_pending() -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-__all__ = ["LoopThread", "gather_inline", "within"]
+__all__ = ["LoopThread", "gather_inline", "on_loop", "within"]

@@ -441,3 +441,35 @@ def test_closing_the_off_policy_source_closes_the_workers_it_started():
     closed = []
     off_policy.ProducerBatchSource(config).close(SimpleNamespace(close=lambda: closed.append(1)))
     assert closed == [1]
+
+
+def test_closing_the_off_policy_source_runs_every_step_in_order_when_each_raises(monkeypatch):
+    import ray
+
+    from agentrl.config import load_config
+    from agentrl.trainer import off_policy
+
+    config = load_config(overrides=[
+        "actor_rollout_ref.model.path=/placeholder", "data.train_files=/placeholder.parquet",
+        "trainer.mode=async",
+    ])  # fmt: skip
+    source = off_policy.ProducerBatchSource(config)
+    calls = []
+
+    def failing(name):
+        def step(*args):
+            calls.append((name, *args))
+            raise RuntimeError(name)
+        return step
+
+    monkeypatch.setattr(source, "_stop", failing("producer"))
+    monkeypatch.setattr(ray, "kill", failing("kill host"))
+    monkeypatch.setattr(off_policy, "stop_ray", failing("ray"))
+    source.host, source._ray_temp_dir = "host", "/ray-temp"
+    source._launcher = SimpleNamespace(stop=failing("servers"))
+    source._threads_before = torch.get_num_threads()
+    with pytest.raises(RuntimeError, match="servers"):
+        source.close(SimpleNamespace(close=failing("workers")))
+    assert calls == [("producer",), ("kill host", "host"), ("workers",), ("ray", "/ray-temp"),
+                     ("servers",)]  # fmt: skip
+    assert source._threads_before is None  # the thread count restored all the same

@@ -75,3 +75,43 @@ def test_the_actor_stays_threaded_with_no_coroutine_method():
     coroutines = [name for name, member in inspect.getmembers(ProducerHost)
                   if inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member)]
     assert coroutines == []
+
+
+def test_close_stops_then_closes_the_rollout_its_engine_and_the_loop_even_when_one_raises():
+    from types import SimpleNamespace
+
+    import pytest
+
+    closed = []
+
+    def closer(name, error=False):
+        def close():
+            closed.append(name)
+            if error:
+                raise RuntimeError(f"{name} failed")
+        return close
+
+    host = object.__new__(ProducerHost)  # its parts only: no rollout servers
+    host.main_task = None  # nothing started: stop has nothing to cancel
+    host.rollout = SimpleNamespace(close=closer("rollout", error=True))
+    host.engine = SimpleNamespace(close=closer("engine"))
+    host.loop = SimpleNamespace(close=closer("loop"))
+    with pytest.raises(RuntimeError, match="rollout failed"):
+        host.close()
+    assert closed == ["rollout", "engine", "loop"]
+
+
+def test_every_engine_kind_the_host_builds_has_the_producers_engine_interface():
+    from agentrl.gateway.agent_rollout import AgentRollout
+    from agentrl.rollout.engine import AsyncRolloutEngine
+    from agentrl.trainer.producer import ProducerEngine
+
+    members = {"new_context", "build_requests", "run_request", "collect", "close"}
+    assert members <= set(vars(ProducerEngine))
+    for engine in (AsyncRolloutEngine, AgentRollout):
+        for name in members:
+            wanted = inspect.signature(getattr(ProducerEngine, name)).parameters
+            has = inspect.signature(getattr(engine, name)).parameters
+            keywords = {k for k, p in wanted.items() if p.default is not p.empty}
+            assert len(has) >= len(wanted) and keywords <= set(has), (engine.__name__, name)
+            assert inspect.iscoroutinefunction(getattr(engine, name)) == (name == "run_request")

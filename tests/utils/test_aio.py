@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from agentrl.utils.aio import gather_inline, within
+from agentrl.utils.aio import LoopThread, gather_inline, on_loop, within
 
 
 def test_within_returns_times_out_and_runs_in_the_callers_task():
@@ -43,3 +43,32 @@ def test_gather_inline_matches_gather():
             await gather_inline(bad())
 
     asyncio.run(go())
+
+
+def test_on_loop_runs_plain_and_coroutine_methods_on_the_objects_loop_thread():
+    import inspect
+    import threading
+
+    class Holder:
+        def __init__(self):
+            self.loop = LoopThread("test-on-loop")
+
+        @on_loop
+        def where(self, offset: int = 0) -> tuple:
+            asyncio.get_running_loop()  # raises off a loop
+            return threading.current_thread().name, offset
+
+        @on_loop
+        async def later(self, value: int) -> int:
+            await asyncio.sleep(0)
+            return value + 1
+
+    holder = Holder()
+    try:
+        assert holder.where(offset=2) == ("test-on-loop", 2)
+        assert holder.where()[0] != threading.current_thread().name
+        assert holder.later(41) == 42
+        assert not inspect.iscoroutinefunction(Holder.later)  # a plain member: Ray threads
+        assert Holder.later.__name__ == "later" and Holder.where.__doc__ is None
+    finally:
+        holder.loop.close()
