@@ -32,7 +32,6 @@ from typing import Any
 
 from agentrl.protocol import DataProto
 from agentrl.trainer.producer import RolloutProducer, TakeStats
-from agentrl.utils.plain_config import plain_config
 from agentrl.utils.trace import TraceRecorder
 from agentrl.workers.rollout_assembly import with_backend_metrics
 
@@ -58,12 +57,15 @@ class ProducerHost(RolloutProducer):
         from agentrl.models.tokenizer import load_tokenizer
         from agentrl.utils.aio import LoopThread
         from agentrl.workers.rollout_assembly import build_rollout
+        from agentrl.workers.rollout_settings import RolloutSettings
 
         # the rollout a worker would build (its engine kind: the engine, or agent mode's
         # AgentRollout), with an HTTP client of the servers, on this process's loop
         loop = LoopThread("agentrl-producer")
+        model = {"path": model_path, "trust_remote_code": tokenizer_source["trust_remote_code"],
+                 "custom_chat_template": tokenizer_source["chat_template"]}
         self.rollout = build_rollout(
-            plain_config({"rollout": rollout, "model": {"path": model_path}}),
+            RolloutSettings.from_config({"rollout": rollout, "model": model}),
             load_tokenizer(**dict(tokenizer_source)), loop=loop,
             chat_template_kwargs=chat_template_kwargs,
         )  # fmt: skip
