@@ -1,5 +1,7 @@
 """The rollout engine in parts (issue 57): each part a module of at most 300 lines, no class
-over 250, no method that only forwards its arguments to another object's method."""
+over 250, no method that only forwards its arguments to another object's method. The parts:
+every module of agentrl/rollout/ (its subpackage, the backends, aside), so a new one is
+held to the limits too."""
 
 from __future__ import annotations
 
@@ -9,9 +11,8 @@ from pathlib import Path
 import agentrl.rollout
 
 ROLLOUT = Path(agentrl.rollout.__file__).parent
-# the engine and its parts (engine.py's docstring lists them)
-ENGINE_PARTS = ["engine.py", "prompts.py", "batch_context.py", "state_handlers.py",
-                "over_sampling.py", "collector.py"]  # fmt: skip
+# the engine and its parts (engine.py's docstring lists the batch's), its modules' names
+ENGINE_PARTS = sorted(path.name for path in ROLLOUT.glob("*.py"))
 MAX_MODULE_LINES = 300
 MAX_CLASS_LINES = 250
 
@@ -40,6 +41,7 @@ def _forwards(method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 def test_each_part_of_the_engine_is_at_most_300_lines():
+    assert {"engine.py", "request.py", "check_offload.py", "__init__.py"} <= set(ENGINE_PARTS)
     sizes = {name: len((ROLLOUT / name).read_text().splitlines()) for name in ENGINE_PARTS}
     assert {n: s for n, s in sizes.items() if s > MAX_MODULE_LINES} == {}
 
