@@ -538,10 +538,12 @@ def test_async_training_on_vllm_verifies_every_sync_versions_every_token_and_fai
     multi-turn path, and agent mode with episodes of three calls and pauses. Every sync
     reaches the servers while they may hold requests (pause with requests kept, resume) and
     is verified; every trained token carries the version the server reported, never staler
-    than the bound. Once step 1 has trained, the spare is SIGKILLed while it holds a request
-    of the producer's: that call is resent whole to the first server, every step still
-    trains every trajectory (in agent mode every episode finishes), the later syncs skip the
-    dead server and verify the survivor, and the steps count the lost server."""
+    than the bound. Once step 1 has trained, the spare is SIGKILLed while it holds a
+    generation call (the producer's, or a sync's probe): the producer's calls there are
+    resent whole to the first server, every step still trains every trajectory (in agent
+    mode every episode finishes), the later syncs skip the dead server and verify the
+    survivor, and the steps count the lost server. Seen here: verified [2, 1, 1], 2 calls
+    resent, 1 server lost, on both paths."""
     import threading
 
     from agentrl.rollout.backends.untie import write_untied_copy
