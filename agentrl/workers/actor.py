@@ -46,6 +46,7 @@ from agentrl.workers.fsdp import build_sharded_model, device_mesh, full_state_di
 from agentrl.workers.micro_batch import MicroBatching
 from agentrl.workers.offload import Residency
 from agentrl.workers.optim import build_lr_scheduler, build_optimizer
+from agentrl.workers.optim_settings import OptimSettings
 from agentrl.workers.ppo_actor import PPOActor, micro_batching
 
 logger = logging.getLogger(__name__)
@@ -109,8 +110,9 @@ class ActorRolloutRefWorker(Worker):
             optimizer = None
             if self.is_actor:  # with LoRA only the adapters train
                 trainable = [p for p in module.parameters() if p.requires_grad]
-                optimizer = build_optimizer(trainable, actor_cfg.optim)
-                self.lr_scheduler = build_lr_scheduler(optimizer, actor_cfg.optim)
+                optim = OptimSettings.from_config(actor_cfg.optim, "actor_rollout_ref.actor.optim")
+                optimizer = build_optimizer(trainable, optim)
+                self.lr_scheduler = build_lr_scheduler(optimizer, optim)
             self.actor = PPOActor(
                 module,
                 optimizer,

@@ -34,6 +34,7 @@ from agentrl.workers.forward import response_values
 from agentrl.workers.fsdp import build_sharded_model, device_mesh
 from agentrl.workers.offload import Residency
 from agentrl.workers.optim import build_lr_scheduler, build_optimizer
+from agentrl.workers.optim_settings import OptimSettings
 from agentrl.workers.ppo_actor import (
     micro_batched_forward,
     micro_batching,
@@ -77,8 +78,9 @@ class CriticWorker(Worker):
             self.device,
             config_fields={"num_labels": 1, "classifier_dropout": 0.0},
         )
-        self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
-        self.lr_scheduler = build_lr_scheduler(self.optimizer, cfg.optim)
+        optim = OptimSettings.from_config(cfg.optim, "critic.optim")
+        self.optimizer = build_optimizer(self.model.parameters(), optim)
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, optim)
         fsdp = model_cfg.fsdp_config
         self.residency = Residency(
             self.model,

@@ -1,6 +1,7 @@
 """AdamW and its learning-rate schedule: linear warmup, then constant or cosine decay.
 
-Reads an ``optim`` sub-config (``actor_rollout_ref.actor.optim`` or ``critic.optim``):
+Reads an ``optim`` section's typed ``OptimSettings`` (optim_settings.py; from
+``actor_rollout_ref.actor.optim`` or ``critic.optim``):
 
 - ``lr``, ``betas``, ``weight_decay``: AdamW (Loshchilov & Hutter 2019);
 - ``lr_warmup_steps`` (>= 0), or when it is -1, ``lr_warmup_steps_ratio`` x
@@ -20,34 +21,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import torch
 
 from agentrl.config.validate import WARMUP_STYLES
+from agentrl.workers.optim_settings import OptimSettings
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter], optim_cfg: Any) -> torch.optim.AdamW:
+def build_optimizer(params: Iterable[torch.nn.Parameter],
+                    optim: OptimSettings) -> torch.optim.AdamW:  # fmt: skip
     """AdamW over ``params`` from ``optim.lr``, ``optim.betas``, ``optim.weight_decay``."""
-    betas = tuple(float(b) for b in optim_cfg.betas)
-    if len(betas) != 2:
-        raise ValueError(f"optim.betas must have two values, got {list(optim_cfg.betas)}")
-    return torch.optim.AdamW(
-        list(params),
-        lr=float(optim_cfg.lr),
-        betas=betas,
-        weight_decay=float(optim_cfg.weight_decay),
-    )
+    return torch.optim.AdamW(list(params), lr=optim.lr, betas=optim.betas,
+                             weight_decay=optim.weight_decay)  # fmt: skip
 
 
-def warmup_steps(optim_cfg: Any) -> int:
+def warmup_steps(optim: OptimSettings) -> int:
     """Warmup length: ``lr_warmup_steps`` if >= 0, else ratio x total steps."""
-    if optim_cfg.lr_warmup_steps >= 0:
-        return int(optim_cfg.lr_warmup_steps)
-    ratio = float(optim_cfg.lr_warmup_steps_ratio)
+    if optim.lr_warmup_steps >= 0:
+        return optim.lr_warmup_steps
+    ratio = optim.lr_warmup_steps_ratio
     if ratio == 0.0:
         return 0
-    total = int(optim_cfg.total_training_steps)
+    total = optim.total_training_steps
     if total <= 0:
         raise ValueError(
             "optim.lr_warmup_steps_ratio is set but optim.total_training_steps is "
@@ -56,20 +51,20 @@ def warmup_steps(optim_cfg: Any) -> int:
     return int(ratio * total)
 
 
-def lr_multiplier(optim_cfg: Any) -> Callable[[int], float]:
+def lr_multiplier(optim: OptimSettings) -> Callable[[int], float]:
     """The function ``step -> lr / optim.lr`` of the configured schedule."""
-    warmup = warmup_steps(optim_cfg)
-    style = optim_cfg.warmup_style
+    warmup = warmup_steps(optim)
+    style = optim.warmup_style
     if style not in WARMUP_STYLES:
         raise ValueError(f"optim.warmup_style is {style!r}; choose {' or '.join(WARMUP_STYLES)}")
-    total = int(optim_cfg.total_training_steps)
+    total = optim.total_training_steps
     if style == "cosine" and total <= warmup:
         raise ValueError(
             f"optim.warmup_style cosine needs optim.total_training_steps ({total}) "
             f"larger than the warmup ({warmup} steps)"
         )
-    min_ratio = float(optim_cfg.min_lr_ratio)
-    cycles = float(optim_cfg.num_cycles)
+    min_ratio = optim.min_lr_ratio
+    cycles = optim.num_cycles
 
     def multiplier(step: int) -> float:
         if step < warmup:  # the first step already learns: 1/w, 2/w, ..., 1
@@ -84,7 +79,7 @@ def lr_multiplier(optim_cfg: Any) -> Callable[[int], float]:
 
 
 def build_lr_scheduler(
-    optimizer: torch.optim.Optimizer, optim_cfg: Any
+    optimizer: torch.optim.Optimizer, optim: OptimSettings
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """A LambdaLR following ``lr_multiplier(optim_cfg)``."""
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(optim_cfg))
+    """A LambdaLR following ``lr_multiplier(optim)``."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(optim))

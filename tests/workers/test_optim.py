@@ -9,6 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from agentrl.workers.optim import build_lr_scheduler, build_optimizer, lr_multiplier, warmup_steps
+from agentrl.workers.optim_settings import OptimSettings
 
 
 def _optim(**overrides):
@@ -23,7 +24,7 @@ def _optim(**overrides):
         "num_cycles": 0.5,
         "total_training_steps": -1,
     }
-    return OmegaConf.create({**base, **overrides})
+    return OptimSettings.from_config(OmegaConf.create({**base, **overrides}), "critic.optim")
 
 
 def test_adamw_takes_lr_betas_and_weight_decay():
@@ -31,7 +32,7 @@ def test_adamw_takes_lr_betas_and_weight_decay():
     group = optimizer.param_groups[0]
     assert isinstance(optimizer, torch.optim.AdamW)
     assert (group["lr"], group["betas"], group["weight_decay"]) == (1e-3, (0.9, 0.95), 0.1)
-    with pytest.raises(ValueError, match="optim.betas must have two values"):
+    with pytest.raises(ValueError, match=r"^critic\.optim\.betas must have two values"):
         build_optimizer(torch.nn.Linear(2, 2).parameters(), _optim(betas=[0.9]))
 
 
