@@ -449,9 +449,9 @@ def assert_trained_async(history: list[dict], rows: list[dict], root: Path) -> N
 
 def kill_async_run(tiny_model_dir: Path, short_prompts, tmp_path: Path, agent: str,
                    env: dict[str, str], replies: list[str], running: str, how: str,
-                   within_s: float = 15.0) -> tuple[list[str], list[str]]:
+                   within_s: float = 15.0) -> tuple[list[str], list[str], list[str]]:
     """(what of the episodes is still running ``within_s`` seconds after the trainer
-    ended, the log's tail): ``agentrl train`` of ``async_overrides`` under the scripted
+    ended, the episode folders left, the log's tail): ``agentrl train`` of ``async_overrides`` under the scripted
     ``replies``, in a process group of its own, stopped once an episode's cage runs a
     command line holding ``running`` (its first reply's command): ``how`` is ``kill`` (SIGKILL to
     the whole group: no clean-up code runs anywhere), ``kill_trainer`` (SIGKILL to the
@@ -491,7 +491,9 @@ def kill_async_run(tiny_model_dir: Path, short_prompts, tmp_path: Path, agent: s
         until = time.monotonic() + within_s
         while episode_processes(root) and time.monotonic() < until:
             time.sleep(0.2)
-        return episode_processes(root), log.read_text(errors="replace").splitlines()[-40:]
+        folders = sorted(p.name for p in root.iterdir()) if root.exists() else []
+        return (episode_processes(root), folders,
+                log.read_text(errors="replace").splitlines()[-40:])
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

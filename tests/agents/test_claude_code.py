@@ -141,8 +141,11 @@ def test_a_run_stopped_mid_command_leaves_no_process(how, tiny_model_dir, short_
     """``agentrl train`` (async, Claude Code, the scripted policy) SIGKILLed as a process
     group or alone, or interrupted, while its episodes' cages run a 600-second command (the
     CLI's Bash tool waits up to 120 s by default): within 15 s of the trainer's end no
-    claude, bridge, bwrap or command of the run is left."""
-    left, log = kill_async_run(tiny_model_dir, short_prompts, tmp_path, "claude_code",
-                               _async_env(), [shell_call("Bash", "command", "sleep 601"),
-                                              "done"], "sleep 601", how)
+    claude, bridge, bwrap or command of the run is left. An
+    interrupted run has removed its episodes' folders too (a killed one leaves them)."""
+    replies = [shell_call("Bash", "command", "sleep 601"), "done"]
+    left, folders, log = kill_async_run(tiny_model_dir, short_prompts, tmp_path, "claude_code",
+                                        _async_env(), replies, "sleep 601", how)
     assert left == [], "\n".join(log)
+    if how == "interrupt":  # a run that shut down removed its episodes' folders too
+        assert folders == []

@@ -160,7 +160,11 @@ def test_a_run_stopped_mid_command_leaves_no_process(how, tiny_model_dir, short_
     """``agentrl train`` (async, Codex, the scripted policy) SIGKILLed as a process group,
     or interrupted, while its episodes' cages run a 600-second command the CLI waits on for
     30 s: within 15 s of the trainer's end no codex, bridge, bwrap or command of the run is
-    left (what a CLI that notices its gateway gone does by itself comes later)."""
-    left, log = kill_async_run(tiny_model_dir, short_prompts, tmp_path, "codex", _async_env(),
-                               [_exec("sleep 601"), "done"], "sleep 601", how)
+    left (what a CLI that notices its gateway gone does by itself comes later). An
+    interrupted run has removed its episodes' folders too (a killed one leaves them)."""
+    left, folders, log = kill_async_run(tiny_model_dir, short_prompts, tmp_path, "codex",
+                                        _async_env(), [_exec("sleep 601"), "done"],
+                                        "sleep 601", how)
     assert left == [], "\n".join(log)
+    if how == "interrupt":  # a run that shut down removed its episodes' folders too
+        assert folders == []
