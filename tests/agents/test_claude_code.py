@@ -3,7 +3,9 @@ the scripted policy, inside bubblewrap: the trained tokens are the policy's, the
 the workspace check's; a policy that deletes outside its workspace and connects to another
 address changes nothing and reaches nothing, and one that reads secrets in the home and
 under /srv, the project checkout and the check's file (then forges it) reads nothing and
-still passes its check; the turn budget stops the CLI."""
+still passes its check; the turn budget stops the CLI; an episode cancelled mid-command,
+and a trainer.mode=async run killed or interrupted mid-command, leave none of the episodes'
+processes behind."""
 
 from __future__ import annotations
 

@@ -3,7 +3,9 @@ scripted policy, inside bubblewrap: token-exact, scored by the workspace check; 
 policy (conftest.hostile_command) reaches none of the host's files (home, /srv, dataset,
 checkpoint, checkout), its environment, the check's file, another episode's folder, another
 address or the gateway outside its session, leaves no daemon, and still passes its check;
-a fork bomb, a memory hog and a disk filler end their own episodes only."""
+a fork bomb, a memory hog and a disk filler end their own episodes only; trainer.mode=async
+runs (partial episodes under the scripted policy); an episode cancelled mid-command, and an
+async run killed or interrupted mid-command, leave none of the episodes' processes behind."""
 
 from __future__ import annotations
 
