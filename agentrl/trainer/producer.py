@@ -13,11 +13,11 @@
 The engine (``AsyncRolloutEngine`` over the inference servers, ``agentrl serve`` on CPU,
 SGLang or vLLM on GPUs; in agent mode an ``AgentRollout``, agentrl/gateway/agent_rollout.py,
 whose requests are episodes of the user's agent function, each through its own gateway
-session, with the same four methods: ``new_context``, ``build_requests``, ``run_request``,
-``collect``) runs on an event loop in its own thread (``loop``, a ``LoopThread``), one
+session, with the same methods, ``ProducerEngine``: ``new_context``, ``build_requests``,
+``run_request``, ``collect``, ``close``) runs on an event loop in its own thread (``loop``, a ``LoopThread``), one
 coroutine per prompt group (``rollout.n`` requests), all sharing one batch context, so
 ``max_concurrent_requests`` bounds the whole producer. Each of the trainer's calls runs on
-that loop too (``on_loop``), one method per operation. The trainer runs it in a process of
+that loop too (``utils.aio.on_loop``), one method per operation. The trainer runs it in a process of
 its own (``ProducerHost``, a Ray actor): the agent loop's Python work (templates, tokenizer,
 HTTP) then never competes with the update for the trainer's interpreter lock.
 
