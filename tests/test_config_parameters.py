@@ -52,7 +52,6 @@ LEFT = {
     "agentrl/rollout/backends/factory.py: plain_dict",
     # step 3: the actor (actor_rollout_ref.actor, its optim and fsdp), critic, reward model
     "agentrl/workers/actor.py::ActorRolloutRefWorker.__init__(config)",
-    "agentrl/workers/ppo_actor.py::PPOActor.__init__(config)",
     "agentrl/workers/critic.py::CriticWorker.__init__(config)",
     "agentrl/workers/critic.py::_with_path(model_cfg)",
     "agentrl/workers/fsdp.py::load_model(model_cfg)",

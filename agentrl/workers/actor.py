@@ -42,6 +42,7 @@ from agentrl.utils.seeding import seed_everything
 from agentrl.utils.threads import CPUThreads
 from agentrl.utils.trace import TRACE_EVENTS, TraceRecorder, span
 from agentrl.workers import checkpoint
+from agentrl.workers.actor_settings import ActorSettings
 from agentrl.workers.fsdp import build_sharded_model, device_mesh, full_state_dict
 from agentrl.workers.micro_batch import MicroBatching
 from agentrl.workers.offload import Residency
@@ -102,6 +103,8 @@ class ActorRolloutRefWorker(Worker):
         )
         mesh = device_mesh(self.world_size, self.device, cfg.actor.fsdp_config.fsdp_size)
         actor_cfg = cfg.actor
+        # the actor's typed settings, made once: the policy, the reference and the teacher
+        self.actor_settings = ActorSettings.from_config(actor_cfg)
         if self.is_actor or self.is_rollout:
             module = build_sharded_model(
                 cfg.model, actor_cfg.fsdp_config, AutoModelForCausalLM, mesh, self.device,
@@ -116,7 +119,7 @@ class ActorRolloutRefWorker(Worker):
             self.actor = PPOActor(
                 module,
                 optimizer,
-                actor_cfg,
+                self.actor_settings,
                 self._mini_batch_size(),
                 self._update_micro_batch_size(),
                 seed=self.seed,
@@ -131,7 +134,7 @@ class ActorRolloutRefWorker(Worker):
                 cfg.model, cfg.ref.fsdp_config, AutoModelForCausalLM, mesh, self.device
             )
             ref_module.requires_grad_(False)
-            self.ref = PPOActor(ref_module, None, actor_cfg)
+            self.ref = PPOActor(ref_module, None, self.actor_settings)
             self.ref_residency = Residency(
                 ref_module, None, self.device, params=cfg.ref.fsdp_config.param_offload,
                 name="ref",
@@ -167,7 +170,7 @@ class ActorRolloutRefWorker(Worker):
         module = build_sharded_model(teacher_cfg.model, teacher_cfg.fsdp_config,
                                      AutoModelForCausalLM, mesh, self.device)
         module.requires_grad_(False)
-        self.teacher = PPOActor(module, None, self.config.actor)
+        self.teacher = PPOActor(module, None, self.actor_settings)
         self.teacher_residency = Residency(
             module, None, self.device, params=teacher_cfg.fsdp_config.param_offload,
             name="teacher",

@@ -1,6 +1,7 @@
 """The policy's two jobs on a (sharded) model: log-probs of trajectories, and the PPO update.
 
-    actor = PPOActor(model, optimizer, actor_cfg, mini_batch_size=64, seed=0)
+    actor = PPOActor(model, optimizer, ActorSettings.from_config(actor_cfg), mini_batch_size=64,
+                     seed=0)
     log_probs, entropys = actor.compute_log_prob(data, batching, temperature=1.0)
     metrics = actor.update_policy(data, temperature=1.0)
 
@@ -27,6 +28,7 @@ import torch
 
 from agentrl.algos import agg_loss, get_policy_loss_fn, kl_penalty
 from agentrl.protocol import DataProto
+from agentrl.workers.actor_settings import ActorSettings
 from agentrl.workers.forward import model_device, response_log_probs
 from agentrl.workers.micro_batch import MicroBatching, plan_micro_batches
 from agentrl.workers.update import MicroResult, UpdateSettings, mini_batch_rows, run_update
@@ -93,32 +95,36 @@ def micro_batched_forward(
 
 
 class PPOActor:
-    """Log-probs and PPO updates of one model with its optimizer (the config is
-    ``actor_rollout_ref.actor``); ``mini_batch_size`` is per rank, in trajectories."""
+    """Log-probs and PPO updates of one model with its optimizer (``config``:
+    ``ActorSettings.from_config(actor_rollout_ref.actor)``, actor_settings.py);
+    ``mini_batch_size`` is per rank, in trajectories."""
 
     def __init__(
         self,
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer | None,
-        config: Any,
+        config: ActorSettings,
         mini_batch_size: int = 1,
         micro_batch_size: int | None = None,
         seed: int = 0,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
+        if not isinstance(config, ActorSettings):
+            raise TypeError("PPOActor takes ActorSettings.from_config(actor_rollout_ref.actor), "
+                            f"got {type(config).__name__}")
         self.config = config
         self.loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
-        self.shared_prefix = bool(config.shared_prefix)  # workers/forward.py: prefixes once
+        self.shared_prefix = config.shared_prefix  # workers/forward.py: prefixes once
         self.settings = UpdateSettings(
             mini_batch_size=mini_batch_size,
-            epochs=int(config.ppo_epochs),
-            shuffle=bool(config.shuffle),
+            epochs=config.ppo_epochs,
+            shuffle=config.shuffle,
             batching=micro_batching(
                 config.use_dynamic_bsz, micro_batch_size, config.ppo_max_token_len_per_gpu,
                 self.shared_prefix,
             ),
-            grad_clip=float(config.grad_clip),
+            grad_clip=config.grad_clip,
             loss_agg_mode=config.loss_agg_mode,
             seed=seed,
         )
@@ -191,7 +197,7 @@ class PPOActor:
                 data.batch.pop(key)
         self._own_old = []
         if self.config.use_kl_loss:
-            metrics["actor/kl_coef"] = float(self.config.kl_loss_coef)
+            metrics["actor/kl_coef"] = self.config.kl_loss_coef
         return metrics
 
     def _prepare_fused_old_log_probs(self, data: DataProto, temperature: float, step: int,
@@ -217,7 +223,7 @@ class PPOActor:
         cfg = self.config
         batch = micro.batch
         mask = batch["response_mask"]  # (b, R)
-        entropy_coeff = float(cfg.entropy_coeff)
+        entropy_coeff = cfg.entropy_coeff
         log_prob, entropy = response_log_probs(
             self.model, batch, temperature, entropy=True, entropy_grad=entropy_coeff != 0.0,
             shared_prefix=self.shared_prefix,
@@ -236,7 +242,7 @@ class PPOActor:
             batch["advantages"],
             mask,
             cfg.loss_agg_mode,
-            cfg,
+            cfg.policy_loss,
             rollout_log_probs=rollout_log_probs,
         )
         entropy_agg = agg_loss(entropy, mask, cfg.loss_agg_mode)
@@ -245,6 +251,6 @@ class PPOActor:
         if cfg.use_kl_loss:
             kld = kl_penalty(log_prob, batch["ref_log_prob"], cfg.kl_loss_type)  # (b, R)
             kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode)
-            loss = loss + float(cfg.kl_loss_coef) * kl_loss
+            loss = loss + cfg.kl_loss_coef * kl_loss
             losses["actor/kl_loss"] = kl_loss.detach()
         return MicroResult(loss=loss, losses=losses, stats=dict(stats))

@@ -14,6 +14,7 @@ from agentrl.testing.workers import (
     make_trajectory_batch,
     tiny_worker_config,
 )
+from agentrl.workers.actor_settings import ActorSettings
 from agentrl.workers.micro_batch import MicroBatching
 from agentrl.workers.ppo_actor import PPOActor, micro_batched_forward
 
@@ -31,7 +32,8 @@ def _actor(model_dir, overrides=(), mini=8, micro=None):
     ).actor_rollout_ref.actor
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    return PPOActor(model, optimizer, cfg, mini_batch_size=mini, micro_batch_size=micro)
+    return PPOActor(model, optimizer, ActorSettings.from_config(cfg), mini_batch_size=mini,
+                    micro_batch_size=micro)
 
 
 def test_log_probs_do_not_depend_on_the_micro_batching(tiny_model_dir, batch):

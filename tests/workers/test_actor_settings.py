@@ -1,0 +1,53 @@
+"""ActorSettings: what a PPO actor reads of actor_rollout_ref.actor, typed once; a missing
+key named in full; PPOActor refusing a raw tree."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from agentrl.algos.rollout_correction import PolicyLossSettings
+from agentrl.config import load_config
+from agentrl.rollout.engine_config import RolloutConfigError
+from agentrl.workers.actor_settings import ActorSettings
+from agentrl.workers.ppo_actor import PPOActor
+
+
+def _actor(*overrides: str) -> dict:
+    cfg = load_config(overrides=[f"actor_rollout_ref.actor.{o}" for o in overrides])
+    return OmegaConf.to_container(cfg.actor_rollout_ref.actor, resolve=True)
+
+
+def test_the_actor_section_is_typed_once():
+    section = _actor("clip_ratio=0.3", "clip_ratio_high=0.28", "ppo_epochs=2",
+                     "entropy_coeff=0.01", "use_kl_loss=true", "kl_loss_coef=0.05",
+                     "kl_loss_type=low_var_kl", "policy_loss.loss_mode=gspo", "grad_clip=0.5")
+    settings = ActorSettings.from_config(OmegaConf.create(section))
+    assert settings.policy_loss == PolicyLossSettings(
+        clip_ratio=0.3, clip_ratio_low=0.3, clip_ratio_high=0.28, loss_mode="gspo",
+        rollout_rs_threshold_lower=0.5)
+    assert (settings.ppo_epochs, settings.entropy_coeff, settings.grad_clip) == (2, 0.01, 0.5)
+    assert settings.use_kl_loss and (settings.kl_loss_coef, settings.kl_loss_type) == (
+        0.05, "low_var_kl")
+    assert ActorSettings.from_config(section) == settings
+
+
+@pytest.mark.parametrize("key", ["grad_clip", "clip_ratio_c", "policy_loss.rollout_is",
+                                 "shared_prefix"])
+def test_a_missing_key_is_named_in_full(key):
+    section = _actor()
+    *parents, name = key.split(".")
+    node = section
+    for parent in parents:
+        node = node[parent]
+    del node[name]
+    with pytest.raises(RolloutConfigError) as err:
+        ActorSettings.from_config(section)
+    assert str(err.value).startswith(f"actor_rollout_ref.actor.{key} is missing")
+
+
+def test_ppo_actor_takes_only_the_typed_settings():
+    raw = load_config().actor_rollout_ref.actor
+    with pytest.raises(TypeError, match=r"ActorSettings\.from_config"):
+        PPOActor(torch.nn.Linear(2, 2), None, raw)
