@@ -46,8 +46,6 @@ LEFT = {
     "agentrl/rollout/sharded.py::EngineWorker.__init__(rollout_config)",
     "agentrl/rollout/sharded.py::ShardedRolloutEngine.__init__(rollout_config)",
     "agentrl/rollout/backends/factory.py::create_backend(rollout_config)",
-    "agentrl/rollout/backends/kv_cache.py::chunked_kv_cache(config)",
-    "agentrl/rollout/backends/kv_cache.py::make_kv_cache(config)",
     "agentrl/rollout/engine.py: plain_config",
     "agentrl/rollout/backends/factory.py: plain_dict",
     # step 3: the actor (actor_rollout_ref.actor, its optim and fsdp), critic, reward model

@@ -24,7 +24,7 @@ Greedy tokens are the same as with `DynamicCache`; log-probs agree to float roun
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -36,6 +36,9 @@ except ImportError:  # pragma: no cover - older transformers: plain DynamicCache
     from transformers import DynamicCache
 
     DynamicLayer = None
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 DEFAULT_CHUNK = 128  # positions; 16, 64, 128, 256: steady CPU generation within 8% (one run each)
 
@@ -130,8 +133,9 @@ if DynamicLayer is not None:
             self.is_initialized = False
 
 
-def chunked_kv_cache(config: Any, chunk: int = DEFAULT_CHUNK) -> DynamicCache:
-    """A `DynamicCache` for `config` whose full-attention layers are `ChunkedKVLayer`s.
+def chunked_kv_cache(config: PretrainedConfig, chunk: int = DEFAULT_CHUNK) -> DynamicCache:
+    """A `DynamicCache` for `config` (the model's transformers config, not agentrl's) whose
+    full-attention layers are `ChunkedKVLayer`s.
 
     Sliding-window, KV-sharing and other special layers keep the layer transformers picks
     for them; with a transformers release that has no per-layer caches, the plain
@@ -147,7 +151,7 @@ def chunked_kv_cache(config: Any, chunk: int = DEFAULT_CHUNK) -> DynamicCache:
     return cache
 
 
-def make_kv_cache(config: Any, kind: str = "chunked") -> DynamicCache:
+def make_kv_cache(config: PretrainedConfig, kind: str = "chunked") -> DynamicCache:
     """The hf engine's cache for one micro-batch: `chunked` (`chunked_kv_cache`, the
     default) or `dynamic` (transformers' `DynamicCache`, one concatenation per step: the
     reference, and the way back should a model's attention not take the chunked buffers)."""
