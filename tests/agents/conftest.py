@@ -51,7 +51,9 @@ def tmp_path():
     popen-gwK/TEST_NAME0/, leaves too little of them)."""
     path = Path(tempfile.mkdtemp(prefix="ar-", dir="/tmp"))
     yield path
-    shutil.rmtree(path, ignore_errors=True)
+    # with the folders tests make beside it (``{name}-outside``, ``{name}-other-episode``)
+    for made in (path, *path.parent.glob(f"{path.name}-*")):
+        shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.fixture
