@@ -33,7 +33,7 @@ class ActorSettings:
     shared_prefix: bool  # forward a shared prompt prefix once (workers/forward.py)
     ppo_epochs: int
     shuffle: bool
-    use_dynamic_bsz: bool
+    use_dynamic_bsz: bool | None  # null: by token budget unless a micro-batch size is set
     ppo_max_token_len_per_gpu: int
     grad_clip: float
     loss_agg_mode: str
@@ -61,13 +61,19 @@ class ActorSettings:
         return cls(
             policy_loss=policy_loss_settings(actor),
             shared_prefix=bool(values["shared_prefix"]), ppo_epochs=int(values["ppo_epochs"]),
-            shuffle=bool(values["shuffle"]), use_dynamic_bsz=bool(values["use_dynamic_bsz"]),
+            shuffle=bool(values["shuffle"]), use_dynamic_bsz=_bool_or_none(values["use_dynamic_bsz"]),
             ppo_max_token_len_per_gpu=int(values["ppo_max_token_len_per_gpu"]),
             grad_clip=float(values["grad_clip"]), loss_agg_mode=str(values["loss_agg_mode"]),
             entropy_coeff=float(values["entropy_coeff"]),
             use_kl_loss=bool(values["use_kl_loss"]), kl_loss_coef=float(values["kl_loss_coef"]),
             kl_loss_type=str(values["kl_loss_type"]),
         )  # fmt: skip
+
+
+def _bool_or_none(value: Any) -> bool | None:
+    """A boolean key whose null means something of its own (``use_dynamic_bsz``: the
+    ppo_actor.micro_batching default), kept null rather than read as false."""
+    return None if value is None else bool(value)
 
 
 __all__ = ["ACTOR_KEY", "ActorSettings"]

@@ -51,3 +51,13 @@ def test_ppo_actor_takes_only_the_typed_settings():
     raw = load_config().actor_rollout_ref.actor
     with pytest.raises(TypeError, match=r"ActorSettings\.from_config"):
         PPOActor(torch.nn.Linear(2, 2), None, raw)
+
+
+@pytest.mark.parametrize(("value", "dynamic"), [("null", True), ("true", True), ("false", False)])
+def test_use_dynamic_bsz_null_keeps_its_own_meaning(value, dynamic):
+    # null means "by token budget unless a micro-batch size is set" (the YAML's default), not
+    # false: read as false it split the smoke run's micro-batches by count and moved its losses
+    settings = ActorSettings.from_config(_actor(f"use_dynamic_bsz={value}"))
+    assert settings.use_dynamic_bsz is {"null": None, "true": True, "false": False}[value]
+    actor = PPOActor(torch.nn.Linear(2, 2), None, settings)
+    assert actor.settings.batching.use_dynamic_bsz is dynamic
