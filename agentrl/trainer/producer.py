@@ -47,6 +47,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from agentrl.protocol import DataProto, to_object_array
@@ -86,8 +87,12 @@ class RolloutProducer:
         max_staleness: int,
         total_batches: int,
         trace: TraceRecorder | None = None,
+        on_version: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         self.engine, self.loop, self.n = engine, loop, n
+        # awaited on the loop by set_version before the version takes effect (ProducerHost:
+        # its servers' client learns what the servers hold)
+        self.on_version = on_version
         self.trace = trace  # the requests' timeline, drained by the trainer (drain_trace)
         self.max_staleness, self.total_batches = max_staleness, total_batches
         self.version = 0
@@ -122,8 +127,10 @@ class RolloutProducer:
         self.main_task = asyncio.ensure_future(produce(self))
 
     @on_loop
-    def set_version(self, version: int) -> None:
+    async def set_version(self, version: int) -> None:
         """The servers now hold ``version`` (called after each weight sync)."""
+        if self.on_version is not None:
+            await self.on_version(version)
         self.version = version
         self.changed.set()
 

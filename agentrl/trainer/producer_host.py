@@ -27,6 +27,7 @@ watchdog reports this process's threads and tasks through it.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -69,8 +70,11 @@ class ProducerHost(RolloutProducer):
             load_tokenizer(**dict(tokenizer_source)), loop=loop,
             chat_template_kwargs=chat_template_kwargs,
         )  # fmt: skip
+        # each sync's version reaches the servers' client: a server that restarted rejoins
+        # only holding it
+        hold = functools.partial(_servers_hold, self.rollout.backend)
         super().__init__(self.rollout.engine, loop, n=n, max_staleness=max_staleness,
-                         total_batches=total_batches,
+                         total_batches=total_batches, on_version=hold,
                          trace=TraceRecorder("producer") if trace else None)  # fmt: skip
 
     def ready(self) -> bool:
@@ -114,6 +118,16 @@ class ProducerHost(RolloutProducer):
             closing.callback(self.engine.close)
             closing.callback(self.rollout.close)
             self.stop()
+
+
+async def _servers_hold(backend: Any, version: int) -> None:
+    """The workers synced (and verified) ``version`` on the servers they reached: this
+    process's client routes to a server only while it reports that version, so one that
+    restarted (holding the launch's weights) rejoins once a sync has reached it
+    (``ServerBackend.expect_version``; the workers' sync loads and verifies it). A module
+    function, not a method: the actor keeps no coroutine member (it stays threaded)."""
+    if hasattr(backend, "expect_version"):
+        await backend.expect_version(str(version))
 
 
 async def _set_drained(backend: Any, drained: dict[str, str]) -> None:

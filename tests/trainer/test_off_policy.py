@@ -318,6 +318,106 @@ def test_async_training_goes_on_when_a_server_is_killed_mid_run(
     _assert_fresh(rows, 1)
 
 
+@pytest.mark.slow
+def test_a_server_restarted_mid_run_rejoins_after_a_verified_sync(
+    make_config, tiny_model_dir, tmp_path, ray_cluster, monkeypatch
+):
+    """trainer.mode=async on two `agentrl serve` servers; one is killed with kill -9 once
+    step 1 has trained and started again on its port after step 2's sync (which skipped it),
+    holding the launch's weights (version 0). Step 3's sync loads it and verifies it (2
+    servers verified), and only then does the producer's client take it back (step 4's
+    `rollout/servers_revived`); the run trains every step, every prompt once, no token
+    staler than the bound. On the old code the producer's client took it back on its health
+    route, and its version-0 tokens stopped the run (or the workers never synced it)."""
+    import os
+    import signal
+    import subprocess
+    import threading
+
+    import httpx
+
+    from agentrl.trainer.off_policy import ProducerBatchSource
+
+    model = tmp_path / "model"  # a path of its own, to find this test's servers
+    model.symlink_to(tiny_model_dir, target_is_directory=True)
+    dumps = tmp_path / "rollouts"
+    killed: dict[str, object] = {}
+    restarted: list[subprocess.Popen] = []
+
+    def kill_one_after_step_1() -> None:
+        deadline = time.monotonic() + 300
+        while not (dumps / "1.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = sorted(serve_pids(model))
+        if len(pids) == 2:
+            argv = Path(f"/proc/{pids[0]}/cmdline").read_bytes().split(b"\0")[:-1]
+            killed["argv"] = [a.decode() for a in argv]
+            os.kill(pids[0], signal.SIGKILL)
+        killed["done"] = True
+
+    def restart() -> None:
+        """The killed server's command again (same port, same model: version 0), not tied
+        to the launcher's process; back once it answers."""
+        argv = killed["argv"]
+        port = argv[argv.index("--port") + 1]
+        env = {k: v for k, v in os.environ.items() if k != "AGENTRL_PARENT_PID"}
+        log = (tmp_path / "restarted.log").open("wb")
+        restarted.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL))  # fmt: skip
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError("the restarted server did not come up")
+
+    sync = ProducerBatchSource._sync_weights
+
+    def sync_then_restart(self, ctx, step, timing):
+        if step == 2:  # the sync after the kill skips the killed server ...
+            deadline = time.monotonic() + 300
+            while "done" not in killed and time.monotonic() < deadline:
+                time.sleep(0.05)
+        metrics = sync(self, ctx, step, timing)
+        if step == 2 and "argv" in killed:
+            restart()  # ... which is back, with stale weights, before step 3's sync
+        return metrics
+
+    monkeypatch.setattr(ProducerBatchSource, "_sync_weights", sync_then_restart)
+    killer = threading.Thread(target=kill_one_after_step_1, daemon=True)
+    killer.start()
+    steps = 4
+    try:
+        history = run_train(make_config(
+            f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.num_servers=2",
+            "actor_rollout_ref.rollout.server_cooldown_s=0",
+            "trainer.mode=async", "off_policy.max_staleness=1", "data.shuffle=false",
+            f"trainer.total_training_steps={steps}", f"trainer.rollout_data_dir={dumps}",
+        ))  # fmt: skip
+    finally:
+        killer.join(timeout=5)
+        for process in restarted:
+            process.terminate()
+            process.wait(timeout=30)
+    assert "argv" in killed and restarted, "the two servers were not found to kill one"
+    assert [m["training/global_step"] for m in history] == [1.0, 2.0, 3.0, 4.0]
+    rows = _rows(dumps, range(1, steps + 1))
+    assert Counter(r["uid"] for r in rows) == {f"{b}-{i}": 2 for b in range(1, steps + 1)
+                                               for i in range(2)}  # fmt: skip
+    assert all(r["response_ids"] for r in rows)  # every trajectory completed
+    _assert_fresh(rows, 1)
+    # step 2's sync reached the survivor alone; step 3's loaded the restarted one too and
+    # verified both; the producer's client took it back after that sync, not before
+    verified = [m["rollout/weights_verified"] for m in history]
+    assert verified == [2, 1, 2, 2], verified
+    revived = [m.get("rollout/servers_revived", 0) for m in history]
+    assert revived == [0, 0, 0, 1], revived
+    assert history[-1]["rollout/servers_alive"] == 2
+
+
 class _Producer:
     """A stand-in for the producer's process: answers each call, records its name."""
 

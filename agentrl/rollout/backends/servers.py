@@ -22,9 +22,11 @@ resent whole to another live server: a generation answers all at once, so a fail
 leaves nothing behind and the output that is returned, and trained, is generated exactly
 once. The trajectory moves with it. A dead server is probed again after `server_cooldown_s`
 (the health route, and the version route when a weight update skipped it: it rejoins only
-with the current weights, after loading the last directory if it must); when no server is
+with the current weights, after loading the last directory if it must), and at each weight
+update (`update_weights`, a client that never generates included); when no server is
 live every dead one is probed at once, then `BackendError` names each URL and why it is
-down. `metrics()` counts the resent calls and the lost, revived and skipped servers.
+down. A client that does not sync (the off-policy producer's) learns each sync's version
+from `expect_version` and takes a server back only reporting it. `metrics()` counts the resent calls and the lost, revived and skipped servers.
 
 Control plane: `abort`, `update_weights`, `verify_weights`, `release_memory`,
 `resume_memory`, `flush_cache` and `wait_until_ready` go to every URL of `control_urls`
@@ -299,8 +301,42 @@ class ServerBackend:
             for path, body in self.api.load_tensors(source, self.bucket_bytes, weight_version,
                                                     flush_cache):  # fmt: skip
                 await self._control(path, body, update=True)
+        await self._probe_returning(self.control_urls,
+                                    max(self.server_cooldown_s, _MIN_PROBE_GAP))
         if weight_version is not None:
             await self._check_versions(weight_version)
+
+    async def expect_version(self, weight_version: str) -> None:
+        """The servers now hold `weight_version`, loaded by another client (the off-policy
+        producer's client learns each sync's version; the workers' client synced and
+        verified them). A live server that does not answer its health route, or reports
+        another version (it restarted since the sync reached it), is left out; every dead
+        server is probed now and rejoins only if it reports `weight_version` (`_probe`:
+        this client has no directory to load)."""
+        self.weight_version = weight_version
+        urls = self.pool.live(self.server_urls)
+        healthy = await asyncio.gather(*(self._healthy(u) for u in urls))
+        reported = await asyncio.gather(*(self._reported_version(u) for u in urls))
+        for url, ok, version in zip(urls, healthy, reported, strict=True):
+            if not ok:
+                self.pool.mark_dead(url, "does not answer its health route")
+            elif version is not None and version != weight_version:
+                self.pool.mark_dead(url, f"reports weight version {version}, not "
+                                         f"{weight_version}")  # fmt: skip
+        for url in self.server_urls:
+            if not self.pool.alive(url):
+                self.pool.skipped_update(url)
+        await self._probe_returning(self.server_urls, 0.0)
+
+    async def _probe_returning(self, urls: list[str], interval: float) -> None:
+        """Probe those of `urls` that are dead and not probed for `interval` seconds, now
+        (`_probe`), and wait: one that answers again catches up with the last update (loads
+        its directory where this client made it) and rejoins only reporting its version.
+        The workers' client of the off-policy modes never generates, so its syncs are where
+        a server returns; the caller's `verify_weights` then checks it with the others."""
+        probes = [self._probe(u) for u in self.pool.due_for_probe(urls, interval)]
+        if probes:
+            await asyncio.wait(probes)
 
     async def verify_weights(self, source: str | os.PathLike, probe: Any = None,
                              servers: Sequence[str] | None = None,

@@ -99,3 +99,66 @@ def test_a_server_that_dies_during_the_weight_check_is_left_out_not_fatal(tmp_pa
     nobody = ServerBackend([gone], api=_ChecksumAPI(), **fast)
     with pytest.raises(BackendError, match=f"weight check: no control server answers: {gone} "):
         asyncio.run(nobody.verify_weights(str(tmp_path)))
+
+
+def _versioned_app(version: str):
+    """An SGLang-shaped server that reports `version` and loads a directory's version."""
+    from fastapi import FastAPI
+
+    app, state = FastAPI(), {"version": version, "loads": []}
+    app.get("/health_generate")(lambda: {})
+    app.get("/get_weight_version")(lambda: {"weight_version": state["version"]})
+
+    @app.post("/update_weights_from_disk")
+    def load(body: dict) -> dict:
+        state["loads"].append(body["model_path"])
+        state["version"] = body["weight_version"]
+        return {"success": True}
+
+    return app, state
+
+
+def test_a_sync_loads_a_server_that_returned_and_checks_its_version(tmp_path):
+    """A server dead at a sync (missed it) that answers at the next sync, restarted with the
+    launch's weights (version 0): the sync probes it, it loads this sync's directory and
+    reports its version, and rejoins, so the caller's verify_weights reaches it. On the old
+    code a client that never generates (the off-policy workers') never probed it again."""
+    from agentrl.utils.serving import serve_in_thread
+
+    app, state = _versioned_app("0")
+    fast = {"max_retries": 0, "request_timeout": 10, "server_cooldown_s": 0}
+    with serve_in_thread(app) as url, serve_in_thread(_versioned_app("0")[0]) as other:
+        backend = SGLangBackend([url, other], **fast)
+        backend.pool.mark_dead(url, "connection lost")
+        backend.pool.skipped_update(url)  # a sync skipped it while it was down
+        backend.pool.states[url].last_probe -= 60  # its cool-down is over
+        asyncio.run(backend.update_weights(str(tmp_path / "step_2"), weight_version="2"))
+        metrics = backend.metrics()
+    assert backend.pool.alive(url) and not backend.pool.states[url].missed_update
+    assert state == {"version": "2", "loads": [str(tmp_path / "step_2")]}
+    assert metrics["rollout/servers_revived"] == 1 and metrics["rollout/servers_alive"] == 2
+
+
+def test_a_client_told_the_synced_version_leaves_out_a_server_until_it_reports_it():
+    """The off-policy producer's client (it never syncs) is told each sync's version: a dead
+    server must report it to rejoin, and a live one that reports another (restarted since)
+    is left out; on the old code a restarted server rejoined on its health route alone."""
+    from agentrl.utils.serving import serve_in_thread
+
+    restarted, state = _versioned_app("0")
+    fast = {"max_retries": 0, "request_timeout": 10, "server_cooldown_s": 0}
+    with serve_in_thread(restarted) as url, serve_in_thread(_versioned_app("2")[0]) as synced:
+        backend = SGLangBackend([url, synced], **fast)
+        asyncio.run(backend.expect_version("2"))
+        assert not backend.pool.alive(url) and backend.pool.alive(synced)
+        assert "reports weight version 0, not 2" in backend.pool.states[url].dead_reason
+        asyncio.run(backend._probe_once(url))  # a probe between syncs: healthy, but version 0
+        assert not backend.pool.alive(url)
+        state["version"] = "3"  # the workers' next sync reached it (and verified it)
+        asyncio.run(backend.expect_version("3"))  # ... then this client is told "3"
+        assert not backend.pool.alive(synced)  # it still reports 2: restarted since
+        assert backend.pool.alive(url)
+        metrics = backend.metrics()
+    assert state["loads"] == []  # this client loads nothing: it has no directory
+    assert metrics["rollout/servers_lost"] == 2 and metrics["rollout/servers_revived"] == 1
+    assert metrics["rollout/weight_sync_skipped"] == 3  # url at both syncs, synced at "3"
