@@ -11,7 +11,7 @@ variance of multi-turn rollouts (``min_response_fraction=0.25``: a 4x spread).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +141,25 @@ def tiny_worker_config(model_dir: str | Path, overrides: Sequence[str] = ()) -> 
             *overrides,
         ]
     )
+
+
+def assert_missing_key_named(build: Callable[[dict[str, Any]], Any], tree: dict[str, Any],
+                             key: str, path: str) -> None:  # fmt: skip
+    """Delete the dotted `key` from `tree` (a plain section) and check that `build(tree)`
+    (a settings `from_config`) raises `RolloutConfigError` naming `path.key` in full."""
+    from agentrl.rollout.engine_config import RolloutConfigError
+
+    *parents, name = key.split(".")
+    node = tree
+    for parent in parents:
+        node = node[parent]
+    del node[name]
+    try:
+        build(tree)
+    except RolloutConfigError as err:
+        assert str(err).startswith(f"{path}.{key} is missing"), str(err)
+    else:
+        raise AssertionError(f"{path}.{key} missing, yet {build} raised nothing")
 
 
 def reference_log_probs(model: Any, data: DataProto) -> torch.Tensor:

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from agentrl.algos.rollout_correction import PolicyLossSettings
 from agentrl.config import load_config
-from agentrl.rollout.engine_config import RolloutConfigError
+from agentrl.testing.workers import assert_missing_key_named
 from agentrl.workers.actor_settings import ActorSettings
 from agentrl.workers.ppo_actor import PPOActor
 
@@ -36,15 +36,7 @@ def test_the_actor_section_is_typed_once():
 @pytest.mark.parametrize("key", ["grad_clip", "clip_ratio_c", "policy_loss.rollout_is",
                                  "shared_prefix"])
 def test_a_missing_key_is_named_in_full(key):
-    section = _actor()
-    *parents, name = key.split(".")
-    node = section
-    for parent in parents:
-        node = node[parent]
-    del node[name]
-    with pytest.raises(RolloutConfigError) as err:
-        ActorSettings.from_config(section)
-    assert str(err.value).startswith(f"actor_rollout_ref.actor.{key} is missing")
+    assert_missing_key_named(ActorSettings.from_config, _actor(), key, "actor_rollout_ref.actor")
 
 
 def test_ppo_actor_takes_only_the_typed_settings():

@@ -9,7 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from agentrl.config import load_config
-from agentrl.rollout.engine_config import RolloutConfig, RolloutConfigError
+from agentrl.rollout.engine_config import RolloutConfig
+from agentrl.testing.workers import assert_missing_key_named
 from agentrl.workers.canary import CanarySettings
 from agentrl.workers.rollout_settings import ModelSource, RolloutSettings
 
@@ -46,15 +47,7 @@ def test_the_settings_are_typed_from_the_tree_once():
     "rollout.multi_turn.format", "model.trust_remote_code", "model.path",
 ])  # fmt: skip
 def test_a_missing_key_is_named_in_full(path):
-    tree = _tree()
-    *parents, key = path.split(".")
-    section = tree
-    for parent in parents:
-        section = section[parent]
-    del section[key]
-    with pytest.raises(RolloutConfigError) as err:
-        RolloutSettings.from_config(tree)
-    assert str(err.value).startswith(f"actor_rollout_ref.{path} is missing")
+    assert_missing_key_named(RolloutSettings.from_config, _tree(), path, "actor_rollout_ref")
 
 
 def test_a_tree_that_is_no_section_is_refused():
