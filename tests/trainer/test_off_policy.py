@@ -319,16 +319,18 @@ def test_async_training_goes_on_when_a_server_is_killed_mid_run(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["async", "one_step_off"])
 def test_a_server_restarted_mid_run_rejoins_after_a_verified_sync(
-    make_config, tiny_model_dir, tmp_path, ray_cluster, monkeypatch
+    make_config, tiny_model_dir, tmp_path, ray_cluster, monkeypatch, mode
 ):
-    """trainer.mode=async on two `agentrl serve` servers; one is killed with kill -9 once
-    step 1 has trained and started again on its port after step 2's sync (which skipped it),
-    holding the launch's weights (version 0). Step 3's sync loads it and verifies it (2
-    servers verified), and only then does the producer's client take it back (step 4's
-    `rollout/servers_revived`); the run trains every step, every prompt once, no token
-    staler than the bound. On the old code the producer's client took it back on its health
-    route, and its version-0 tokens stopped the run (or the workers never synced it)."""
+    """trainer.mode=async and one_step_off on two `agentrl serve` servers; one is killed with
+    kill -9 once step 1 has trained and started again on its port after step 2's sync
+    (which skipped it), holding the launch's weights (version 0). Step 3's sync loads it
+    and verifies it (2 servers verified), and only then does the producer's client take it
+    back (step 4's `rollout/servers_revived`); the run trains every step, every prompt once,
+    no token staler than the bound. On the old code the workers' syncs never reached it
+    again (verified [2, 1, 1, 1]) and the producer's client took a server back on its
+    health route alone."""
     import os
     import signal
     import subprocess
@@ -394,7 +396,7 @@ def test_a_server_restarted_mid_run_rejoins_after_a_verified_sync(
         history = run_train(make_config(
             f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.num_servers=2",
             "actor_rollout_ref.rollout.server_cooldown_s=0",
-            "trainer.mode=async", "off_policy.max_staleness=1", "data.shuffle=false",
+            f"trainer.mode={mode}", "off_policy.max_staleness=1", "data.shuffle=false",
             f"trainer.total_training_steps={steps}", f"trainer.rollout_data_dir={dumps}",
         ))  # fmt: skip
     finally:
