@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.trainer.trainer_settings import AlertSettings, refuse_raw
+
 logger = logging.getLogger(__name__)
 
 
@@ -107,9 +109,10 @@ RULES = (
 class BehaviourMonitor:
     """Watches per-step metrics against ``trainer.alerts`` (see the module docstring)."""
 
-    def __init__(self, config: Any) -> None:
-        self.config = config
-        self.window = int(config.window)
+    def __init__(self, settings: AlertSettings) -> None:
+        refuse_raw(settings, AlertSettings, "BehaviourMonitor")
+        self.settings = settings
+        self.window = settings.window
         self.streak: dict[str, int] = {rule.name: 0 for rule in RULES}
         self.best: dict[str, float] = {}
         self.first: dict[str, float] = {}
@@ -119,7 +122,7 @@ class BehaviourMonitor:
         fired: list[Alert] = []
         out: dict[str, float] = {}
         for rule in RULES:
-            threshold = self.config.get(rule.threshold_key)
+            threshold = self.settings.threshold(rule.threshold_key)
             value = rule.value(metrics)
             if threshold is None or value is None:
                 continue

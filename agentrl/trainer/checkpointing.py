@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from agentrl.trainer.trainer_settings import CheckpointSettings, refuse_raw
+
 logger = logging.getLogger(__name__)
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
@@ -100,16 +102,17 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return path
 
 
-def resume_path(trainer_config: Any) -> Path | None:
+def resume_path(settings: CheckpointSettings) -> Path | None:
     """The checkpoint to resume from under ``trainer.resume_mode`` (None: start fresh)."""
-    mode = trainer_config.resume_mode
+    refuse_raw(settings, CheckpointSettings, "resume_path")
+    mode = settings.resume_mode
     if mode == "disable":
         return None
     if mode == "auto":
-        return latest_checkpoint(trainer_config.default_local_dir)
+        return latest_checkpoint(settings.default_local_dir)
     if mode != "resume_path":
         raise ValueError(f"trainer.resume_mode is {mode!r}; choose auto, disable or resume_path")
-    path = Path(str(trainer_config.resume_from_path))
+    path = Path(str(settings.resume_from_path))
     step_of(path)
     if not path.is_dir():
         raise CheckpointError(f"trainer.resume_from_path {path} does not exist")
@@ -162,8 +165,8 @@ def rotate(root: str | Path, part: str, keep: int | None) -> list[Path]:
     return removed
 
 
-def save(root: Path, step: int, models: Any, state: dict[str, Any], trainer_config: Any,
-         final: bool = False) -> Path:  # fmt: skip
+def save(root: Path, step: int, models: Any, state: dict[str, Any],
+         settings: CheckpointSettings, final: bool = False) -> Path:  # fmt: skip
     """Write step ``step``: ``global_step_N/{actor,critic,data.pt}`` under a ``.partial`` name
     until complete (``models``: the run's worker groups, ``update.Models``; ``state``: the
     driver's share), mark it latest, rotate old ones per ``max_{actor,critic}_ckpt_to_keep``.
@@ -172,14 +175,14 @@ def save(root: Path, step: int, models: Any, state: dict[str, Any], trainer_conf
     remove_partial(root)
     partial = partial_dir(root, step)
     partial.mkdir(parents=True, exist_ok=True)
-    hf = {"hf_model": True} if final and trainer_config.save_hf_model_at_end else {}
+    hf = {"hf_model": True} if final and settings.save_hf_model_at_end else {}
     models.actor_rollout.save_checkpoint(str(partial / "actor"), global_step=step, **hf)
     if models.critic is not None:
         models.critic.save_checkpoint(str(partial / "critic"), global_step=step)
     save_trainer_state(partial, state)
     path = commit(root, step)
-    rotate(root, "actor", trainer_config.max_actor_ckpt_to_keep)
-    rotate(root, "critic", trainer_config.max_critic_ckpt_to_keep)
+    rotate(root, "actor", settings.max_actor_ckpt_to_keep)
+    rotate(root, "critic", settings.max_critic_ckpt_to_keep)
     logger.info("saved checkpoint %s", path)
     return path
 

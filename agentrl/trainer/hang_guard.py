@@ -7,7 +7,7 @@ interrupts the training loop (SIGUSR1 to the main thread, whose handler raises
 `StageHangError`); when the hang came before anything of the step changed the models, the
 last finished step is saved, so a resumed run neither repeats nor skips a step.
 
-    guard = HangGuard(config.trainer)
+    guard = HangGuard(HangGuardSettings.from_config(config.trainer))
     with guard.stage("gen", "step 3"): ...        # guard.watchdog.stage
     guard.remember(lambda: state_of_last_step)    # at each step's start
     guard.install() ... guard.restore()           # around the loop
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentrl.trainer.trainer_settings import HangGuardSettings, refuse_raw
 from agentrl.trainer.watchdog import HangReport, StageHangError, Watchdog
 
 logger = logging.getLogger(__name__)
@@ -37,9 +38,10 @@ STAGES_BEFORE_UPDATE = frozenset(
 class HangGuard:
     """The run's `Watchdog` and, with `watchdog_action: stop`, the stop on a hang."""
 
-    def __init__(self, trainer_cfg: Any) -> None:
-        self.action = str(trainer_cfg.watchdog_action)
-        self.watchdog = Watchdog(trainer_cfg.watchdog_s, on_hang=self._on_hang)
+    def __init__(self, settings: HangGuardSettings) -> None:
+        refuse_raw(settings, HangGuardSettings, "HangGuard")
+        self.action = settings.watchdog_action
+        self.watchdog = Watchdog(settings.watchdog_s, on_hang=self._on_hang)
         self.hang: HangReport | None = None
         self._start_state: dict[str, Any] | None = None
         self._previous_handler: Any = None

@@ -40,6 +40,7 @@ from agentrl.models.tokenizer import load_tokenizer
 from agentrl.protocol import DataProto
 from agentrl.reward import load_reward_manager
 from agentrl.trainer import checkpointing as ckpt
+from agentrl.trainer import trainer_settings as ts
 from agentrl.trainer import worker_setup
 from agentrl.trainer.alerts import BehaviourMonitor
 from agentrl.trainer.batch_source import BatchSource, RolloutInStep, Update, rollout_step
@@ -80,7 +81,8 @@ class PPOTrainer:
         if problems := training_problems(config):
             raise ConfigError(problems)
         check_run_inputs(config)  # data, tools, device: before the tokenizer and any model
-        resume_from = ckpt.resume_path(config.trainer)  # a bad path fails before workers
+        checkpoint = ts.CheckpointSettings.from_config(config.trainer)
+        resume_from = ckpt.resume_path(checkpoint)  # a bad path fails before workers
         self.tokenizer = load_tokenizer(
             config.data.tokenizer or config.actor_rollout_ref.model.path,
             trust_remote_code=bool(config.data.trust_remote_code),
@@ -97,13 +99,14 @@ class PPOTrainer:
         self.val_reward_fn = load_reward_manager(*reward_args, reward_fn_key=key, num_examine=1)
         algorithm = config.algorithm
         self.kl_ctrl = get_kl_controller(algorithm.kl_ctrl) if algorithm.use_kl_in_reward else None
-        self.monitor = BehaviourMonitor(config.trainer.alerts)
+        self.monitor = BehaviourMonitor(ts.AlertSettings.from_config(config.trainer.alerts))
         self.tracking = Tracking(config.trainer.project_name, config.trainer.experiment_name,
                                  default_backend=list(config.trainer.logger), config=config)
         self.trace = StepTrace(bool(config.trainer.trace), self.tracking.log_dir / "trace")
-        self.hang_guard = HangGuard(config.trainer)
+        self.hang_guard = HangGuard(ts.HangGuardSettings.from_config(config.trainer))
+        self.validation = ts.ValidationSettings.from_config(config.trainer)
         self.watchdog = self.hang_guard.watchdog
-        self.checkpoints = RunCheckpoints(config.trainer, resume_from, self.train_dataloader,
+        self.checkpoints = RunCheckpoints(checkpoint, resume_from, self.train_dataloader,
                                           self.kl_ctrl, self.monitor, self.source)  # fmt: skip
         self.global_steps = 0
         self.val_metrics: dict[str, float] = {}
@@ -259,7 +262,7 @@ class PPOTrainer:
             return {}
         return validate(self.actor_rollout_wg, self.val_dataloader,
                         lambda data: score(data, self.val_reward_fn, self.rm_wg), self.tokenizer,
-                        self.config.trainer, self.config.data.reward_fn_key, self.global_steps)
+                        self.validation, self.config.data.reward_fn_key, self.global_steps)
 
     def save_checkpoint(self, state: dict[str, Any] | None = None, final: bool = False) -> Path:
         """Checkpoint the models and the driver's `state` (default: now's) as its step;

@@ -4,7 +4,8 @@ position, the adaptive KL coefficient, the behaviour monitor's and the batch sou
 states), saving a step and resuming from ``trainer.resume_mode``'s checkpoint.
 agentrl/trainer/checkpointing.py keeps the directory's layout, atomic saves and rotation.
 
-    checkpoints = RunCheckpoints(config.trainer, resume_from, loader, kl_ctrl, monitor, source)
+    settings = CheckpointSettings.from_config(config.trainer)
+    checkpoints = RunCheckpoints(settings, resume_from, loader, kl_ctrl, monitor, source)
     checkpoints.save(models, checkpoints.driver_state(step))
     step = checkpoints.resume(models, step)   # the step to continue after
 """
@@ -15,11 +16,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from agentrl.trainer import checkpointing as ckpt
 from agentrl.trainer.alerts import BehaviourMonitor
 from agentrl.trainer.batch_source import BatchSource
+from agentrl.trainer.trainer_settings import CheckpointSettings, refuse_raw
 
 logger = logging.getLogger(__name__)
 
@@ -28,10 +28,11 @@ class RunCheckpoints:
     """The checkpoints of one run; ``resume_from`` is ``checkpointing.resume_path``'s
     answer (None: a fresh start), the other arguments the driver's parts that hold state."""
 
-    def __init__(self, trainer_config: DictConfig, resume_from: Path | None,
+    def __init__(self, settings: CheckpointSettings, resume_from: Path | None,
                  train_dataloader: Any, kl_ctrl: Any, monitor: BehaviourMonitor,
                  source: BatchSource) -> None:  # fmt: skip
-        self.config = trainer_config
+        refuse_raw(settings, CheckpointSettings, "RunCheckpoints")
+        self.settings = settings
         self.resume_from = resume_from
         self.train_dataloader = train_dataloader
         self.kl_ctrl = kl_ctrl
@@ -42,7 +43,7 @@ class RunCheckpoints:
     @property
     def root(self) -> Path:
         """`trainer.default_local_dir` as an absolute path (Ray workers have other cwds)."""
-        return Path(str(self.config.default_local_dir)).resolve()
+        return Path(self.settings.default_local_dir).resolve()
 
     def driver_state(self, step: int) -> dict[str, Any]:
         """The driver's share of a checkpoint (`data.pt`) as of `step`."""
@@ -55,14 +56,14 @@ class RunCheckpoints:
         """Checkpoint `models` and the driver's `state` as its step (checkpointing.save:
         atomic, marked latest, old ones rotated); `final`: the run's last, which holds a
         Hugging Face model too (`trainer.save_hf_model_at_end`)."""
-        return ckpt.save(self.root, int(state["global_step"]), models, state, self.config,
+        return ckpt.save(self.root, int(state["global_step"]), models, state, self.settings,
                          final=final)  # fmt: skip
 
     def resume(self, models: Any, step: int) -> int:
         """Load `resume_from` into `models` and the driver's parts; returns its global step
         (`step` unchanged for a fresh start)."""
         if self.resume_from is None:
-            logger.info("training from scratch (resume_mode=%s)", self.config.resume_mode)
+            logger.info("training from scratch (resume_mode=%s)", self.settings.resume_mode)
             return step
         state = ckpt.restore(self.resume_from, models)
         self.train_dataloader.load_state_dict(state["dataloader"])

@@ -1,6 +1,6 @@
 """An on-policy distillation teacher behind HTTP: `actor_rollout_ref.teacher.server_urls`.
 
-    teacher = RemoteTeacher(cfg.actor_rollout_ref.teacher)
+    teacher = RemoteTeacher(TeacherSettings.from_config(cfg.actor_rollout_ref.teacher))
     data = data.union(teacher.compute_teacher_log_prob(data))    # teacher_log_prob (B, R)
     teacher.close()
 
@@ -24,25 +24,27 @@ from typing import Any
 import torch
 
 from agentrl.protocol import DataProto
+from agentrl.trainer.trainer_settings import TeacherSettings, refuse_raw
 from agentrl.utils.aio import LoopThread
 
 
 class RemoteTeacher:
     """`compute_teacher_log_prob` from the teacher's servers (see the module docstring)."""
 
-    def __init__(self, teacher_cfg: Any, student_tokenizer: Any = None,
+    def __init__(self, settings: TeacherSettings, student_tokenizer: Any = None,
                  backend: Any = None) -> None:
+        refuse_raw(settings, TeacherSettings, "RemoteTeacher")
         if student_tokenizer is not None:  # the servers score the student's token ids
             from agentrl.models.tokenizer import check_same_tokenizer
 
-            check_same_tokenizer(student_tokenizer, str(teacher_cfg.model.path),
+            check_same_tokenizer(student_tokenizer, str(settings.model_path),
                                  "actor_rollout_ref.teacher.model.path",
-                                 trust_remote_code=bool(teacher_cfg.model.trust_remote_code))
+                                 trust_remote_code=settings.trust_remote_code)
         self.loop = LoopThread("agentrl-teacher")
         # defaults: actor_rollout_ref.teacher in agentrl/config/ppo_trainer.yaml
-        self.max_concurrency = int(teacher_cfg.max_concurrency)
-        timeout = float(teacher_cfg.request_timeout)
-        urls = list(teacher_cfg.server_urls)
+        self.max_concurrency = settings.max_concurrency
+        timeout = settings.request_timeout
+        urls = list(settings.server_urls)
         self.backend = backend or self.loop.run(self._client(urls, timeout))
 
     @staticmethod

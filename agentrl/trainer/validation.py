@@ -16,6 +16,7 @@ from typing import Any
 from agentrl.protocol import DataProto, to_object_array
 from agentrl.trainer.dump import dump_trajectories, trajectory_ids
 from agentrl.trainer.metrics import merge_batch_metrics, process_validation_metrics
+from agentrl.trainer.trainer_settings import ValidationSettings, refuse_raw
 
 logger = logging.getLogger(__name__)
 
@@ -25,12 +26,13 @@ def validate(
     batches: Iterable[dict[str, Any]],
     score_fn: Callable[[DataProto], DataProto],
     tokenizer: Any,
-    trainer_cfg: Any,
+    settings: ValidationSettings,
     reward_fn_key: str,
     step: int,
 ) -> dict[str, float]:
     """The validation metrics at `step`: each loader batch rolled out (`validate=True`, so
     the rollout uses `val_kwargs`) and scored with `score_fn`."""
+    refuse_raw(settings, ValidationSettings, "validate")
     sources: list[str] = []
     uids: list[str] = []
     rows: list[dict[str, Any]] = []
@@ -49,9 +51,9 @@ def validate(
         sources += [str(s) for s in out.non_tensor_batch.get(reward_fn_key, ["unknown"] * len(out))]
         uids += list(out.non_tensor_batch["uid"])
         rows += [{"reward": s, **row} for s, row in zip(scores, per_row, strict=True)]
-        log_generations(out, scores, tokenizer, int(trainer_cfg.log_val_generations), step)
-        if trainer_cfg.validation_data_dir:
-            dump_trajectories(Path(trainer_cfg.validation_data_dir), out, step, tokenizer)
+        log_generations(out, scores, tokenizer, settings.log_val_generations, step)
+        if settings.validation_data_dir:
+            dump_trajectories(Path(settings.validation_data_dir), out, step, tokenizer)
     names = list(dict.fromkeys(name for row in rows for name in row))
     variables = {name: [row.get(name) for row in rows] for name in names}
     metrics = process_validation_metrics(sources, uids, variables)

@@ -257,10 +257,11 @@ def _start(workers: Workers, config: DictConfig, specs: dict[str, WorkerSpec], u
     if teacher.server_urls:  # the teacher behind HTTP, asked from this process
         from agentrl.models.tokenizer import load_tokenizer
         from agentrl.trainer.teacher import RemoteTeacher
+        from agentrl.trainer.trainer_settings import TeacherSettings
 
         model = config.actor_rollout_ref.model
         student = load_tokenizer(model.path, trust_remote_code=bool(model.trust_remote_code))
-        models.remote_teacher = RemoteTeacher(teacher, student)
+        models.remote_teacher = RemoteTeacher(TeacherSettings.from_config(teacher), student)
     workers.models = models
     models.actor_rollout.init_model()
     if use_critic:

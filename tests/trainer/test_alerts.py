@@ -11,10 +11,12 @@ from agentrl.config import load_config
 from agentrl.trainer import PPOTrainer
 from agentrl.trainer import checkpointing as ckpt
 from agentrl.trainer.alerts import RULES, BehaviourMonitor
+from agentrl.trainer.trainer_settings import AlertSettings
 
 
 def _monitor(*overrides):
-    return BehaviourMonitor(load_config(overrides=list(overrides)).trainer.alerts)
+    alerts = load_config(overrides=list(overrides)).trainer.alerts
+    return BehaviourMonitor(AlertSettings.from_config(alerts))
 
 
 def _step(rate=0.9, requests=100, parse=0, tool_calls=100, tool_errors=0, truncated=0,

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from agentrl.trainer import checkpointing as ckpt
+from agentrl.trainer.trainer_settings import CheckpointSettings
 
 
 def _step(root, n, parts=("actor",)):
@@ -18,7 +17,9 @@ def _step(root, n, parts=("actor",)):
 
 
 def _trainer(mode, root, path=None):
-    return SimpleNamespace(resume_mode=mode, default_local_dir=str(root), resume_from_path=path)
+    return CheckpointSettings(default_local_dir=str(root), resume_mode=mode, resume_from_path=path,
+                              save_hf_model_at_end=False, max_actor_ckpt_to_keep=None,
+                              max_critic_ckpt_to_keep=None)
 
 
 def test_latest_marker_and_resume_modes(tmp_path):

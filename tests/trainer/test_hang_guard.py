@@ -10,11 +10,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from agentrl.trainer.hang_guard import HangGuard
+from agentrl.trainer.trainer_settings import HangGuardSettings
 from agentrl.trainer.watchdog import HangReport, StageHangError
 
 
 def _guard(action="stop", watchdog_s=30.0):
-    return HangGuard(OmegaConf.create({"watchdog_action": action, "watchdog_s": watchdog_s}))
+    return HangGuard(HangGuardSettings.from_config(
+        OmegaConf.create({"watchdog_action": action, "watchdog_s": watchdog_s})))
 
 
 def _report(stage):

@@ -23,6 +23,7 @@ import pytest
 from agentrl.algos import get_kl_controller
 from agentrl.trainer.alerts import BehaviourMonitor
 from agentrl.trainer.run_checkpoints import RunCheckpoints
+from agentrl.trainer.trainer_settings import AlertSettings, CheckpointSettings
 from tests.trainer.conftest import serve_pids
 
 
@@ -62,8 +63,9 @@ class Part:
 
 
 def _trainer_config(root, mode="auto"):
-    return SimpleNamespace(default_local_dir=str(root), resume_mode=mode, save_hf_model_at_end=False,
-                           max_actor_ckpt_to_keep=None, max_critic_ckpt_to_keep=None)
+    return CheckpointSettings(default_local_dir=str(root), resume_mode=mode, resume_from_path=None,
+                              save_hf_model_at_end=False, max_actor_ckpt_to_keep=None,
+                              max_critic_ckpt_to_keep=None)
 
 
 def _kl(value: float):
@@ -72,7 +74,7 @@ def _kl(value: float):
 
 
 def _monitor() -> BehaviourMonitor:
-    return BehaviourMonitor(SimpleNamespace(window=3))
+    return BehaviourMonitor(AlertSettings(window=3, stop_on_alert=False, thresholds={}))
 
 
 def test_a_saved_step_resumes_every_part_of_the_driver(tmp_path):

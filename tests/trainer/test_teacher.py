@@ -14,15 +14,16 @@ from agentrl.rollout.backends.hf import HFBackend
 from agentrl.rollout.backends.serve import create_app
 from agentrl.testing.workers import make_trajectory_batch, reference_log_probs
 from agentrl.trainer.teacher import RemoteTeacher
+from agentrl.trainer.trainer_settings import TeacherSettings
 from agentrl.utils.serving import serve_in_thread
 
 
 def _teacher_cfg(model_dir, url):
     from omegaconf import OmegaConf
 
-    return OmegaConf.create({"model": {"path": str(model_dir), "trust_remote_code": False},
-                             "server_urls": [url], "request_timeout": 60,
-                             "max_concurrency": 3})
+    return TeacherSettings.from_config(OmegaConf.create(
+        {"model": {"path": str(model_dir), "trust_remote_code": False}, "server_urls": [url],
+         "request_timeout": 60, "max_concurrency": 3}))
 
 
 def test_the_servers_log_probs_are_the_teachers(varied_model_dir, tiny_tokenizer):
