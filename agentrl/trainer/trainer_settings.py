@@ -49,9 +49,9 @@ class CheckpointSettings:
     max_critic_ckpt_to_keep: int | None
 
     @classmethod
-    def from_config(cls, trainer: DictConfig | Mapping[str, Any],
+    def from_config(cls, trainer_section: DictConfig | Mapping[str, Any],
                     path: str = "trainer") -> CheckpointSettings:  # fmt: skip
-        tree = section(trainer, path)
+        tree = section(trainer_section, path)
         resume_from = required(tree, "resume_from_path", path)
         return cls(
             default_local_dir=str(required(tree, "default_local_dir", path)),
@@ -72,9 +72,9 @@ class HangGuardSettings:
     watchdog_action: str  # log | stop
 
     @classmethod
-    def from_config(cls, trainer: DictConfig | Mapping[str, Any],
+    def from_config(cls, trainer_section: DictConfig | Mapping[str, Any],
                     path: str = "trainer") -> HangGuardSettings:  # fmt: skip
-        tree = section(trainer, path)
+        tree = section(trainer_section, path)
         seconds = required(tree, "watchdog_s", path)
         return cls(watchdog_s=None if seconds is None else float(seconds),
                    watchdog_action=str(required(tree, "watchdog_action", path)))
@@ -109,9 +109,9 @@ class ValidationSettings:
     validation_data_dir: str | None
 
     @classmethod
-    def from_config(cls, trainer: DictConfig | Mapping[str, Any],
+    def from_config(cls, trainer_section: DictConfig | Mapping[str, Any],
                     path: str = "trainer") -> ValidationSettings:  # fmt: skip
-        tree = section(trainer, path)
+        tree = section(trainer_section, path)
         dump = required(tree, "validation_data_dir", path)
         return cls(log_val_generations=int(required(tree, "log_val_generations", path)),
                    validation_data_dir=str(dump) if dump else None)
