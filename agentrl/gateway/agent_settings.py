@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from agentrl.config.validate import AGENT_CLIENTS, AGENT_SEGMENTS, AGENT_SIDE_CALLS
-from agentrl.rollout.engine_config import ROLLOUT_KEY, RolloutConfig, required
+from agentrl.rollout.engine_config import ROLLOUT_KEY, RolloutConfig, config_section, required
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,7 @@ class AgentSettings:
     def from_config(cls, rollout: DictConfig | Mapping[str, Any]) -> AgentSettings:
         """From the validated `actor_rollout_ref.rollout` section; a missing key raises
         `RolloutConfigError` naming it, a value outside its choices a ValueError."""
-        if isinstance(rollout, DictConfig):
-            rollout = OmegaConf.to_container(rollout, resolve=True)  # type: ignore[assignment]
-        if not isinstance(rollout, Mapping):
-            raise TypeError(f"{ROLLOUT_KEY} must be a config section (DictConfig or mapping), "
-                            f"got {type(rollout).__name__}")
+        rollout = config_section(rollout, ROLLOUT_KEY)
         function = required(rollout, "agent_function", ROLLOUT_KEY)
         settings = cls(
             rollout=RolloutConfig.from_config(rollout),

@@ -90,11 +90,7 @@ class RolloutConfig:
     def from_config(cls, rollout: Any) -> RolloutConfig:
         """From the validated `actor_rollout_ref.rollout` section (a DictConfig, resolved
         here, or a mapping); a missing key raises `RolloutConfigError` naming it."""
-        if isinstance(rollout, DictConfig):
-            rollout = OmegaConf.to_container(rollout, resolve=True)
-        if not isinstance(rollout, Mapping):
-            raise TypeError(f"{ROLLOUT_KEY} must be a config section (DictConfig or mapping), "
-                            f"got {type(rollout).__name__}")
+        rollout = config_section(rollout, ROLLOUT_KEY)
         top = _fields(cls, rollout, ROLLOUT_KEY, nested={"sampling", "val_kwargs", "multi_turn"})
         multi_turn = _build(MultiTurnConfig, _section(rollout, "multi_turn", ROLLOUT_KEY),
                             f"{ROLLOUT_KEY}.multi_turn")  # fmt: skip
@@ -113,6 +109,17 @@ def _section(tree: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"{path}.{key} must be a section, got {type(value).__name__}")
     return value
+
+
+def config_section(tree: Any, path: str) -> Mapping[str, Any]:
+    """The validated section at ``path`` as a resolved mapping (a DictConfig is resolved
+    here); anything else a TypeError naming ``path``. Every settings module opens with it."""
+    if isinstance(tree, DictConfig):
+        tree = OmegaConf.to_container(tree, resolve=True)
+    if not isinstance(tree, Mapping):
+        raise TypeError(f"{path} must be a config section (DictConfig or mapping), "
+                        f"got {type(tree).__name__}")
+    return tree
 
 
 def required(tree: Mapping[str, Any], key: str, path: str) -> Any:
@@ -136,4 +143,5 @@ def _build(cls: type, tree: Mapping[str, Any], path: str) -> Any:
     return cls(**_fields(cls, tree, path))
 
 
-__all__ = ["MultiTurnConfig", "RolloutConfig", "RolloutConfigError", "SamplingConfig", "required"]
+__all__ = ["MultiTurnConfig", "RolloutConfig", "RolloutConfigError", "SamplingConfig",
+           "config_section", "required"]

@@ -18,19 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from agentrl.rollout.engine_config import required
-
-
-def section(tree: DictConfig | Mapping[str, Any], path: str) -> Mapping[str, Any]:
-    """The validated section at `path` as a resolved mapping; anything else a TypeError."""
-    if isinstance(tree, DictConfig):
-        tree = OmegaConf.to_container(tree, resolve=True)  # type: ignore[assignment]
-    if not isinstance(tree, Mapping):
-        raise TypeError(f"{path} must be a config section (DictConfig or mapping), "
-                        f"got {type(tree).__name__}")
-    return tree
+from agentrl.rollout.engine_config import config_section, required
 
 
 def _optional_int(value: Any) -> int | None:
@@ -51,7 +41,7 @@ class CheckpointSettings:
     @classmethod
     def from_config(cls, trainer_section: DictConfig | Mapping[str, Any],
                     path: str = "trainer") -> CheckpointSettings:  # fmt: skip
-        tree = section(trainer_section, path)
+        tree = config_section(trainer_section, path)
         resume_from = required(tree, "resume_from_path", path)
         return cls(
             default_local_dir=str(required(tree, "default_local_dir", path)),
@@ -74,7 +64,7 @@ class HangGuardSettings:
     @classmethod
     def from_config(cls, trainer_section: DictConfig | Mapping[str, Any],
                     path: str = "trainer") -> HangGuardSettings:  # fmt: skip
-        tree = section(trainer_section, path)
+        tree = config_section(trainer_section, path)
         seconds = required(tree, "watchdog_s", path)
         return cls(watchdog_s=None if seconds is None else float(seconds),
                    watchdog_action=str(required(tree, "watchdog_action", path)))
@@ -91,7 +81,7 @@ class AlertSettings:
     @classmethod
     def from_config(cls, alerts: DictConfig | Mapping[str, Any],
                     path: str = "trainer.alerts") -> AlertSettings:  # fmt: skip
-        tree = section(alerts, path)
+        tree = config_section(alerts, path)
         return cls(window=int(required(tree, "window", path)),
                    stop_on_alert=bool(required(tree, "stop_on_alert", path)), thresholds={
                        key: None if value is None else float(value) for key, value in
@@ -111,7 +101,7 @@ class ValidationSettings:
     @classmethod
     def from_config(cls, trainer_section: DictConfig | Mapping[str, Any],
                     path: str = "trainer") -> ValidationSettings:  # fmt: skip
-        tree = section(trainer_section, path)
+        tree = config_section(trainer_section, path)
         dump = required(tree, "validation_data_dir", path)
         return cls(log_val_generations=int(required(tree, "log_val_generations", path)),
                    validation_data_dir=str(dump) if dump else None)
@@ -130,8 +120,8 @@ class TeacherSettings:
     @classmethod
     def from_config(cls, teacher: DictConfig | Mapping[str, Any],
                     path: str = "actor_rollout_ref.teacher") -> TeacherSettings:  # fmt: skip
-        tree = section(teacher, path)
-        model = section(required(tree, "model", path), f"{path}.model")
+        tree = config_section(teacher, path)
+        model = config_section(required(tree, "model", path), f"{path}.model")
         model_path = required(model, "path", f"{path}.model")
         return cls(
             model_path=None if model_path is None else str(model_path),
@@ -150,4 +140,4 @@ def refuse_raw(value: Any, cls: type, what: str) -> None:
 
 
 __all__ = ["AlertSettings", "CheckpointSettings", "HangGuardSettings", "TeacherSettings",
-           "ValidationSettings", "refuse_raw", "section"]
+           "ValidationSettings", "refuse_raw"]

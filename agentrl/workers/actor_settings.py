@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from agentrl.algos.rollout_correction import PolicyLossSettings, policy_loss_settings
-from agentrl.rollout.engine_config import required
+from agentrl.rollout.engine_config import config_section, required
 
 ACTOR_KEY = "actor_rollout_ref.actor"
 
@@ -46,10 +46,7 @@ class ActorSettings:
     def from_config(cls, actor: DictConfig | Mapping[str, Any],
                     path: str = ACTOR_KEY) -> ActorSettings:  # fmt: skip
         """From the validated actor section at `path` (named in its errors)."""
-        if isinstance(actor, DictConfig):
-            actor = OmegaConf.to_container(actor, resolve=True)  # type: ignore[assignment]
-        if not isinstance(actor, Mapping):
-            raise TypeError(f"{path} must be a config section, got {type(actor).__name__}")
+        actor = config_section(actor, path)
         for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c"):
             required(actor, key, path)  # PolicyLossSettings' keys, named when absent
         loss = required(actor, "policy_loss", path)

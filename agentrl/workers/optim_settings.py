@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from agentrl.rollout.engine_config import required
+from agentrl.rollout.engine_config import config_section, required
 
 
 @dataclass(frozen=True)
@@ -40,10 +40,7 @@ class OptimSettings:
     @classmethod
     def from_config(cls, optim: DictConfig | Mapping[str, Any], path: str) -> OptimSettings:
         """From the validated `optim` section at `path` (named in its errors)."""
-        if isinstance(optim, DictConfig):
-            optim = OmegaConf.to_container(optim, resolve=True)  # type: ignore[assignment]
-        if not isinstance(optim, Mapping):
-            raise TypeError(f"{path} must be a config section, got {type(optim).__name__}")
+        optim = config_section(optim, path)
         values = {f.name: required(optim, f.name, path) for f in dataclasses.fields(cls)}
         betas = tuple(float(b) for b in values["betas"])
         if len(betas) != 2:

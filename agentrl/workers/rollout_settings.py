@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from agentrl.rollout.engine_config import ROLLOUT_KEY, RolloutConfig, required
+from agentrl.rollout.engine_config import ROLLOUT_KEY, RolloutConfig, config_section, required
 from agentrl.workers.canary import CanarySettings
 
 ENGINE_KINDS = ("engine", "sharded", "agent")
@@ -65,11 +65,7 @@ class RolloutSettings:
     def from_config(cls, actor_rollout_ref: DictConfig | Mapping[str, Any]) -> RolloutSettings:
         """From the validated `actor_rollout_ref` section (its `rollout` and `model`); a
         missing key raises `RolloutConfigError` naming it in full."""
-        if isinstance(actor_rollout_ref, DictConfig):
-            actor_rollout_ref = OmegaConf.to_container(actor_rollout_ref, resolve=True)  # type: ignore[assignment]
-        if not isinstance(actor_rollout_ref, Mapping):
-            raise TypeError("actor_rollout_ref must be a config section (DictConfig or "
-                            f"mapping), got {type(actor_rollout_ref).__name__}")
+        actor_rollout_ref = config_section(actor_rollout_ref, "actor_rollout_ref")
         rollout = dict(required(actor_rollout_ref, "rollout", "actor_rollout_ref"))
         model = required(actor_rollout_ref, "model", "actor_rollout_ref")
 
