@@ -268,6 +268,23 @@ def test_the_watchdog_reports_the_rollout_process_in_async_mode(
                                                                         "2-1"}
 
 
+def _kill_one_server_after_step_1(dumps: Path, model: Path, killed: dict) -> None:
+    """Once step 1's rollouts are dumped, kill -9 one of this test's two `agentrl serve`
+    servers (found by ``model``); ``killed`` gets its command line ("argv") and "done"."""
+    import os
+    import signal
+
+    deadline = time.monotonic() + 300
+    while not (dumps / "1.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = sorted(serve_pids(model))
+    if len(pids) == 2:
+        argv = Path(f"/proc/{pids[0]}/cmdline").read_bytes().split(b"\0")[:-1]
+        killed["argv"] = [a.decode() for a in argv]
+        os.kill(pids[0], signal.SIGKILL)
+    killed["done"] = True
+
+
 @pytest.mark.slow
 def test_async_training_goes_on_when_a_server_is_killed_mid_run(
     make_config, tiny_model_dir, tmp_path, ray_cluster
@@ -277,25 +294,14 @@ def test_async_training_goes_on_when_a_server_is_killed_mid_run(
     the run trains every step with a full batch, every prompt once (what the killed server
     had in flight finishes on the other), every later sync reaches the survivor and is
     verified, and the step's metrics count the lost server."""
-    import os
-    import signal
     import threading
 
     model = tmp_path / "model"  # a path of its own, to find this test's servers
     model.symlink_to(tiny_model_dir, target_is_directory=True)
     dumps = tmp_path / "rollouts"
-    killed: list[int] = []
-
-    def kill_one_after_step_1() -> None:
-        deadline = time.monotonic() + 300
-        while not (dumps / "1.jsonl").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        pids = sorted(serve_pids(model))
-        if len(pids) == 2:
-            os.kill(pids[0], signal.SIGKILL)
-            killed.append(pids[0])
-
-    killer = threading.Thread(target=kill_one_after_step_1, daemon=True)
+    killed: dict[str, object] = {}
+    killer = threading.Thread(target=_kill_one_server_after_step_1, args=(dumps, model, killed),
+                              daemon=True)  # fmt: skip
     killer.start()
     steps = 4
     history = run_train(make_config(
@@ -304,7 +310,7 @@ def test_async_training_goes_on_when_a_server_is_killed_mid_run(
         f"trainer.total_training_steps={steps}", f"trainer.rollout_data_dir={dumps}",
     ))  # fmt: skip
     killer.join(timeout=5)
-    assert killed, "the two servers were not found to kill one"
+    assert "argv" in killed, "the two servers were not found to kill one"
     assert [m["training/global_step"] for m in history] == [1.0, 2.0, 3.0, 4.0]
     rows = _rows(dumps, range(1, steps + 1))
     assert Counter(r["uid"] for r in rows) == {f"{b}-{i}": 2 for b in range(1, steps + 1)
@@ -332,7 +338,6 @@ def test_a_server_restarted_mid_run_rejoins_after_a_verified_sync(
     again (verified [2, 1, 1, 1]) and the producer's client took a server back on its
     health route alone."""
     import os
-    import signal
     import subprocess
     import threading
 
@@ -345,17 +350,6 @@ def test_a_server_restarted_mid_run_rejoins_after_a_verified_sync(
     dumps = tmp_path / "rollouts"
     killed: dict[str, object] = {}
     restarted: list[subprocess.Popen] = []
-
-    def kill_one_after_step_1() -> None:
-        deadline = time.monotonic() + 300
-        while not (dumps / "1.jsonl").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        pids = sorted(serve_pids(model))
-        if len(pids) == 2:
-            argv = Path(f"/proc/{pids[0]}/cmdline").read_bytes().split(b"\0")[:-1]
-            killed["argv"] = [a.decode() for a in argv]
-            os.kill(pids[0], signal.SIGKILL)
-        killed["done"] = True
 
     def restart() -> None:
         """The killed server's command again (same port, same model: version 0), not tied
@@ -389,7 +383,8 @@ def test_a_server_restarted_mid_run_rejoins_after_a_verified_sync(
         return metrics
 
     monkeypatch.setattr(ProducerBatchSource, "_sync_weights", sync_then_restart)
-    killer = threading.Thread(target=kill_one_after_step_1, daemon=True)
+    killer = threading.Thread(target=_kill_one_server_after_step_1, args=(dumps, model, killed),
+                              daemon=True)  # fmt: skip
     killer.start()
     steps = 4
     try:
